@@ -1,0 +1,37 @@
+# rlwh: `make demo` runs the main job on built-in demo data, `make test` runs the tests.
+# Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= demo
+
+.PHONY: install demo test lint bench docs clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/duckdb -version >/dev/null
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/python -m rlwh.demo $(DEMO_DIR)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check rlwh tests bench
+	$(BIN)/python -m rlwh.docs --check
+
+docs: install
+	$(BIN)/python -m rlwh.docs
+
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) build dist *.egg-info

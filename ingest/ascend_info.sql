@@ -1,0 +1,5 @@
+-- job: ascend_info
+-- reader: rlwh.readers.ascend_info
+-- fills: ranks
+-- profiler_info_<rank>.json (with profiler_metadata.json beside it) gives one ranks row per
+-- capture: the runner writes it from the reader's outcome, so this job has no statement.

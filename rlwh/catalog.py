@@ -1,0 +1,83 @@
+"""Read-only questions about the warehouse: what runs and files it holds, ad-hoc SQL."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from rlwh.config import Config
+from rlwh.errors import RlwhError
+from rlwh.warehouse import connect_read
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple]
+
+
+def query(config: Config, sql: str, params: list | None = None) -> QueryResult:
+    """Run one SQL statement on a read-only connection to the published warehouse."""
+    con = connect_read(config)
+    try:
+        cursor = con.execute(sql, params or [])
+        columns = [d[0] for d in cursor.description] if cursor.description else []
+        return QueryResult(columns, cursor.fetchall() if columns else [])
+    except duckdb.Error as exc:
+        raise RlwhError(f"query failed: {exc}") from exc
+    finally:
+        con.close()
+
+
+def runs(config: Config) -> QueryResult:
+    """Every run with its ranks, files and rows, newest ingest first."""
+    return query(
+        config,
+        """select r.run, r.profile_dir, r.last_ingested_at,
+             (select count(distinct (role, rank_id)) from ranks k where k.run = r.run) as ranks,
+             count(s.source_id) as files,
+             count(s.source_id) filter (where s.status = 'failed') as failed,
+             count(s.source_id) filter (where s.status = 'partial') as partial,
+             coalesce(sum(s.rows), 0) as rows
+           from runs r left join sources s using (run)
+           group by all
+           order by r.last_ingested_at desc, r.run""",
+    )
+
+
+def sources(config: Config, run: str | None = None, status: str | None = None) -> QueryResult:
+    """The ingest log, optionally for one run and one status."""
+    return query(
+        config,
+        """select run, kind, status, rows, role, rank_id, path, round(seconds, 3) as seconds, message
+           from sources
+           where (? is null or run = ?) and (? is null or status = ?)
+           order by run, path""",
+        [run, run, status, status],
+    )
+
+
+def duckdb_shell_path() -> Path:
+    """The duckdb CLI installed beside this Python (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "duckdb"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("duckdb")
+    if not found:
+        raise RlwhError("the duckdb shell is not installed: run `make install` (it installs duckdb-cli)")
+    return Path(found)
+
+
+def shell_command(config: Config, write: bool = False) -> list[str]:
+    """The argv that opens the duckdb shell on the warehouse (read-only unless `write`)."""
+    if not config.db_path.exists():
+        raise RlwhError(f"no warehouse at {config.db_path}: run `rlwh ingest PROFILE_DIR` first")
+    argv = [str(duckdb_shell_path())]
+    if not write:
+        argv.append("-readonly")
+    return argv + [str(config.db_path)]

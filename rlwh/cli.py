@@ -1,0 +1,254 @@
+"""The `rlwh` command line: thin wrappers over the library, one function per command."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import click
+
+from rlwh import __version__
+from rlwh.errors import RlwhError
+
+EXIT_INGEST_FAILED = 1
+
+
+def warehouse_options(func):
+    """--db and --config, shared by every command that touches the warehouse."""
+
+    @click.option("--db", "db", envvar="RLWH_DB", type=click.Path(dir_okay=False),
+                  help="Warehouse file (default: [warehouse] path in warehouse.toml; env RLWH_DB).")
+    @click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                  help="Settings file (default: ./warehouse.toml; env RLWH_CONFIG).")
+    @functools.wraps(func)
+    def wrapper(*args, db=None, config_path=None, **kwargs):
+        from rlwh.config import load_config
+
+        try:
+            config = load_config(config_path, db)
+        except RlwhError as exc:
+            raise click.ClickException(str(exc)) from exc
+        return func(*args, config=config, **kwargs)
+
+    return wrapper
+
+
+def _fail(exc: Exception) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+@click.group()
+@click.version_option(__version__, prog_name="rlwh")
+def cli():
+    """rlwh: every rank's profiler files in one DuckDB warehouse.
+
+    \b
+    Example:
+      rlwh ingest /shared/profiles/run-2026-11-30
+      rlwh query "select * from memory_peak"
+    """
+
+
+@cli.command()
+@warehouse_options
+def init(config):
+    """Create the warehouse, or upgrade it to the current schema.
+
+    \b
+    Example:
+      rlwh init --db /data/rl.duckdb
+    """
+    from rlwh.warehouse import initialize
+
+    try:
+        applied = initialize(config)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+    if applied:
+        click.echo(f"{config.db_path}: applied {', '.join(applied)}")
+    else:
+        click.echo(f"{config.db_path}: schema is current")
+
+
+@cli.command()
+@click.option("--list", "list_only", is_flag=True, help="Only list migrations and whether each is applied.")
+@warehouse_options
+def migrate(config, list_only):
+    """Apply pending migrations (or list them with --list, read-only).
+
+    \b
+    Example:
+      rlwh migrate --list
+    """
+    from rlwh.warehouse import initialize, migration_status
+
+    try:
+        if list_only:
+            for name, applied_at in migration_status(config):
+                click.echo(f"{'applied ' + str(applied_at) if applied_at else 'pending':<40} {name}")
+            return
+        applied = initialize(config)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+    click.echo(f"applied {', '.join(applied)}" if applied else "schema is current")
+
+
+def _progress_printer(quiet: bool):
+    """A progress callback drawing a bar of files and bytes, or None off a terminal."""
+    if quiet or not sys.stdout.isatty():
+        return None, lambda: None
+    state = {"bar": None, "bytes": 0}
+
+    def update(files_done, files_total, bytes_done, bytes_total, current):
+        if state["bar"] is None:
+            state["bar"] = click.progressbar(
+                length=max(bytes_total, 1), label=f"ingesting {files_total} files",
+                show_pos=False, show_percent=True, item_show_func=lambda _: None,
+            )
+            state["bar"].__enter__()
+        state["bar"].label = f"{files_done}/{files_total} files, {bytes_done / 1e6:,.0f}/{bytes_total / 1e6:,.0f} MB"
+        state["bar"].update(bytes_done - state["bytes"])
+        state["bytes"] = bytes_done
+
+    def finish():
+        if state["bar"] is not None:
+            state["bar"].__exit__(None, None, None)
+
+    return update, finish
+
+
+@cli.command()
+@click.argument("profile_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--run", "run_name", help="Run name (default: the profile dir's name).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-file lines.")
+@warehouse_options
+def ingest(config, profile_dir, run_name, quiet):
+    """Load every role's and rank's profiler files under PROFILE_DIR.
+
+    Unchanged files are skipped; a changed file replaces its own rows. Exits 1 when any
+    file failed (the others still load).
+
+    \b
+    Example:
+      rlwh ingest /shared/profiles/grpo-0412 --run grpo-0412
+    """
+    from rlwh.ingest import ingest as run_ingest
+
+    progress, finish = _progress_printer(quiet)
+    try:
+        summary = run_ingest(profile_dir, config, run=run_name, progress=progress)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+    finally:
+        finish()
+    for warning in summary.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    for result in summary.results:
+        if result.status in ("failed", "partial"):
+            click.echo(f"{result.status}: {result.message}", err=True)
+        elif not quiet and result.status != "unchanged":
+            click.echo(f"{result.status:<8} {result.rows:>10,} rows  {result.rel_path}")
+    click.echo(
+        f"run {summary.run}: {len(summary.results)} files, {summary.rows:,} rows loaded, "
+        f"{summary.count('unchanged')} unchanged, {summary.count('partial')} partial, "
+        f"{summary.failed} failed, {summary.seconds:.1f} s -> {config.db_path}"
+    )
+    if summary.failed:
+        sys.exit(EXIT_INGEST_FAILED)
+
+
+def _echo_result(result, fmt: str) -> None:
+    from rlwh.formatting import FORMATS
+
+    click.echo(FORMATS[fmt](result))
+
+
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+    help="Output format.",
+)
+
+
+@cli.command()
+@format_option
+@warehouse_options
+def runs(config, fmt):
+    """List the runs in the warehouse with their ranks, files and rows.
+
+    \b
+    Example:
+      rlwh runs --format csv
+    """
+    from rlwh.catalog import runs as list_runs
+
+    try:
+        _echo_result(list_runs(config), fmt)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+
+
+@cli.command()
+@click.option("--run", "run_name", help="Only this run.")
+@click.option("--status", type=click.Choice(["ok", "partial", "failed", "skipped"]), help="Only this status.")
+@format_option
+@warehouse_options
+def sources(config, run_name, status, fmt):
+    """Show the ingest log: every source file, its status, rows and message.
+
+    \b
+    Example:
+      rlwh sources --status failed
+    """
+    from rlwh.catalog import sources as list_sources
+
+    try:
+        _echo_result(list_sources(config, run_name, status), fmt)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+
+
+@cli.command()
+@click.argument("sql")
+@format_option
+@warehouse_options
+def query(config, sql, fmt):
+    """Run SQL on the warehouse (read-only) and print the result.
+
+    \b
+    Example:
+      rlwh query "select role, rank_id, peak_live_mb from memory_peak order by 3 desc"
+    """
+    from rlwh.catalog import query as run_query
+
+    try:
+        _echo_result(run_query(config, sql), fmt)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+
+
+@cli.command()
+@click.option("--write", is_flag=True, help="Open read-write (blocks ingest while open).")
+@warehouse_options
+def shell(config, write):
+    """Open the duckdb shell on the warehouse, read-only unless --write.
+
+    \b
+    Example:
+      rlwh shell
+    """
+    from rlwh.catalog import shell_command
+
+    try:
+        argv = shell_command(config, write)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+    os.execv(argv[0], argv)
+
+
+def main():
+    cli()
+
+
+if __name__ == "__main__":
+    main()

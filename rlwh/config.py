@@ -1,0 +1,100 @@
+"""Settings from warehouse.toml, overridden by flags and RLWH_DB.
+
+Relative paths resolve against the folder of the file that names them, so a cron job
+started from anywhere finds the same warehouse.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rlwh.errors import ConfigError
+
+CONFIG_NAME = "warehouse.toml"
+
+
+@dataclass(frozen=True)
+class Config:
+    db_path: Path = Path("warehouse.duckdb")
+    threads: int = 2
+    memory_limit: str = "1GB"
+    workers: int = 2
+    worker_memory_limit: str = "384MB"
+    lock_timeout: float = 600.0
+    reports_dir: Path = Path("reports_out")
+    nightly_root: Path = Path("profiles")
+    nightly_index: Path = Path("reports_out/index.html")
+    peak_memory_pct: float = 10.0
+    role_span_pct: float = 10.0
+    ops_per_layer: int = 3
+    source: Path | None = field(default=None, compare=False)
+
+    def with_db(self, db: str | os.PathLike | None) -> "Config":
+        """This config with another warehouse file (a --db flag), when one is given."""
+        return replace(self, db_path=Path(db).resolve()) if db else self
+
+
+_KEYS = {
+    ("warehouse", "path"): ("db_path", Path),
+    ("warehouse", "threads"): ("threads", int),
+    ("warehouse", "memory_limit"): ("memory_limit", str),
+    ("ingest", "workers"): ("workers", int),
+    ("ingest", "worker_memory_limit"): ("worker_memory_limit", str),
+    ("ingest", "lock_timeout"): ("lock_timeout", float),
+    ("reports", "dir"): ("reports_dir", Path),
+    ("nightly", "root"): ("nightly_root", Path),
+    ("nightly", "index"): ("nightly_index", Path),
+    ("thresholds", "peak_memory_pct"): ("peak_memory_pct", float),
+    ("thresholds", "role_span_pct"): ("role_span_pct", float),
+    ("gmm", "ops_per_layer"): ("ops_per_layer", int),
+}
+
+
+def find_config_file(explicit: str | os.PathLike | None = None) -> Path | None:
+    """--config, else RLWH_CONFIG, else warehouse.toml in the current folder."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        return path
+    env = os.environ.get("RLWH_CONFIG")
+    if env:
+        if not Path(env).is_file():
+            raise ConfigError(f"RLWH_CONFIG names a missing file: {env}")
+        return Path(env)
+    here = Path.cwd() / CONFIG_NAME
+    return here if here.is_file() else None
+
+
+def load_config(path: str | os.PathLike | None = None, db: str | os.PathLike | None = None) -> Config:
+    """Read settings; `db` (a --db flag) wins over RLWH_DB, which wins over the file."""
+    file = find_config_file(path)
+    values: dict = {}
+    base = Path.cwd()
+    if file is not None:
+        base = file.resolve().parent
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read {file}: {exc}") from exc
+        for (section, key), (attr, kind) in _KEYS.items():
+            if key in data.get(section, {}):
+                raw = data[section][key]
+                try:
+                    values[attr] = kind(raw)
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"{file}: [{section}] {key} = {raw!r} is not a valid {kind.__name__}") from exc
+    for attr, value in list(values.items()):
+        if isinstance(value, Path) and not value.is_absolute():
+            values[attr] = base / value
+    config = Config(source=file, **values)
+    defaults = {a: getattr(config, a) for a in ("db_path", "reports_dir", "nightly_root", "nightly_index")}
+    for attr, value in defaults.items():
+        if not value.is_absolute():
+            config = replace(config, **{attr: base / value})
+    if config.workers < 1 or config.threads < 1:
+        raise ConfigError("threads and workers must be at least 1")
+    return config.with_db(db or os.environ.get("RLWH_DB"))

@@ -1,0 +1,319 @@
+"""`rlwh ingest`: discover a profile dir's files, parse them in parallel, load each
+file in its own transaction, publish the warehouse once at the end.
+
+Unchanged files (same fingerprint as at the last ingest) are skipped, and when every
+file is unchanged the warehouse is not even opened for writing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from rlwh.config import Config
+from rlwh.discover import SourceFile, discover
+from rlwh.errors import RlwhError
+from rlwh.fingerprint import fingerprint
+from rlwh.jobs import FACT_TABLES, SHARED_TABLES, jobs
+from rlwh.parse import parse_source
+from rlwh.warehouse import connect_read, write_session
+
+KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id")
+
+
+@dataclass
+class FileResult:
+    """What happened to one source file."""
+
+    kind: str
+    rel_path: str
+    status: str  # ok | partial | failed | skipped | unchanged
+    rows: int = 0
+    message: str | None = None
+    seconds: float = 0.0
+    bytes: int = 0
+
+
+@dataclass
+class IngestSummary:
+    run: str
+    profile_dir: str
+    results: list[FileResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.results if r.status in ("ok", "partial"))
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+
+# progress(files_done, files_total, bytes_done, bytes_total, current file)
+Progress = Callable[[int, int, int, int, str], None]
+
+
+@dataclass
+class _Planned:
+    source: SourceFile
+    fingerprint: str
+    size: int
+    mtime: float
+    source_id: int | None = None
+
+
+def _default_run_name(profile_dir: Path) -> str:
+    return profile_dir.resolve().name
+
+
+def _known_sources(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, tuple[int, str, str]]:
+    rows = con.execute("select path, source_id, fingerprint, status from sources where run = ?", [run]).fetchall()
+    return {path: (source_id, fp, status) for path, source_id, fp, status in rows}
+
+
+def _plan(files: list[SourceFile], warnings: list[str]) -> list[_Planned]:
+    planned = []
+    for source in files:
+        try:
+            fp, size, mtime = fingerprint(source.path)
+        except OSError as exc:
+            warnings.append(f"cannot read {source.path}: {exc.strerror}")
+            continue
+        planned.append(_Planned(source, fp, size, mtime))
+    return planned
+
+
+def _nothing_changed(config: Config, run: str, planned: list[_Planned]) -> bool:
+    """True when the published warehouse already holds every file as it is now."""
+    if not config.db_path.exists():
+        return False
+    try:
+        con = connect_read(config)
+    except RlwhError:
+        return False
+    try:
+        known = _known_sources(con, run)
+    finally:
+        con.close()
+    return all(_is_unchanged(known.get(p.source.rel_path), p) for p in planned)
+
+
+def _is_unchanged(known: tuple | None, p: _Planned) -> bool:
+    """Same fingerprint as last time, and not failed then (a failure is always retried)."""
+    return known is not None and known[1] == p.fingerprint and known[2] != "failed"
+
+
+def _context(p: _Planned, config: Config) -> dict:
+    s = p.source
+    return {
+        "rel_path": s.rel_path,
+        "role": s.role,
+        "rank_id": s.rank_id,
+        "capture": s.capture,
+        "capture_started_ns": s.capture_started_ns,
+        "memory_limit": config.worker_memory_limit,
+    }
+
+
+def _staged_select(con: duckdb.DuckDBPyConnection, table: str, parts: list[str]) -> str:
+    """SELECT over a reader's Parquet parts, adding the key columns it does not carry."""
+    paths = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in parts) + "]"
+    if table in SHARED_TABLES:
+        return f"select * from read_parquet({paths})"
+    columns = [r[0] for r in con.execute(f"describe select * from read_parquet({paths})").fetchall()]
+    keys = []
+    for key in KEY_COLUMNS:
+        variable = f"getvariable('rlwh_{key}')"
+        keys.append(f"coalesce({key}, {variable}) as {key}" if key in columns else f"{variable} as {key}")
+    rest = ", ".join(f'"{c}"' for c in columns if c not in KEY_COLUMNS)
+    return f"select {', '.join(keys)}{', ' + rest if rest else ''} from read_parquet({paths})"
+
+
+def _upsert_source(con, run: str, p: _Planned, status: str, rows: int, message, seconds: float, rank: dict) -> None:
+    s = p.source
+    con.execute("delete from sources where source_id = ?", [p.source_id])
+    con.execute(
+        """insert into sources
+           (source_id, run, role, rank_id, capture, kind, path, bytes, mtime, fingerprint,
+            status, rows, message, seconds, ingested_at)
+           values (?, ?, ?, ?, ?, ?, ?, ?, to_timestamp(?), ?, ?, ?, ?, ?, current_timestamp)""",
+        [
+            p.source_id, run, rank.get("role", s.role), rank.get("rank_id", s.rank_id), s.capture, s.kind,
+            s.rel_path, p.size, p.mtime, p.fingerprint, status, rows, message, seconds,
+        ],
+    )
+
+
+def _set_keys(con, run: str, p: _Planned, rank: dict) -> None:
+    s = p.source
+    values = {
+        "run": run,
+        "role": rank.get("role", s.role),
+        "rank_id": rank.get("rank_id", s.rank_id),
+        "capture": s.capture,
+        "source_id": p.source_id,
+    }
+    for key, value in values.items():
+        con.execute(f"set variable rlwh_{key} = ?", [value])
+
+
+def _insert_rank(con, run: str, p: _Planned, rank: dict) -> None:
+    s = p.source
+    con.execute(
+        """insert into ranks (run, role, rank_id, capture, source_id, capture_started_ns, device,
+             world_size, versions, profiler_config, parallel_groups, metadata)
+           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        [
+            run, rank.get("role", s.role), rank["rank_id"], s.capture, p.source_id,
+            rank.get("capture_started_ns", s.capture_started_ns), rank.get("device"), rank.get("world_size"),
+            *(json.dumps(rank.get(k)) if rank.get(k) is not None else None
+              for k in ("versions", "profiler_config", "parallel_groups", "metadata")),
+        ],
+    )
+
+
+def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
+    """Land one parsed file in one transaction; on any error nothing of it lands."""
+    s = p.source
+    job = jobs()[s.kind]
+    rank = dict(parsed.get("rank") or {})
+    rank = {k: v for k, v in rank.items() if v is not None}
+    status, message = parsed["status"], parsed["message"]
+    rows = sum(n for t, n in parsed["rows"].items() if t in FACT_TABLES)
+    role, rank_id = rank.get("role", s.role), rank.get("rank_id", s.rank_id)
+    con.execute("begin transaction")
+    try:
+        for table in FACT_TABLES:
+            con.execute(f"delete from {table} where source_id = ?", [p.source_id])
+        if status == "failed":
+            rows = 0
+        else:
+            staged = {t: _staged_select(con, t, parts) for t, parts in parsed["tables"].items()}
+            if rank_id is None and any("getvariable('rlwh_rank_id') as" in sql for sql in staged.values()):
+                raise RlwhError(f"{s.rel_path}: the rank is unknown (neither the file nor its path names it)")
+            _set_keys(con, run, p, rank)
+            for table in job.fills:
+                staged.setdefault(table, f"select * from {table} limit 0")
+            for table, sql in staged.items():
+                con.execute(f"create or replace temp view _staged_{table} as {sql}")
+            if job.has_statements:
+                con.execute(job.sql)
+            if rank and role is not None and rank_id is not None:
+                _insert_rank(con, run, p, {**rank, "role": role, "rank_id": rank_id})
+                rows += 1
+        _upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
+        con.execute("commit")
+    except (duckdb.Error, RlwhError) as exc:
+        con.execute("rollback")
+        status, rows = "failed", 0
+        message = str(exc) if isinstance(exc, RlwhError) else f"{s.rel_path}: loading failed: {exc}"
+        con.execute("begin transaction")
+        for table in FACT_TABLES:
+            con.execute(f"delete from {table} where source_id = ?", [p.source_id])
+        _upsert_source(con, run, p, status, 0, message, parsed["seconds"], {})
+        con.execute("commit")
+    return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
+
+
+def _record_run(con, run: str, profile_dir: Path) -> None:
+    con.execute(
+        """insert into runs values (?, ?, current_timestamp, current_timestamp)
+           on conflict (run) do update set profile_dir = excluded.profile_dir,
+             last_ingested_at = excluded.last_ingested_at""",
+        [run, str(profile_dir)],
+    )
+
+
+def _parse_all(todo: list[_Planned], config: Config, tmp: Path):
+    """Yield (planned, parsed) as files finish parsing, largest files started first."""
+    ordered = sorted(todo, key=lambda p: -p.size)
+    if config.workers <= 1 or len(ordered) <= 1:
+        for i, p in enumerate(ordered):
+            yield p, parse_source(p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i)))
+        return
+    workers = min(config.workers, len(ordered))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = {
+            pool.submit(parse_source, p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i))): p
+            for i, p in enumerate(ordered)
+        }
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def ingest(
+    profile_dir: str | os.PathLike,
+    config: Config,
+    run: str | None = None,
+    progress: Progress | None = None,
+) -> IngestSummary:
+    """Load every source file of `profile_dir` into the warehouse as run `run`."""
+    started = time.perf_counter()
+    root = Path(profile_dir)
+    if not root.is_dir():
+        raise RlwhError(f"profile dir not found: {root}")
+    root = root.resolve()
+    run = run if run is not None else _default_run_name(root)
+    if not run.strip():
+        raise RlwhError("--run must not be empty")
+    found = discover(root)
+    summary = IngestSummary(run, str(root), warnings=list(found.warnings))
+    planned = _plan(found.files, summary.warnings)
+    if _nothing_changed(config, run, planned):
+        summary.results = [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size) for p in planned]
+        summary.seconds = time.perf_counter() - started
+        return summary
+    total_bytes = sum(p.size for p in planned)
+    done_files = done_bytes = 0
+    with write_session(config) as session:
+        con = session.con
+        known = _known_sources(con, run)
+        todo = []
+        for p in planned:
+            source_id = known[p.source.rel_path][0] if p.source.rel_path in known else None
+            if _is_unchanged(known.get(p.source.rel_path), p):
+                summary.results.append(FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size))
+                done_files, done_bytes = done_files + 1, done_bytes + p.size
+                continue
+            p.source_id = source_id or con.execute("select nextval('_source_ids')").fetchone()[0]
+            if p.source.problem:
+                parsed = {"status": "failed", "message": p.source.problem, "rank": {}, "tables": {}, "rows": {},
+                          "seconds": 0.0}
+                summary.results.append(_load(con, run, p, parsed))
+                done_files, done_bytes = done_files + 1, done_bytes + p.size
+                continue
+            todo.append(p)
+        if progress:
+            progress(done_files, len(planned), done_bytes, total_bytes, "")
+        tmp = Path(tempfile.mkdtemp(prefix="rlwh-ingest-"))
+        try:
+            for p, parsed in _parse_all(todo, config, tmp):
+                summary.results.append(_load(con, run, p, parsed))
+                for parts in parsed["tables"].values():
+                    for part in parts:
+                        Path(part).unlink(missing_ok=True)
+                done_files, done_bytes = done_files + 1, done_bytes + p.size
+                if progress:
+                    progress(done_files, len(planned), done_bytes, total_bytes, p.source.rel_path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _record_run(con, run, root)
+        session.changed = True
+    summary.results.sort(key=lambda r: r.rel_path)
+    summary.seconds = time.perf_counter() - started
+    return summary

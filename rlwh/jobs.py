@@ -1,0 +1,75 @@
+"""Ingest jobs: one file in ingest/ per source format.
+
+A job names its reader (a module in rlwh/readers with a `read(path, sink, context)`
+function), the base tables it fills, and the SQL that lands the reader's staged rows.
+The runner refuses a job that lacks any of these, so a new format cannot half-load.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from rlwh.assets import asset_dir
+from rlwh.errors import RlwhError
+
+FACT_TABLES = ("ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events", "gmm_expert_load")
+SHARED_TABLES = ("call_stacks",)
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str
+    reader: str
+    fills: tuple[str, ...]
+    sql: str
+    path: Path
+
+    @property
+    def has_statements(self) -> bool:
+        """False for a job whose reader's outcome is all it loads (a ranks row)."""
+        code = [ln for ln in self.sql.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+        return bool(code)
+
+    def read_function(self):
+        try:
+            module = importlib.import_module(self.reader)
+        except ImportError as exc:
+            raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} cannot be imported: {exc}") from exc
+        read = getattr(module, "read", None)
+        if not callable(read):
+            raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} has no read() function")
+        return read
+
+
+def parse_job(path: Path) -> Job:
+    headers: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--") and ":" in stripped:
+            key, value = stripped[2:].split(":", 1)
+            if key.strip() in ("job", "reader", "fills"):
+                headers[key.strip()] = value.strip()
+    missing = [k for k in ("job", "reader", "fills") if not headers.get(k)]
+    if missing:
+        raise RlwhError(f"ingest/{path.name} lacks its {', '.join(missing)} line(s)")
+    if headers["job"] != path.stem:
+        raise RlwhError(f"ingest/{path.name} says job {headers['job']}; the file name must be the job name")
+    fills = tuple(t.strip() for t in headers["fills"].split(","))
+    unknown = [t for t in fills if t not in FACT_TABLES + SHARED_TABLES]
+    if unknown:
+        raise RlwhError(f"ingest/{path.name} fills unknown table(s) {', '.join(unknown)}")
+    return Job(headers["job"], headers["reader"], fills, path.read_text(encoding="utf-8"), path)
+
+
+@lru_cache(maxsize=None)
+def jobs() -> dict[str, Job]:
+    """Every job in ingest/, by the source kind it handles."""
+    found = {}
+    for path in sorted(asset_dir("ingest").glob("*.sql")):
+        job = parse_job(path)
+        job.read_function()  # fail early on a job whose reader is missing
+        found[job.kind] = job
+    return found

@@ -1,0 +1,46 @@
+"""Parsing one source file, the part of ingest that may run in another process.
+
+`parse_source` is a pure function of the file: it runs the job's reader into a
+TableSink and returns a small picklable summary (never the rows), so it can run in a
+process pool here or be shipped to a distributed engine unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from rlwh.errors import SourceError
+from rlwh.jobs import jobs
+from rlwh.readers.base import TableSink
+
+
+def parse_source(kind: str, path: str, context: dict, out_dir: str) -> dict:
+    """Read `path` with the job for `kind`; return status, message, rank facts and parts."""
+    started = time.perf_counter()
+    sink = TableSink(Path(out_dir))
+    result = {"status": "failed", "message": None, "rank": {}, "tables": {}, "rows": {}}
+    try:
+        outcome = jobs()[kind].read_function()(Path(path), sink, context)
+        sink.close()
+        result.update(status=outcome.status, message=outcome.message, rank=outcome.rank)
+        for table, parts in sink.tables().items():
+            result["tables"][table] = [str(p) for p in parts]
+            result["rows"][table] = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    except SourceError as exc:
+        sink.close()
+        result["message"] = str(exc)
+    except MemoryError:
+        sink.close()
+        result["message"] = f"{path}: ran out of memory while reading"
+    except Exception as exc:  # a reader bug must fail this file, not the run
+        sink.close()
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result["message"] = (
+            f"{path}: unexpected {type(exc).__name__}: {exc} (in {Path(where.filename).name}:{where.lineno})"
+        )
+    result["seconds"] = time.perf_counter() - started
+    return result

@@ -1,0 +1,1 @@
+"""Readers: pure functions from one source file to Arrow data (see base.py)."""

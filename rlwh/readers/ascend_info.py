@@ -1,0 +1,61 @@
+"""profiler_info_<rank>.json and profiler_metadata.json -> one ranks row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlwh.errors import SourceError
+from rlwh.readers.base import ReadOutcome, TableSink
+
+_VERSION_KEYS = ("torch_npu_version", "cann_version", "torch_version", "driver_version")
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} (byte {exc.pos})") from exc
+    if not isinstance(data, dict):
+        raise SourceError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def _device_from_config(info: dict, rank_id: int | None) -> str | None:
+    activities = info.get("config", {}).get("common_config", {}).get("activities", [])
+    if any("NPU" in str(a) for a in activities):
+        return "NPU" if rank_id is None else f"NPU:{info.get('device_id', rank_id)}"
+    return None
+
+
+def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    info = _load_json(path)
+    metadata_path = path.parent / "profiler_metadata.json"
+    metadata = _load_json(metadata_path) if metadata_path.is_file() else {}
+    rank = info.get("rank_id", context.get("rank_id"))
+    try:
+        rank_id = int(rank) if rank is not None else None
+    except (TypeError, ValueError):
+        raise SourceError(f"{path}: rank_id {rank!r} is not an integer") from None
+    groups = metadata.get("parallel_group_info")
+    world = None
+    if isinstance(groups, dict):
+        sizes = [len(g.get("global_ranks", [])) for g in groups.values() if isinstance(g, dict)]
+        world = max(sizes) if sizes else None
+    other = {k: v for k, v in metadata.items() if k not in ("parallel_group_info", "role")}
+    other.update({k: info[k] for k in ("start_info", "end_info") if k in info})
+    rank_row = {
+        "rank_id": rank_id,
+        "device": _device_from_config(info, rank_id),
+        "world_size": world,
+        "versions": {k: info[k] for k in _VERSION_KEYS if k in info},
+        "profiler_config": info.get("config"),
+        "parallel_groups": groups,
+        "metadata": other,
+    }
+    end_ns = info.get("end_info", {}).get("collectionTimeEnd")
+    if context.get("capture_started_ns") is None and isinstance(end_ns, (int, str)) and str(end_ns).isdigit():
+        rank_row["capture_started_ns"] = int(end_ns)
+    return ReadOutcome(rank=rank_row)

@@ -1,0 +1,103 @@
+"""The one interface every reader implements.
+
+A reader turns one source file into rows of base tables. It never touches the
+warehouse: it writes Parquet parts into a TableSink (a temp dir), so parsing can run
+in another process (or on another machine) and loading stays a separate, short,
+transactional step.
+
+Rows carry only the columns of the base table that come from the file. The loader adds
+run, role, rank_id, capture and source_id from discovery, unless the reader's rows carry
+role or rank_id themselves (NVTX: the role is each range's name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@dataclass
+class ReadOutcome:
+    """What a reader says about the file it read."""
+
+    status: str = "ok"  # ok | partial | failed
+    message: str | None = None
+    # Facts for the ranks table (device, world_size, versions, ...), and discovery
+    # overrides found inside the file: rank_id, role, capture_started_ns.
+    rank: dict = field(default_factory=dict)
+
+
+class TableSink:
+    """Collects a reader's rows as Parquet parts, one folder per base table."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._counts: dict[str, int] = {}
+
+    def parquet_path(self, table: str) -> Path:
+        """A fresh part file for `table`, for readers that COPY straight to Parquet."""
+        folder = self.root / table
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"part-{len(list(folder.iterdir())):05d}.parquet"
+
+    def write(self, table: str, batch: pa.RecordBatch | pa.Table) -> None:
+        """Append rows to `table`; all batches of one table must share a schema."""
+        if batch.num_rows == 0:
+            return
+        writer = self._writers.get(table)
+        if writer is None:
+            writer = pq.ParquetWriter(self.parquet_path(table), batch.schema, compression="none")
+            self._writers[table] = writer
+        if isinstance(batch, pa.RecordBatch):
+            writer.write_batch(batch)
+        else:
+            writer.write_table(batch)
+        self._counts[table] = self._counts.get(table, 0) + batch.num_rows
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+
+    def tables(self) -> dict[str, list[Path]]:
+        """Base table name -> its Parquet parts."""
+        if not self.root.exists():
+            return {}
+        return {
+            d.name: sorted(d.glob("*.parquet"))
+            for d in sorted(self.root.iterdir())
+            if d.is_dir() and any(d.glob("*.parquet"))
+        }
+
+
+def stack_id(stack: str) -> int:
+    """Deterministic id of a normalized stack text: the low 63 bits of its MD5.
+
+    Matches the SQL expression `(md5_number_lower(stack) >> 1)::BIGINT`, so Python and
+    DuckDB readers give one stack the same id.
+    """
+    digest = hashlib.md5(stack.encode("utf-8")).digest()
+    return int.from_bytes(digest[8:], "little") >> 1
+
+
+def normalize_stack(raw: str) -> str:
+    """Frames joined by "\\n": Ascend separates them with ";\\r\\n" (tolerate "\\n")."""
+    frames = [f.strip() for f in raw.replace("\r\n", "\n").split("\n")]
+    frames = [f[:-1] if f.endswith(";") else f for f in frames]
+    return "\n".join(f for f in frames if f)
+
+
+CALL_STACKS_SCHEMA = pa.schema(
+    [("stack_id", pa.int64()), ("stack", pa.string()), ("top_frame", pa.string()), ("depth", pa.int32())]
+)
+
+
+def call_stack_row(stack: str) -> dict:
+    """One call_stacks row for a normalized stack text."""
+    frames = stack.split("\n")
+    return {"stack_id": stack_id(stack), "stack": stack, "top_frame": frames[0], "depth": len(frames)}

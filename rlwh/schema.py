@@ -1,0 +1,181 @@
+"""Migrations and views: bring a warehouse to the current schema.
+
+Migrations (migrations/NNNN_*.sql) hold table DDL, each applied once in its own
+transaction and recorded in _rlwh_migrations. Views (sql/*.sql) are re-created after
+every migration, in the order their `-- depends:` lines give, and the comments in their
+files become COMMENT ON VIEW/COLUMN so BI tools show what each column means.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from rlwh.assets import asset_dir
+from rlwh.errors import RlwhError
+
+MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+@dataclass
+class ViewFile:
+    """One sql/ file: a view, its docs and what it depends on."""
+
+    name: str
+    path: Path
+    sql: str
+    depends: list[str]
+    comment: str
+    column_comments: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_public(self) -> bool:
+        return not self.name.startswith("_")
+
+
+def migration_files() -> list[tuple[int, Path]]:
+    files = []
+    for path in sorted(asset_dir("migrations").glob("*.sql")):
+        match = MIGRATION_NAME.match(path.name)
+        if not match:
+            raise RlwhError(f"migration file name must look like 0001_create_things.sql: {path.name}")
+        files.append((int(match.group(1)), path))
+    return files
+
+
+def applied_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
+    exists = con.execute(
+        "select count(*) from duckdb_tables() where table_name = '_rlwh_migrations'"
+    ).fetchone()[0]
+    if not exists:
+        return []
+    return con.execute("select version, name from _rlwh_migrations order by version").fetchall()
+
+
+def pending_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, Path]]:
+    done = {version for version, _ in applied_migrations(con)}
+    return [(v, p) for v, p in migration_files() if v not in done]
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply pending migrations, then re-install every view. Returns the applied names."""
+    con.execute(
+        "create table if not exists _rlwh_migrations ("
+        " version integer primary key, name varchar not null, applied_at timestamptz not null)"
+    )
+    applied = []
+    for version, path in pending_migrations(con):
+        con.execute("begin transaction")
+        try:
+            con.execute(path.read_text(encoding="utf-8"))
+            con.execute(
+                "insert into _rlwh_migrations values (?, ?, current_timestamp)", [version, path.name]
+            )
+            con.execute("commit")
+        except duckdb.Error as exc:
+            con.execute("rollback")
+            raise RlwhError(f"migration {path.name} failed: {exc}") from exc
+        applied.append(path.name)
+    install_views(con)
+    return applied
+
+
+def is_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when no migration is pending (read-only connections cannot migrate)."""
+    return not pending_migrations(con)
+
+
+_CREATE_VIEW = re.compile(r"create\s+or\s+replace\s+view\s+([a-z_][a-z0-9_]*)\s*(\()?", re.IGNORECASE)
+
+
+def parse_view_file(path: Path) -> ViewFile:
+    """Read a view file's name, dependencies and comments."""
+    sql = path.read_text(encoding="utf-8")
+    match = _CREATE_VIEW.search(sql)
+    if not match:
+        raise RlwhError(f"{path.name}: no CREATE OR REPLACE VIEW statement")
+    name = match.group(1)
+    if name != path.stem:
+        raise RlwhError(f"{path.name} defines view {name}; the file name must be the view name")
+    depends: list[str] = []
+    head_lines = sql[: match.start()].splitlines()
+    comment_lines = []
+    for line in head_lines:
+        stripped = line.strip()
+        if stripped.lower().startswith("-- depends:"):
+            depends += [d.strip() for d in stripped.split(":", 1)[1].split(",") if d.strip()]
+        elif stripped.startswith("--"):
+            comment_lines.append(stripped[2:].strip())
+        elif not stripped:
+            comment_lines.append("")
+    comment = " ".join(" ".join(comment_lines).split())
+    columns: dict[str, str] = {}
+    if match.group(2):
+        body = sql[match.end():]
+        pending: list[str] = []
+        for line in body.splitlines():
+            stripped = line.strip()
+            if stripped.startswith(")"):
+                break
+            if stripped.startswith("--"):
+                pending.append(stripped[2:].strip())
+            elif stripped:
+                column = stripped.rstrip(",").strip().strip('"')
+                columns[column] = " ".join(pending)
+                pending = []
+    return ViewFile(name, path, sql, depends, comment, columns)
+
+
+def view_files() -> list[ViewFile]:
+    """Every sql/ file, ordered so each view comes after what it depends on."""
+    views = {v.name: v for v in (parse_view_file(p) for p in sorted(asset_dir("sql").glob("*.sql")))}
+    ordered: list[ViewFile] = []
+    state: dict[str, str] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == "done":
+            return
+        if name in chain:
+            raise RlwhError(f"view dependency cycle: {' -> '.join(chain + (name,))}")
+        view = views.get(name)
+        if view is None:
+            raise RlwhError(f"{chain[-1]}.sql depends on {name}, which has no file in sql/")
+        for dep in view.depends:
+            if dep in views:
+                visit(dep, chain + (name,))
+        state[name] = "done"
+        ordered.append(view)
+
+    for name in views:
+        visit(name, ())
+    return ordered
+
+
+def _quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def install_views(con: duckdb.DuckDBPyConnection) -> None:
+    """(Re)create every view and its comments."""
+    for view in view_files():
+        try:
+            con.execute(view.sql)
+        except duckdb.Error as exc:
+            raise RlwhError(f"sql/{view.path.name} failed: {exc}") from exc
+        if view.comment:
+            con.execute(f"comment on view {view.name} is {_quote_literal(view.comment)}")
+        for column, text in view.column_comments.items():
+            if not text:
+                continue
+            try:
+                con.execute(f'comment on column {view.name}."{column}" is {_quote_literal(text)}')
+            except duckdb.Error as exc:
+                # DuckDB attaches column comments to the select's own output names, not
+                # to the view's column list, so the two must agree.
+                raise RlwhError(
+                    f"sql/{view.path.name}: the select must itself name column {column!r} "
+                    f"(alias it in the final select): {exc}"
+                ) from exc

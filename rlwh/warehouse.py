@@ -1,0 +1,179 @@
+"""Opening the warehouse: read-only for queries, a published working copy for writes.
+
+A DuckDB file that another process holds open (a BI tool, a duckdb shell, even
+read-only) cannot be opened for writing. So writers never write the published file:
+they copy it to a working file beside it, write there, checkpoint, and atomically
+rename the working file over the published one. Open readers keep the old file (their
+consistent view) until they reconnect; a crash leaves the published file as it was.
+A lock file serialises writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from rlwh.config import Config
+from rlwh.errors import RlwhError, WarehouseBusy
+from rlwh.schema import is_current, migrate
+
+
+def _configure(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    con.execute(f"set threads = {int(config.threads)}")
+    con.execute("set memory_limit = ?", [config.memory_limit])
+
+
+def connect_read(config: Config) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the published warehouse; it never blocks a writer."""
+    path = config.db_path
+    if not path.exists():
+        raise RlwhError(f"no warehouse at {path}: run `rlwh ingest PROFILE_DIR` or `rlwh init` first")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise RlwhError(f"cannot open {path}: {exc}") from exc
+    _configure(con, config)
+    if not is_current(con):
+        con.close()
+        raise RlwhError(f"{path} was written by an older rlwh: run `rlwh init` to upgrade it")
+    return con
+
+
+@contextlib.contextmanager
+def writer_lock(config: Config) -> Iterator[None]:
+    """Hold the warehouse's writer lock; wait up to lock_timeout for another writer."""
+    lock_path = config.db_path.with_name(config.db_path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as handle:
+        deadline = time.monotonic() + config.lock_timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "another process"
+                    raise WarehouseBusy(
+                        f"{config.db_path} is being written by {holder}; waited {config.lock_timeout:.0f} s. "
+                        "Try again when it finishes (or raise [ingest] lock_timeout)."
+                    ) from None
+                time.sleep(0.2)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _working_path(config: Config) -> Path:
+    return config.db_path.with_name(config.db_path.name + ".ingest")
+
+
+def _remove_working_files(work: Path) -> None:
+    for path in (work, work.with_name(work.name + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class WriteSession:
+    """A write connection on the working copy; `publish()` makes it the warehouse."""
+
+    def __init__(self, config: Config, con: duckdb.DuckDBPyConnection, work: Path):
+        self.config = config
+        self.con = con
+        self.work = work
+        self.changed = False
+        self.applied: list[str] = []
+
+    def publish(self) -> None:
+        """Checkpoint the working copy and rename it over the published file."""
+        self.con.execute("checkpoint")
+        self.con.close()
+        with open(self.work, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(self.work, self.config.db_path)
+        _fsync_dir(self.config.db_path.parent)
+
+
+@contextlib.contextmanager
+def write_session(config: Config) -> Iterator[WriteSession]:
+    """Lock, copy the published file, migrate the copy; publish it if `changed` is set.
+
+    Nothing is published when the block raises or changes nothing, so a failure or a
+    kill at any point leaves the published warehouse exactly as it was.
+    """
+    config.db_path.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(config):
+        work = _working_path(config)
+        _remove_working_files(work)  # left by a writer that was killed
+        if config.db_path.exists():
+            try:
+                shutil.copyfile(config.db_path, work)
+            except OSError as exc:
+                _remove_working_files(work)
+                raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
+        try:
+            con = duckdb.connect(str(work))
+        except duckdb.Error as exc:
+            _remove_working_files(work)
+            raise RlwhError(f"cannot open {work} for writing: {exc}") from exc
+        session = WriteSession(config, con, work)
+        try:
+            _configure(con, config)
+            session.applied = migrate(con)
+            if session.applied or not config.db_path.exists():
+                session.changed = True
+            yield session
+            if session.changed:
+                session.publish()
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                con.close()
+            _remove_working_files(work)
+
+
+def initialize(config: Config) -> list[str]:
+    """Create or upgrade the warehouse; returns the migrations applied."""
+    with write_session(config) as session:
+        applied = session.applied
+        session.changed = True
+    return applied
+
+
+def migration_status(config: Config) -> list[tuple[str, object]]:
+    """(migration file, applied_at or None) for every migration, read-only."""
+    from rlwh.schema import applied_migrations, migration_files
+
+    applied: dict[int, object] = {}
+    if config.db_path.exists():
+        con = duckdb.connect(str(config.db_path), read_only=True)
+        try:
+            if applied_migrations(con):
+                applied = dict(con.execute("select version, applied_at from _rlwh_migrations").fetchall())
+        finally:
+            con.close()
+    return [(path.name, applied.get(version)) for version, path in migration_files()]

@@ -1,0 +1,52 @@
+-- One row per (run, role, rank_id, capture, device, source, call_stack_top, name): blocks
+-- never released within the capture, grouped by where they were allocated. Leak suspects,
+-- or memory that simply outlived the profiling window.
+-- depends: memory_blocks
+create or replace view memory_unreleased (
+  -- Run name.
+  run,
+  -- Role of the rank.
+  role,
+  -- Global rank.
+  rank_id,
+  -- Rank dir or trace file.
+  capture,
+  -- Device, e.g. NPU:0 or cuda:0.
+  device,
+  -- 'ascend' or 'torch'.
+  source,
+  -- First frame of the allocating call stack; NULL when unknown.
+  call_stack_top,
+  -- Operator that allocated the blocks.
+  name,
+  -- A representative full stack id for the group (call_stacks.stack_id).
+  stack_id,
+  -- Blocks never released.
+  blocks,
+  -- Their bytes.
+  unreleased_bytes,
+  -- unreleased_bytes in MiB.
+  unreleased_mb,
+  -- First such allocation, ns since the epoch.
+  first_alloc_ns,
+  -- Last such allocation, ns since the epoch.
+  last_alloc_ns
+) as
+with blocks as (
+  select * from memory_blocks where release_ns is null
+),
+
+final as (
+  select
+    run, role, rank_id, capture, device, source, call_stack_top, name,
+    min(stack_id) as stack_id,
+    count(*) as blocks,
+    sum(size_bytes) as unreleased_bytes,
+    round(sum(size_bytes) / 1048576.0, 3) as unreleased_mb,
+    min(alloc_ns) as first_alloc_ns,
+    max(alloc_ns) as last_alloc_ns,
+  from blocks
+  group by run, role, rank_id, capture, device, source, call_stack_top, name
+)
+
+select * from final
