@@ -8,14 +8,14 @@ create sequence if not exists _source_ids start 1;
 create table runs (
   run varchar primary key,
   profile_dir varchar not null,
-  first_ingested_at timestamptz not null,
-  last_ingested_at timestamptz not null
+  first_ingested_at timestamp not null,
+  last_ingested_at timestamp not null
 );
 comment on table runs is 'One row per ingested run (a profile dir).';
 comment on column runs.run is 'Run name: the profile dir''s name unless set with --run.';
 comment on column runs.profile_dir is 'Absolute path of the profile dir the run was ingested from.';
-comment on column runs.first_ingested_at is 'When the run was first ingested.';
-comment on column runs.last_ingested_at is 'When the run was last ingested (even if every file was a skip).';
+comment on column runs.first_ingested_at is 'When the run was first ingested (UTC).';
+comment on column runs.last_ingested_at is 'When an ingest last loaded or replaced a file of the run (UTC).';
 
 create table sources (
   source_id bigint not null,
@@ -26,13 +26,13 @@ create table sources (
   kind varchar not null,
   path varchar not null,
   bytes bigint,
-  mtime timestamptz,
+  mtime timestamp,
   fingerprint varchar,
   status varchar not null,
   rows bigint not null,
   message varchar,
   seconds double,
-  ingested_at timestamptz not null
+  ingested_at timestamp not null
 );
 comment on table sources is 'The ingest log: one row per (run, path) of a source file seen by ingest, with what happened to it.';
 comment on column sources.source_id is 'Id of the file; every fact row names it in its own source_id column.';
@@ -43,13 +43,13 @@ comment on column sources.capture is 'Capture the file belongs to: the rank dir 
 comment on column sources.kind is 'Source format: ascend_memory_csv, ascend_trace, ascend_info, torch_trace, nvtx_jsonl, gmm_group_list.';
 comment on column sources.path is 'Path of the file relative to the profile dir.';
 comment on column sources.bytes is 'File size in bytes when it was read.';
-comment on column sources.mtime is 'File modification time when it was read.';
+comment on column sources.mtime is 'File modification time when it was read (UTC).';
 comment on column sources.fingerprint is 'Size, mtime and a hash of the head and tail: an unchanged fingerprint makes re-ingest a skip.';
 comment on column sources.status is 'ok, partial (rows salvaged from a damaged file), failed (no rows) or skipped (unchanged since the last ingest; rows are those loaded then).';
 comment on column sources.rows is 'Rows the file contributed to the base tables.';
 comment on column sources.message is 'What went wrong, naming the file and the row or byte offset; NULL when ok.';
 comment on column sources.seconds is 'Wall seconds spent reading and loading the file.';
-comment on column sources.ingested_at is 'When this row was last written.';
+comment on column sources.ingested_at is 'When this row was last written (UTC).';
 
 create table ranks (
   run varchar not null,

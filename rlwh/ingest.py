@@ -14,6 +14,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
@@ -29,6 +30,7 @@ from rlwh.parse import parse_source
 from rlwh.warehouse import connect_read, write_session
 
 KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id")
+KEY_TYPES = {"run": "varchar", "role": "varchar", "rank_id": "integer", "capture": "varchar", "source_id": "bigint"}
 
 
 @dataclass
@@ -75,6 +77,12 @@ class _Planned:
     size: int
     mtime: float
     source_id: int | None = None
+
+
+def utc(seconds: float | None = None) -> datetime:
+    """A naive UTC datetime: warehouse times are TIMESTAMP in UTC (no pytz needed to read them)."""
+    moment = datetime.now(timezone.utc) if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
+    return moment.replace(tzinfo=None)
 
 
 def _default_run_name(profile_dir: Path) -> str:
@@ -138,7 +146,7 @@ def _staged_select(con: duckdb.DuckDBPyConnection, table: str, parts: list[str])
     columns = [r[0] for r in con.execute(f"describe select * from read_parquet({paths})").fetchall()]
     keys = []
     for key in KEY_COLUMNS:
-        variable = f"getvariable('rlwh_{key}')"
+        variable = f"getvariable('rlwh_{key}')::{KEY_TYPES[key]}"
         keys.append(f"coalesce({key}, {variable}) as {key}" if key in columns else f"{variable} as {key}")
     rest = ", ".join(f'"{c}"' for c in columns if c not in KEY_COLUMNS)
     return f"select {', '.join(keys)}{', ' + rest if rest else ''} from read_parquet({paths})"
@@ -151,10 +159,10 @@ def _upsert_source(con, run: str, p: _Planned, status: str, rows: int, message, 
         """insert into sources
            (source_id, run, role, rank_id, capture, kind, path, bytes, mtime, fingerprint,
             status, rows, message, seconds, ingested_at)
-           values (?, ?, ?, ?, ?, ?, ?, ?, to_timestamp(?), ?, ?, ?, ?, ?, current_timestamp)""",
+           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
             p.source_id, run, rank.get("role", s.role), rank.get("rank_id", s.rank_id), s.capture, s.kind,
-            s.rel_path, p.size, p.mtime, p.fingerprint, status, rows, message, seconds,
+            s.rel_path, p.size, utc(p.mtime), p.fingerprint, status, rows, message, seconds, utc(),
         ],
     )
 
@@ -204,7 +212,7 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
             rows = 0
         else:
             staged = {t: _staged_select(con, t, parts) for t, parts in parsed["tables"].items()}
-            if rank_id is None and any("getvariable('rlwh_rank_id') as" in sql for sql in staged.values()):
+            if rank_id is None and any("getvariable('rlwh_rank_id')::integer as" in sql for sql in staged.values()):
                 raise RlwhError(f"{s.rel_path}: the rank is unknown (neither the file nor its path names it)")
             _set_keys(con, run, p, rank)
             for table in job.fills:
@@ -213,7 +221,9 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
                 con.execute(f"create or replace temp view _staged_{table} as {sql}")
             if job.has_statements:
                 con.execute(job.sql)
-            if rank and role is not None and rank_id is not None:
+            # Readers may name only the role and rank a file belongs to; a ranks row
+            # needs facts about the rank beyond that.
+            if set(rank) - {"role", "rank_id"} and role is not None and rank_id is not None:
                 _insert_rank(con, run, p, {**rank, "role": role, "rank_id": rank_id})
                 rows += 1
         _upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
@@ -232,10 +242,10 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
 
 def _record_run(con, run: str, profile_dir: Path) -> None:
     con.execute(
-        """insert into runs values (?, ?, current_timestamp, current_timestamp)
+        """insert into runs values (?, ?, ?, ?)
            on conflict (run) do update set profile_dir = excluded.profile_dir,
              last_ingested_at = excluded.last_ingested_at""",
-        [run, str(profile_dir)],
+        [run, str(profile_dir), utc(), utc()],
     )
 
 

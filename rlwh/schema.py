@@ -9,6 +9,7 @@ files become COMMENT ON VIEW/COLUMN so BI tools show what each column means.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Apply pending migrations, then re-install every view. Returns the applied names."""
     con.execute(
         "create table if not exists _rlwh_migrations ("
-        " version integer primary key, name varchar not null, applied_at timestamptz not null)"
+        " version integer primary key, name varchar not null, applied_at timestamp not null)"
     )
     applied = []
     for version, path in pending_migrations(con):
@@ -72,7 +73,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
         try:
             con.execute(path.read_text(encoding="utf-8"))
             con.execute(
-                "insert into _rlwh_migrations values (?, ?, current_timestamp)", [version, path.name]
+                "insert into _rlwh_migrations values (?, ?, ?)",
+                [version, path.name, datetime.now(timezone.utc).replace(tzinfo=None)],
             )
             con.execute("commit")
         except duckdb.Error as exc:

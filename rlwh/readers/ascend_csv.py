@@ -1,8 +1,8 @@
 """operator_memory.csv -> memory_records.
 
-Fast path: DuckDB reads the CSV with explicit types. Times such as
-"1779785515596661.420\\t" are DECIMAL text (a DOUBLE cannot hold them to the ns), sizes
-are KB and MB with binary fractions that a DOUBLE holds exactly. When the strict read
+Fast path: DuckDB reads the CSV with explicit DECIMAL types: times such as
+"1779785515596661.420\\t" do not fit a DOUBLE to the ns, and MB totals are rounded
+decimals whose byte value must round the same way every time. When the strict read
 fails (a malformed row), a row-by-row Python read keeps every good row, numbers each
 bad one and marks the file partial.
 """
@@ -10,7 +10,7 @@ bad one and marks the file partial.
 from __future__ import annotations
 
 import csv
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 
 import duckdb
@@ -39,7 +39,9 @@ COLUMNS = {
     "Device Type": ("device", "text"),
 }
 REQUIRED = ("Name", "Size(KB)", "Allocation Time(us)")
-_SQL_TYPE = {"text": "VARCHAR", "kb": "DOUBLE", "mb": "DOUBLE", "us": "DECIMAL(38,6)"}
+# DECIMAL everywhere: exact, and DuckDB's round() on it is half away from zero, which
+# the row-by-row fallback reproduces with ROUND_HALF_UP.
+_SQL_TYPE = {"text": "VARCHAR", "kb": "DECIMAL(38,12)", "mb": "DECIMAL(38,12)", "us": "DECIMAL(38,9)"}
 _SCALE = {"kb": 1024, "mb": 1048576, "us": 1000}
 BATCH_ROWS = 65536
 
@@ -113,7 +115,7 @@ def _convert(text: str, kind: str):
     value = Decimal(text)
     if not value.is_finite():
         raise InvalidOperation(f"{text!r} is not a finite number")
-    return int((value * _SCALE[kind]).to_integral_value())
+    return int((value * _SCALE[kind]).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def _read_row_by_row(path: Path, header: list[str], sink: TableSink) -> tuple[int, list[str]]:

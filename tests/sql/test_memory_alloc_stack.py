@@ -1,0 +1,106 @@
+"""memory_alloc_stack and memory_event_rows against an independent computation.
+
+Generated ops and allocations with exact time ties, names absent from the trace,
+allocations before the first op, and two captures of one rank.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import insert_rows
+
+
+def _setup(con, seed: int):
+    rng = random.Random(seed)
+    names = ["aten::empty", "aten::mul", "aten::add", "aten::zeros"]
+    stacks = {1: "a.py(1): f\nb.py(2): g", 2: "c.py(3): h", 3: "d.py(4): k\ne.py(5): m\nf.py(6): n"}
+    for stack_id, text in stacks.items():
+        con.execute("insert into call_stacks values (?, ?, ?, ?)",
+                    [stack_id, text, text.split("\n")[0], len(text.split("\n"))])
+    ops = []
+    for capture in ("cap_a", "cap_b"):
+        for _ in range(300):
+            ts = 1_000_000 + rng.randrange(0, 5_000) * 10  # coarse grid: many exact ties
+            ops.append(("r", "actor", 3, capture, rng.choice(names), ts, rng.choice([5, 10, 50, None]),
+                        rng.randrange(1, 4), rng.choice([None, 1, 2, 3])))
+    insert_rows(con, "cpu_ops", ["run", "role", "rank_id", "capture", "name", "ts_ns", "dur_ns", "tid", "stack_id"],
+                ops, source_id=1)
+    allocs = []
+    for capture in ("cap_a", "cap_b"):
+        for row in range(1, 400):
+            name = rng.choice(names + ["hccl::allreduce"])  # a name absent from the trace
+            alloc = rng.choice([500_000, 999_999]) if row % 37 == 0 else 1_000_000 + rng.randrange(0, 5_100) * 10
+            allocs.append(("r", "actor", 3, capture, row, name, rng.choice([512, 1024, -512]), alloc))
+    insert_rows(con, "memory_records",
+                ["run", "role", "rank_id", "capture", "source_row", "name", "size_bytes", "alloc_ns"], allocs, source_id=2)
+    return ops, allocs, stacks
+
+
+def _expected(ops, allocs, stacks, stacked_only: bool):
+    """Plain Python: for each allocation, the matching op by the documented rule."""
+    result = {}
+    for run, role, rank, capture, row, name, size, alloc in allocs:
+        candidates = [o for o in ops if o[3] == capture and o[4] == name and o[5] <= alloc
+                      and (not stacked_only or o[8] is not None)]
+        if not candidates:
+            result[(capture, row)] = None
+            continue
+        latest = max(o[5] for o in candidates)
+        tied = [o for o in candidates if o[5] == latest]
+        # Tie rule: an op with a stack first, then the longest, then the lowest tid, then stack_id.
+        tied.sort(key=lambda o: (o[8] is None, -(o[6] if o[6] is not None else -1), o[7], o[8] or 0))
+        best = tied[0]
+        result[(capture, row)] = (best[5], best[6], best[8])
+    return result
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_asof_rule_matches_independent_computation(fresh_db, seed):
+    ops, allocs, stacks = _setup(fresh_db, seed)
+    expected = _expected(ops, allocs, stacks, stacked_only=False)
+    rows = fresh_db.execute(
+        "select capture, source_row, op_ts_ns, op_dur_ns, stack_id, call_stack, call_stack_top, gap_ns, in_op,"
+        " alloc_ns from memory_alloc_stack"
+    ).fetchall()
+    positive = {(a[3], a[4]) for a in allocs if a[6] > 0}
+    assert {(r[0], r[1]) for r in rows} == positive  # every allocation once, release rows excluded
+    assert len(rows) == len(positive)
+    for capture, row, op_ts, op_dur, stack_id, stack, top, gap, in_op, alloc in rows:
+        want = expected[(capture, row)]
+        if want is None:
+            assert (op_ts, stack_id, stack, gap, in_op) == (None, None, None, None, None)
+            continue
+        assert (op_ts, op_dur, stack_id) == want
+        assert gap == alloc - op_ts
+        assert in_op == (alloc <= op_ts + (op_dur or 0))
+        assert stack == (stacks[stack_id] if stack_id else None)
+        assert top == (stacks[stack_id].split("\n")[0] if stack_id else None)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_rl_insight_rule_uses_only_stacked_ops(fresh_db, seed):
+    ops, allocs, stacks = _setup(fresh_db, seed)
+    expected = _expected(ops, allocs, stacks, stacked_only=True)
+    rows = fresh_db.execute(
+        "select capture, source_row, call_stack, call_stack_top, size_kb from memory_event_rows").fetchall()
+    assert len(rows) == len(allocs)  # RL-Insight keeps release rows too
+    for capture, row, stack, top, size_kb in rows:
+        want = expected[(capture, row)]
+        if want is None:
+            assert (stack, top) == ("", "")
+        else:
+            assert stack == stacks[want[2]].replace("\n", ";\r\n")
+            assert top == stacks[want[2]].split("\n")[0]
+
+
+def test_allocation_before_first_op_keeps_its_row(fresh_db):
+    fresh_db.execute("insert into cpu_ops (run, role, rank_id, capture, source_id, name, ts_ns, dur_ns)"
+                     " values ('r', 'x', 0, 'c', 1, 'aten::empty', 100, 10)")
+    fresh_db.execute("insert into memory_records (run, role, rank_id, capture, source_id, source_row, name,"
+                     " size_bytes, alloc_ns) values ('r', 'x', 0, 'c', 2, 1, 'aten::empty', 8, 99),"
+                     " ('r', 'x', 0, 'c', 2, 2, 'aten::empty', 8, 100), ('r', 'x', 0, 'c', 2, 3, 'aten::empty', 8, 111)")
+    rows = fresh_db.execute(
+        "select source_row, op_ts_ns, gap_ns, in_op from memory_alloc_stack order by 1").fetchall()
+    assert rows == [(1, None, None, None), (2, 100, 0, True), (3, 100, 11, False)]
