@@ -1,0 +1,73 @@
+"""`make demo`: build a realistic small profile, ingest it, print answers, render reports.
+
+Everything the demo reads it writes itself (rlwh.synth, rlwh.synth_pt), so it runs on
+a fresh machine with no profiler, no torch and no ../shared.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from rlwh.catalog import query
+from rlwh.config import load_config
+from rlwh.formatting import as_table
+from rlwh.ingest import ingest
+
+ROLES = ("actor_update", "rollout")
+RANKS = 2
+
+
+def write_demo_profile(root: Path) -> Path:
+    """A run dir with every format rlwh reads, for 2 roles x 2 ranks."""
+    from rlwh import synth
+
+    synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS)
+    extra = getattr(synth, "write_demo_extras", None)
+    if extra is not None:
+        extra(root, roles=ROLES, ranks=RANKS)
+    return root
+
+
+PEAKS_SQL = """
+select role, rank_id, device, peak_live_mb, allocator_peak_mb,
+       strftime(make_timestamp(peak_at_ns // 1000), '%H:%M:%S.%g') as peak_at_utc
+from memory_peak order by role, rank_id, device
+"""
+
+TOP_STACKS_SQL = """
+select role, rank_id, call_stack_top, name, blocks, live_mb, round(100 * share_of_peak, 1) as pct_of_peak
+from memory_peak_breakdown
+qualify row_number() over (partition by role, rank_id, device order by live_bytes desc) <= 3
+order by role, rank_id, live_mb desc
+"""
+
+
+def run_demo(out: Path) -> int:
+    out = out.resolve()
+    profile = out / "profile" / "demo-run"
+    if profile.exists():
+        shutil.rmtree(profile)
+    write_demo_profile(profile)
+    config = load_config(db=out / "warehouse.duckdb")
+    summary = ingest(profile, config)
+    print(f"ingested {profile}: {len(summary.results)} files, {summary.rows:,} rows, "
+          f"{summary.failed} failed, {summary.seconds:.1f} s -> {config.db_path}")
+    print("\nPeak memory per rank (memory_peak):")
+    print(as_table(query(config, PEAKS_SQL)))
+    print("\nTop call stacks live at each rank's peak (memory_peak_breakdown):")
+    print(as_table(query(config, TOP_STACKS_SQL)))
+    try:
+        from rlwh.report import build_report
+    except ImportError:
+        build_report = None
+    if build_report is not None:
+        pages = build_report(config, out=out / "reports")
+        print(f"\nreports: {len(pages)} pages, open {out / 'reports' / 'index.html'}")
+    print(f"\nexplore: {Path(sys.executable).parent / 'duckdb'} -readonly {config.db_path}")
+    return 1 if summary.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_demo(Path(sys.argv[1] if len(sys.argv) > 1 else "demo")))
