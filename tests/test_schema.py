@@ -1,0 +1,79 @@
+"""Meta-tests of the schema: migrations, view files, column docs, layering, contract."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import duckdb
+from conftest import SHARED
+
+from rlwh.assets import asset_dir
+from rlwh.schema import MIGRATION_NAME, migrate, view_files
+
+
+def test_migrations_are_numbered_without_gaps():
+    names = sorted(p.name for p in asset_dir("migrations").glob("*.sql"))
+    numbers = [int(MIGRATION_NAME.match(n).group(1)) for n in names]
+    assert numbers == list(range(1, len(names) + 1))
+
+
+def test_migrations_hold_no_views():
+    for path in asset_dir("migrations").glob("*.sql"):
+        assert not re.search(r"create\s+(or\s+replace\s+)?view", path.read_text(), re.I), path.name
+
+
+def test_migrate_twice_is_a_no_op():
+    con = duckdb.connect()
+    assert migrate(con) == ["0001_create_base_tables.sql"]
+    assert migrate(con) == []
+
+
+def test_view_files_only_declare():
+    for view in view_files():
+        body = "\n".join(ln for ln in view.sql.splitlines() if not ln.strip().startswith("--")).lower()
+        assert not re.search(r"\b(insert|delete|drop|update|copy|attach)\b", body), view.path.name
+        assert body.count("create or replace view") == 1, view.path.name
+
+
+def test_every_public_object_and_column_has_a_comment(fresh_db):
+    undocumented = fresh_db.execute(
+        """select table_name, column_name from duckdb_columns()
+           where schema_name = 'main' and database_name = current_database()
+             and not starts_with(table_name, '_') and (comment is null or comment = '')"""
+    ).fetchall()
+    assert undocumented == []
+    objects = fresh_db.execute(
+        """select table_name from duckdb_tables() where not starts_with(table_name, '_') and comment is null
+           union all select view_name from duckdb_views()
+           where not internal and not starts_with(view_name, '_') and comment is null"""
+    ).fetchall()
+    assert objects == []
+
+
+BASE_TABLES = {"runs", "sources", "ranks", "memory_records", "cpu_ops", "call_stacks", "ranges",
+               "torch_memory_events", "gmm_expert_load"}
+
+
+def test_views_read_only_base_tables_and_views():
+    names = {v.name for v in view_files()}
+    for view in view_files():
+        code = "\n".join(ln.split("--")[0] for ln in view.sql.lower().splitlines())
+        referenced = set(re.findall(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", code))
+        ctes = set(re.findall(r"\b([a-z_][a-z0-9_]*)\s+as\s+\(", code))
+        unknown = referenced - ctes - names - BASE_TABLES
+        assert not unknown, f"{view.path.name} reads {unknown}"
+        for dep in referenced & names:
+            assert dep in view.depends, f"{view.path.name} uses {dep} without `-- depends: {dep}`"
+
+
+def test_contract_check_passes_on_a_migrated_warehouse(tmp_path):
+    db = tmp_path / "w.duckdb"
+    con = duckdb.connect(str(db))
+    migrate(con)
+    con.close()
+    checker = SHARED / "tools" / "contract_check.py"
+    result = subprocess.run([sys.executable, str(checker), str(db), "--groups", "memory,timelines,gmm"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
