@@ -119,6 +119,17 @@ class WriteSession:
         _fsync_dir(self.config.db_path.parent)
 
 
+def _store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
+    """Copy the settings views read into _rlwh_settings; True when one changed."""
+    wanted = {"gmm_ops_per_layer": str(config.ops_per_layer)}
+    current = dict(con.execute("select name, value from _rlwh_settings").fetchall())
+    if current == wanted:
+        return False
+    con.execute("delete from _rlwh_settings")
+    con.executemany("insert into _rlwh_settings values (?, ?)", list(wanted.items()))
+    return True
+
+
 @contextlib.contextmanager
 def write_session(config: Config) -> Iterator[WriteSession]:
     """Lock, copy the published file, migrate the copy; publish it if `changed` is set.
@@ -145,7 +156,7 @@ def write_session(config: Config) -> Iterator[WriteSession]:
         try:
             _configure(con, config)
             session.applied = migrate(con)
-            if session.applied or not config.db_path.exists():
+            if _store_settings(con, config) or session.applied or not config.db_path.exists():
                 session.changed = True
             yield session
             if session.changed:

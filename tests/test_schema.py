@@ -26,7 +26,7 @@ def test_migrations_hold_no_views():
 
 def test_migrate_twice_is_a_no_op():
     con = duckdb.connect()
-    assert migrate(con) == ["0001_create_base_tables.sql"]
+    assert migrate(con) == ["0001_create_base_tables.sql", "0002_create_settings.sql"]
     assert migrate(con) == []
 
 
@@ -52,7 +52,7 @@ def test_every_public_object_and_column_has_a_comment(fresh_db):
     assert objects == []
 
 
-BASE_TABLES = {"runs", "sources", "ranks", "memory_records", "cpu_ops", "call_stacks", "ranges",
+BASE_TABLES = {"_rlwh_settings", "runs", "sources", "ranks", "memory_records", "cpu_ops", "call_stacks", "ranges",
                "torch_memory_events", "gmm_expert_load"}
 
 

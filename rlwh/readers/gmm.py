@@ -1,0 +1,119 @@
+"""Reader for MoE expert loads: msprobe dumps of npu_grouped_matmul's group_list.
+
+VeRL with msprobe dumps the group_list argument of every grouped-matmul call, the tokens
+routed to each expert, as one torch.save file per call:
+
+    .../step_<n>/<role>/rank<k>/dump_tensor_data/NPU.npu_grouped_matmul.<op>.forward.kwargs.group_list.pt
+
+Step, role and rank come from the folders, the op index (the call's position in the
+step, counted by msprobe) from the file name. Any name that ends in "group_list.pt" and
+holds "grouped_matmul.<op>." is accepted, so other API prefixes (Functional., GPU.) or a
+plain grouped_matmul read too; a ".backward." dump is refused, since it would share its
+op index with the forward call. Folders: the last step_<n> (or step<n>) folder, the role
+folder right after it, then rank<k> (or rank_<k>); anything may sit between the rank
+folder and the file. The file is read by torch_pickle, which runs no pickle code.
+
+npu_grouped_matmul's group_list_type is not in the dump: with type 0 the values are
+cumulative counts, not per-expert counts. VeRL's MoE layers pass counts (type 1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+
+from rlwh.errors import SourceError
+from rlwh.readers.base import ReadOutcome, TableSink
+from rlwh.readers.torch_pickle import load_int_array
+
+TABLE = "gmm_expert_load"
+SCHEMA = pa.schema(
+    [
+        ("role", pa.string()),
+        ("rank_id", pa.int32()),
+        ("step", pa.int32()),
+        ("op_index", pa.int32()),
+        ("expert", pa.int32()),
+        ("tokens", pa.int64()),
+    ]
+)
+CONVENTION = ".../step_<n>/<role>/rank<k>/dump_tensor_data/NPU.npu_grouped_matmul.<op>.forward.kwargs.group_list.pt"
+
+_STEP = re.compile(r"step_?(\d+)")
+_RANK = re.compile(r"rank_?(\d+)")
+_OP = re.compile(r"(?:^|[._])grouped_matmul\.(\d+)\.")
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class GmmPath:
+    """What a dump's path says about it."""
+
+    step: int
+    role: str
+    rank_id: int
+    op_index: int
+
+
+def parse_gmm_path(rel_path: str) -> GmmPath:
+    """Step, role, rank and op index of a group_list dump, from its path (see module doc)."""
+    parts = PurePosixPath(str(rel_path).replace("\\", "/")).parts
+    if not parts:
+        raise SourceError(f"{rel_path!r}: empty path; expected {CONVENTION}")
+    folders, name = parts[:-1], parts[-1]
+
+    def fail(why: str) -> SourceError:
+        return SourceError(f"{rel_path}: {why}; expected {CONVENTION}")
+
+    if not name.endswith("group_list.pt"):
+        raise fail("the file name does not end in group_list.pt")
+    op = _OP.search(name)
+    if op is None:
+        raise fail("the file name has no grouped_matmul.<op>.")
+    if ".backward." in name:
+        raise fail("it is a backward dump, which shares its op index with the forward call")
+    steps = [i for i, folder in enumerate(folders) if _STEP.fullmatch(folder)]
+    if not steps:
+        raise fail("no step_<n> folder")
+    i = steps[-1]
+    if i + 1 >= len(folders) or _RANK.fullmatch(folders[i + 1]):
+        raise fail(f"no role folder after {folders[i]}")
+    rank = _RANK.fullmatch(folders[i + 2]) if i + 2 < len(folders) else None
+    if rank is None:
+        raise fail(f"no rank<k> folder after {folders[i]}/{folders[i + 1]}")
+    numbers = {"step": _STEP.fullmatch(folders[i])[1], "rank": rank[1], "op index": op[1]}
+    for what, digits in numbers.items():
+        if int(digits) > _INT32_MAX:
+            raise fail(f"{what} {digits} does not fit an INTEGER")
+    return GmmPath(int(numbers["step"]), folders[i + 1], int(numbers["rank"]), int(numbers["op index"]))
+
+
+def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    """One gmm_expert_load row per expert: its position in the flattened group_list.
+
+    context["rel_path"] is the file's path relative to the profile dir (the path itself
+    when absent). A refused or corrupt file raises SourceError naming the file.
+    """
+    where = parse_gmm_path(context.get("rel_path") or Path(path).as_posix())
+    values, _shape, _dtype = load_int_array(path)
+    if values and max(values) > _INT64_MAX:
+        raise SourceError(f"cannot read {path}: a token count is larger than a BIGINT")
+    n = len(values)
+    batch = pa.table(
+        {
+            "role": [where.role] * n,
+            "rank_id": [where.rank_id] * n,
+            "step": [where.step] * n,
+            "op_index": [where.op_index] * n,
+            "expert": list(range(n)),
+            "tokens": values,
+        },
+        schema=SCHEMA,
+    )
+    sink.write(TABLE, batch)
+    # Role and rank attribute the file in `sources`; they are no ranks row of their own.
+    return ReadOutcome(rank={"role": where.role, "rank_id": where.rank_id})
