@@ -7,9 +7,10 @@ started from anywhere finds the same warehouse.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import tomllib
 
 from rlwh.errors import ConfigError
 

@@ -9,8 +9,8 @@ files become COMMENT ON VIEW/COLUMN so BI tools show what each column means.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb

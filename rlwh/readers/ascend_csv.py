@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from rlwh.errors import SourceError
-from rlwh.readers.base import ReadOutcome, TableSink
+from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 
 # CSV header -> (memory_records column, kind). Kinds: time/duration in us -> ns,
 # kb -> bytes, mb -> bytes, text.
@@ -39,9 +39,11 @@ COLUMNS = {
     "Device Type": ("device", "text"),
 }
 REQUIRED = ("Name", "Size(KB)", "Allocation Time(us)")
-# DECIMAL everywhere: exact, and DuckDB's round() on it is half away from zero, which
-# the row-by-row fallback reproduces with ROUND_HALF_UP.
-_SQL_TYPE = {"text": "VARCHAR", "kb": "DECIMAL(38,12)", "mb": "DECIMAL(38,12)", "us": "DECIMAL(38,9)"}
+# Times stay text and become ns by exact string arithmetic (us_text_to_ns_sql). KB and MB
+# are read as DOUBLE: with up to ~7 decimals the product with 1024 or 2^20 is never near
+# a .5 that a DOUBLE could round the wrong way, and round() is half away from zero like
+# the row-by-row fallback's ROUND_HALF_UP.
+_SQL_TYPE = {"text": "VARCHAR", "kb": "DOUBLE", "mb": "DOUBLE", "us": "VARCHAR"}
 _SCALE = {"kb": 1024, "mb": 1048576, "us": 1000}
 BATCH_ROWS = 65536
 
@@ -72,6 +74,8 @@ def _sql_expr(header_name: str) -> str:
     quoted = '"' + header_name.replace('"', '""') + '"'
     if kind == "text":
         return f"{quoted} as {column}"
+    if kind == "us":
+        return f"{us_text_to_ns_sql(column + '_text', strict=True)} as {column}"
     return f"cast(round({quoted} * {_SCALE[kind]}) as bigint) as {column}"
 
 
@@ -80,18 +84,22 @@ def _read_with_duckdb(path: Path, header: list[str], sink: TableSink, memory_lim
     known = [h for h in header if h in COLUMNS]
     missing = [COLUMNS[h][0] for h in COLUMNS if h not in header]
     select = ", ".join(
-        ["row_number() over () as source_row"]
+        ["ordinality as source_row"]
         + [_sql_expr(h) for h in known]
         + [f"null::{'varchar' if COLUMNS_BY_COL[c] == 'text' else 'bigint'} as {c}" for c in missing]
     )
     con = duckdb.connect()
     try:
-        # One thread keeps the file's row order, which source_row numbers.
+        # One thread keeps the file's row order, which ordinality (source_row) numbers.
         con.execute("set threads = 1")
         con.execute("set memory_limit = ?", [memory_limit])
+        trimmed = ", ".join(
+            f'{trimmed_sql(chr(34) + h + chr(34))} as {COLUMNS[h][0]}_text' for h in known if COLUMNS[h][1] == "us"
+        )
         con.execute(
-            f"copy (select {select} from read_csv(?, header = true, auto_detect = false, delim = ',', "
-            "quote = '\"', escape = '\"', columns = ?, null_padding = false, strict_mode = true)) "
+            f"copy (select {select} from (select *, {trimmed} from read_csv(?, header = true, auto_detect = false, "
+            "delim = ',', quote = '\"', escape = '\"', columns = ?, null_padding = false, strict_mode = true) "
+            "with ordinality)) "
             f"to '{_sql_path(sink.parquet_path('memory_records'))}' (format parquet)",
             [str(path), types],
         )

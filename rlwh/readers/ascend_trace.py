@@ -10,14 +10,13 @@ is marked partial.
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import duckdb
 import ijson
 import pyarrow as pa
 
-from rlwh.readers.base import ReadOutcome, TableSink
+from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
@@ -41,8 +40,13 @@ KEEP = (
     f"or (ph = 'X' and name in ({', '.join(repr(n) for n in OVERLAP_NAMES)}))"
 )
 
-# Microseconds as decimal text -> ns. DECIMAL keeps the 19 significant digits exact.
-_NS = "cast(round(try_cast({0} as decimal(38, 9)) * 1000) as bigint)"
+
+
+def _ns(column: str) -> str:
+    """Microseconds as decimal text -> exact ns; a number DuckDB printed in another form
+    (scientific notation) falls back to DOUBLE."""
+    exact = us_text_to_ns_sql(f"{column}_text", strict=False)
+    return f"coalesce({exact}, cast(round(try_cast({column} as double) * 1000) as bigint))"
 # Ascend joins frames with ";\r\n"; tolerate "\n" and "\r\n" alone.
 _NORMALIZED_STACK = (
     "nullif(trim(regexp_replace(regexp_replace(trim(stack), '[ \\t]*;?[ \\t]*\\r?\\n[ \\t]*', chr(10), 'g'),"
@@ -54,17 +58,30 @@ def _q(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _scan_with_duckdb(con: duckdb.DuckDBPyConnection, path: Path, raw: Path) -> None:
-    columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in RAW_COLUMNS.items()) + "}"
+def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path) -> None:
+    """Write the kept events of `source` (a scan giving the raw text fields) to `raw`,
+    with times as exact ns and a fast hash of each stack text, in the same pass."""
     con.execute(
         f"""copy (
-          select cat, name, ph, ts, dur, pid, tid,
-            args."Call stack" as stack, args."domain" as domain, args."name" as meta_name
-          from read_json({_q(path)}, format = 'array', columns = {columns},
-                         maximum_object_size = 268435456)
-          where {KEEP}
+          select cat, name, ph, {_ns('ts')} as ts_ns, {_ns('dur')} as dur_ns, pid, tid, stack, domain, meta_name,
+            if(stack is null, null, hash(stack)) as stack_hash
+          from (
+            select *, {trimmed_sql('ts')} as ts_text, {trimmed_sql('dur')} as dur_text
+            from {source}
+            where {KEEP}
+          )
         ) to {_q(raw)} (format parquet)"""
     )
+
+
+def _scan_with_duckdb(con: duckdb.DuckDBPyConnection, path: Path, raw: Path) -> None:
+    columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in RAW_COLUMNS.items()) + "}"
+    scan = (
+        f"""(select cat, name, ph, ts, dur, pid, tid, args."Call stack" as stack, args."domain" as domain,
+              args."name" as meta_name
+            from read_json({_q(path)}, format = 'array', columns = {columns}))"""
+    )
+    _raw_copy(con, scan, raw)
 
 
 def _text(value) -> str | None:
@@ -138,21 +155,24 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
 
 
 def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -> None:
-    ts_ns = _NS.format("ts")
-    end_ns = f"{ts_ns} + coalesce({_NS.format('dur')}, 0)"
+    ts_ns, end_ns = "ts_ns", "ts_ns + coalesce(dur_ns, 0)"
     con.execute(f"create or replace temp view raw as select * from read_parquet({_q(raw)})")
+    # Each distinct stack text once: found by its fast hash, normalized, given its id.
     con.execute(
         f"""create or replace temp table stacks as
-        select stack, normalized, (md5_number_lower(normalized) >> 1)::bigint as stack_id
-        from (select distinct stack, {_NORMALIZED_STACK} as normalized
-              from raw where cat = 'cpu_op' and stack is not null)
+        select stack_hash, normalized, (md5_number_lower(normalized) >> 1)::bigint as stack_id
+        from (
+          select stack_hash, {_NORMALIZED_STACK} as normalized
+          from (select stack_hash, any_value(stack) as stack from raw
+                where cat = 'cpu_op' and stack is not null group by stack_hash)
+        )
         where normalized is not null"""
     )
     con.execute(
         f"""copy (
-          select r.name, {ts_ns} as ts_ns, {_NS.format('dur')} as dur_ns,
+          select r.name, r.ts_ns, r.dur_ns,
             try_cast(r.pid as bigint) as pid, try_cast(r.tid as bigint) as tid, s.stack_id
-          from raw r left join stacks s on r.stack = s.stack
+          from raw r left join stacks s on r.stack_hash = s.stack_hash
           where r.cat = 'cpu_op'
         ) to {_q(sink.parquet_path('cpu_ops'))} (format parquet)"""
     )
@@ -202,8 +222,13 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         outcome = ReadOutcome()
         try:
             _scan_with_duckdb(con, path, raw)
-        except duckdb.Error:
-            events, damage = _salvage_with_ijson(path, sink, raw)
+        except duckdb.Error as exc:
+            salvaged = sink.root / "_salvaged_events.parquet"
+            events, damage = _salvage_with_ijson(path, sink, salvaged)
+            _raw_copy(con, f"read_parquet({_q(salvaged)})", raw)
+            salvaged.unlink()
+            first_line = str(exc).strip().splitlines()[0]
+            outcome = ReadOutcome(message=f"{path}: read by the streaming fallback ({first_line})")
             if damage:
                 from rlwh.errors import SourceError
 

@@ -33,15 +33,15 @@ def _setup(con, seed: int):
             name = rng.choice(names + ["hccl::allreduce"])  # a name absent from the trace
             alloc = rng.choice([500_000, 999_999]) if row % 37 == 0 else 1_000_000 + rng.randrange(0, 5_100) * 10
             allocs.append(("r", "actor", 3, capture, row, name, rng.choice([512, 1024, -512]), alloc))
-    insert_rows(con, "memory_records",
-                ["run", "role", "rank_id", "capture", "source_row", "name", "size_bytes", "alloc_ns"], allocs, source_id=2)
+    columns = ["run", "role", "rank_id", "capture", "source_row", "name", "size_bytes", "alloc_ns"]
+    insert_rows(con, "memory_records", columns, allocs, source_id=2)
     return ops, allocs, stacks
 
 
 def _expected(ops, allocs, stacks, stacked_only: bool):
     """Plain Python: for each allocation, the matching op by the documented rule."""
     result = {}
-    for run, role, rank, capture, row, name, size, alloc in allocs:
+    for _run, _role, _rank, capture, row, name, _size, alloc in allocs:
         candidates = [o for o in ops if o[3] == capture and o[4] == name and o[5] <= alloc
                       and (not stacked_only or o[8] is not None)]
         if not candidates:
@@ -86,7 +86,7 @@ def test_rl_insight_rule_uses_only_stacked_ops(fresh_db, seed):
     rows = fresh_db.execute(
         "select capture, source_row, call_stack, call_stack_top, size_kb from memory_event_rows").fetchall()
     assert len(rows) == len(allocs)  # RL-Insight keeps release rows too
-    for capture, row, stack, top, size_kb in rows:
+    for capture, row, stack, top, _size_kb in rows:
         want = expected[(capture, row)]
         if want is None:
             assert (stack, top) == ("", "")
@@ -100,7 +100,8 @@ def test_allocation_before_first_op_keeps_its_row(fresh_db):
                      " values ('r', 'x', 0, 'c', 1, 'aten::empty', 100, 10)")
     fresh_db.execute("insert into memory_records (run, role, rank_id, capture, source_id, source_row, name,"
                      " size_bytes, alloc_ns) values ('r', 'x', 0, 'c', 2, 1, 'aten::empty', 8, 99),"
-                     " ('r', 'x', 0, 'c', 2, 2, 'aten::empty', 8, 100), ('r', 'x', 0, 'c', 2, 3, 'aten::empty', 8, 111)")
+                     " ('r', 'x', 0, 'c', 2, 2, 'aten::empty', 8, 100),"
+                     " ('r', 'x', 0, 'c', 2, 3, 'aten::empty', 8, 111)")
     rows = fresh_db.execute(
         "select source_row, op_ts_ns, gap_ns, in_op from memory_alloc_stack order by 1").fetchall()
     assert rows == [(1, None, None, None), (2, 100, 0, True), (3, 100, 11, False)]
