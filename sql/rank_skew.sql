@@ -1,7 +1,8 @@
--- One row per (run, role, rank_id): how long the rank spent in the role and its peak
--- memory, against the median of the role's ranks. A rank more than 10% above the median
--- span is a straggler; more than 10% away from the median peak (either way) is a memory
--- outlier. Stragglers and outliers at a glance, without reading rank by rank.
+-- One row per (run, role, rank_id): how long the rank spent in the role (the sum of its
+-- role_timeline spans, so several captures or ranges add up) and its peak memory, against
+-- the median of the role's ranks. A rank more than 10% above the median time is a
+-- straggler; more than 10% away from the median peak (either way) is a memory outlier.
+-- Stragglers and outliers at a glance, without reading rank by rank.
 -- depends: role_timeline, memory_peak
 create or replace view rank_skew (
   -- Run name.
@@ -12,7 +13,7 @@ create or replace view rank_skew (
   rank_id,
   -- Ranks of the role in the run.
   role_ranks,
-  -- Earliest start to latest end of the rank's spans in the role, ns.
+  -- Time the rank spent in the role, ns: the sum of its role_timeline spans.
   span_ns,
   -- Median span_ns over the role's ranks.
   median_span_ns,
@@ -30,7 +31,7 @@ create or replace view rank_skew (
   is_memory_outlier
 ) as
 with spans as (
-  select run, role, rank_id, max(end_ns) - min(start_ns) as span_ns
+  select run, role, rank_id, sum(dur_ns) as span_ns
   from role_timeline
   group by run, role, rank_id
 ),
