@@ -52,7 +52,7 @@ final as (
     run, role, rank_id, capture, device, call_stack_top, name,
     min(stack_id) as stack_id,
     count(*) as blocks,
-    sum(size_bytes) as live_bytes,
+    sum(size_bytes)::bigint as live_bytes,
     round(sum(size_bytes) / 1048576.0, 3) as live_mb,
     sum(size_bytes) / nullif(any_value(peak_live_bytes), 0) as share_of_peak,
     any_value(peak_at_ns) as peak_at_ns,

@@ -63,11 +63,12 @@ events as (
 final as (
   select
     run, role, rank_id, capture, device, source, ts_ns, event, delta_bytes,
-    sum(delta_bytes) over (
+    -- BIGINT, not the HUGEINT sum() gives: BI tools and pandas read BIGINT.
+    (sum(delta_bytes) over (
       partition by run, role, rank_id, capture, device
       order by ts_ns, delta_bytes > 0, origin_row, source
       rows between unbounded preceding and current row
-    ) as live_bytes,
+    ))::bigint as live_bytes,
     allocator_allocated_bytes, allocator_reserved_bytes,
     name, size_bytes, stack_id, call_stack_top, origin_row,
   from events

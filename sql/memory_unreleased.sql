@@ -41,7 +41,7 @@ final as (
     run, role, rank_id, capture, device, source, call_stack_top, name,
     min(stack_id) as stack_id,
     count(*) as blocks,
-    sum(size_bytes) as unreleased_bytes,
+    sum(size_bytes)::bigint as unreleased_bytes,
     round(sum(size_bytes) / 1048576.0, 3) as unreleased_mb,
     min(alloc_ns) as first_alloc_ns,
     max(alloc_ns) as last_alloc_ns,

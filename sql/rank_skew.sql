@@ -31,7 +31,7 @@ create or replace view rank_skew (
   is_memory_outlier
 ) as
 with spans as (
-  select run, role, rank_id, sum(dur_ns) as span_ns
+  select run, role, rank_id, sum(dur_ns)::bigint as span_ns
   from role_timeline
   group by run, role, rank_id
 ),

@@ -77,3 +77,11 @@ def test_contract_check_passes_on_a_migrated_warehouse(tmp_path):
     result = subprocess.run([sys.executable, str(checker), str(db), "--groups", "memory,timelines,gmm"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_public_column_is_hugeint(fresh_db):
+    """sum() gives HUGEINT, which BI tools and pandas read badly: views cast to BIGINT."""
+    wide = fresh_db.execute(
+        "select table_name, column_name from duckdb_columns() where data_type = 'HUGEINT'"
+        " and not starts_with(table_name, '_')").fetchall()
+    assert wide == []
