@@ -20,13 +20,19 @@ RANKS = 2
 
 
 def write_demo_profile(root: Path) -> Path:
-    """A run dir with every format rlwh reads, for 2 roles x 2 ranks."""
-    from rlwh import synth
+    """A run dir with every format rlwh reads, for 2 roles x 2 ranks: Ascend rank dirs
+    (memory CSV, traces with stacks, MSTX, Overlap Analysis), PyTorch traces, NVTX
+    exports of a colocated worker and GMM expert-load dumps."""
+    from rlwh import synth, synth_timelines
 
     synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS)
-    extra = getattr(synth, "write_demo_extras", None)
-    if extra is not None:
-        extra(root, roles=ROLES, ranks=RANKS)
+    for rank in range(RANKS):
+        synth_timelines.write_torch_trace(
+            root / "torch" / "critic" / f"prof_rank-{rank}.pt.trace.json.gz", rank=rank, world_size=RANKS)
+        synth_timelines.write_nvtx_export(
+            root / "nvtx" / f"worker_process_{7000 + rank}.1.jsonl", rank=rank,
+            roles={"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200})
+    synth_timelines.write_gmm_dumps(root / "gmm", ranks=RANKS)
     return root
 
 
@@ -51,6 +57,7 @@ def run_demo(out: Path) -> int:
         shutil.rmtree(profile)
     write_demo_profile(profile)
     config = load_config(db=out / "warehouse.duckdb")
+    config.db_path.unlink(missing_ok=True)  # every demo starts from an empty warehouse
     summary = ingest(profile, config)
     print(f"ingested {profile}: {len(summary.results)} files, {summary.rows:,} rows, "
           f"{summary.failed} failed, {summary.seconds:.1f} s -> {config.db_path}")

@@ -77,6 +77,7 @@ class _Planned:
     size: int
     mtime: float
     source_id: int | None = None
+    loaded_before: bool = False  # the warehouse holds rows of an earlier version of the file
 
 
 def utc(seconds: float | None = None) -> datetime:
@@ -138,23 +139,21 @@ def _context(p: _Planned, config: Config) -> dict:
     }
 
 
-def _staged_select(con: duckdb.DuckDBPyConnection, table: str, parts: list[str]) -> str:
-    """SELECT over a reader's Parquet parts, adding the key columns it does not carry."""
+def _staged_select(table: str, parts: list[str], columns: list[str]) -> str:
+    """SELECT over a reader's Parquet parts, adding the key columns it does not carry
+    from the one-row _rlwh_keys table (values bound as parameters, never pasted)."""
     paths = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in parts) + "]"
     if table in SHARED_TABLES:
         return f"select * from read_parquet({paths})"
-    columns = [r[0] for r in con.execute(f"describe select * from read_parquet({paths})").fetchall()]
-    keys = []
-    for key in KEY_COLUMNS:
-        variable = f"getvariable('rlwh_{key}')::{KEY_TYPES[key]}"
-        keys.append(f"coalesce({key}, {variable}) as {key}" if key in columns else f"{variable} as {key}")
-    rest = ", ".join(f'"{c}"' for c in columns if c not in KEY_COLUMNS)
-    return f"select {', '.join(keys)}{', ' + rest if rest else ''} from read_parquet({paths})"
+    keys = [f"coalesce(f.{k}, k.{k}) as {k}" if k in columns else f"k.{k}" for k in KEY_COLUMNS]
+    rest = [f'f."{c}"' for c in columns if c not in KEY_COLUMNS]
+    return f"select {', '.join(keys + rest)} from read_parquet({paths}) as f cross join _rlwh_keys as k"
 
 
 def _upsert_source(con, run: str, p: _Planned, status: str, rows: int, message, seconds: float, rank: dict) -> None:
     s = p.source
-    con.execute("delete from sources where source_id = ?", [p.source_id])
+    if p.loaded_before:
+        con.execute("delete from sources where source_id = ?", [p.source_id])
     con.execute(
         """insert into sources
            (source_id, run, role, rank_id, capture, kind, path, bytes, mtime, fingerprint,
@@ -176,8 +175,8 @@ def _set_keys(con, run: str, p: _Planned, rank: dict) -> None:
         "capture": s.capture,
         "source_id": p.source_id,
     }
-    for key, value in values.items():
-        con.execute(f"set variable rlwh_{key} = ?", [value])
+    columns = ", ".join(f"?::{KEY_TYPES[k]} as {k}" for k in values)
+    con.execute(f"create or replace temp table _rlwh_keys as select {columns}", list(values.values()))
 
 
 def _insert_rank(con, run: str, p: _Planned, rank: dict) -> None:
@@ -195,6 +194,14 @@ def _insert_rank(con, run: str, p: _Planned, rank: dict) -> None:
     )
 
 
+def _delete_rows_of(con, p: _Planned) -> None:
+    """Remove the rows an earlier version of the file loaded (a scan of every fact table,
+    so skipped for files seen for the first time)."""
+    if p.loaded_before:
+        for table in FACT_TABLES:
+            con.execute(f"delete from {table} where source_id = ?", [p.source_id])
+
+
 def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
     """Land one parsed file in one transaction; on any error nothing of it lands."""
     s = p.source
@@ -206,13 +213,14 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
     role, rank_id = rank.get("role", s.role), rank.get("rank_id", s.rank_id)
     con.execute("begin transaction")
     try:
-        for table in FACT_TABLES:
-            con.execute(f"delete from {table} where source_id = ?", [p.source_id])
+        _delete_rows_of(con, p)
         if status == "failed":
             rows = 0
         else:
-            staged = {t: _staged_select(con, t, parts) for t, parts in parsed["tables"].items()}
-            if rank_id is None and any("getvariable('rlwh_rank_id')::integer as" in sql for sql in staged.values()):
+            staged = {t: _staged_select(t, parts, parsed["columns"][t]) for t, parts in parsed["tables"].items()}
+            if rank_id is None and any(
+                "rank_id" not in parsed["columns"][t] for t in parsed["tables"] if t not in SHARED_TABLES
+            ):
                 raise RlwhError(f"{s.rel_path}: the rank is unknown (neither the file nor its path names it)")
             _set_keys(con, run, p, rank)
             for table in job.fills:
@@ -233,8 +241,7 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
         status, rows = "failed", 0
         message = str(exc) if isinstance(exc, RlwhError) else f"{s.rel_path}: loading failed: {exc}"
         con.execute("begin transaction")
-        for table in FACT_TABLES:
-            con.execute(f"delete from {table} where source_id = ?", [p.source_id])
+        _delete_rows_of(con, p)
         _upsert_source(con, run, p, status, 0, message, parsed["seconds"], {})
         con.execute("commit")
     return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
@@ -300,9 +307,10 @@ def ingest(
                 summary.results.append(FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size))
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
                 continue
+            p.loaded_before = source_id is not None
             p.source_id = source_id or con.execute("select nextval('_source_ids')").fetchone()[0]
             if p.source.problem:
-                parsed = {"status": "failed", "message": p.source.problem, "rank": {}, "tables": {}, "rows": {},
+                parsed = {"status": "failed", "message": p.source.problem, "rank": {}, "tables": {}, "rows": {}, "columns": {},
                           "seconds": 0.0}
                 summary.results.append(_load(con, run, p, parsed))
                 done_files, done_bytes = done_files + 1, done_bytes + p.size

@@ -22,7 +22,7 @@ def parse_source(kind: str, path: str, context: dict, out_dir: str) -> dict:
     """Read `path` with the job for `kind`; return status, message, rank facts and parts."""
     started = time.perf_counter()
     sink = TableSink(Path(out_dir))
-    result = {"status": "failed", "message": None, "rank": {}, "tables": {}, "rows": {}}
+    result = {"status": "failed", "message": None, "rank": {}, "tables": {}, "rows": {}, "columns": {}}
     try:
         outcome = jobs()[kind].read_function()(Path(path), sink, context)
         sink.close()
@@ -30,6 +30,7 @@ def parse_source(kind: str, path: str, context: dict, out_dir: str) -> dict:
         for table, parts in sink.tables().items():
             result["tables"][table] = [str(p) for p in parts]
             result["rows"][table] = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+            result["columns"][table] = pq.read_schema(parts[0]).names
     except SourceError as exc:
         sink.close()
         result["message"] = str(exc)
