@@ -26,7 +26,7 @@ from rlwh.discover import SourceFile, discover
 from rlwh.errors import RlwhError
 from rlwh.fingerprint import fingerprint
 from rlwh.jobs import FACT_TABLES, SHARED_TABLES, jobs
-from rlwh.parse import parse_source
+from rlwh.parse import failed_result, parse_source
 from rlwh.warehouse import connect_read, write_session
 
 KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id")
@@ -310,9 +310,7 @@ def ingest(
             p.loaded_before = source_id is not None
             p.source_id = source_id or con.execute("select nextval('_source_ids')").fetchone()[0]
             if p.source.problem:
-                parsed = {"status": "failed", "message": p.source.problem, "rank": {}, "tables": {}, "rows": {}, "columns": {},
-                          "seconds": 0.0}
-                summary.results.append(_load(con, run, p, parsed))
+                summary.results.append(_load(con, run, p, failed_result(p.source.problem)))
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
                 continue
             todo.append(p)

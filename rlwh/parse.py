@@ -18,11 +18,17 @@ from rlwh.jobs import jobs
 from rlwh.readers.base import TableSink
 
 
+def failed_result(message: str) -> dict:
+    """What parse_source returns for a file it could not read."""
+    return {"status": "failed", "message": message, "rank": {}, "tables": {}, "rows": {}, "columns": {},
+            "seconds": 0.0}
+
+
 def parse_source(kind: str, path: str, context: dict, out_dir: str) -> dict:
     """Read `path` with the job for `kind`; return status, message, rank facts and parts."""
     started = time.perf_counter()
     sink = TableSink(Path(out_dir))
-    result = {"status": "failed", "message": None, "rank": {}, "tables": {}, "rows": {}, "columns": {}}
+    result = failed_result(None)
     try:
         outcome = jobs()[kind].read_function()(Path(path), sink, context)
         sink.close()
