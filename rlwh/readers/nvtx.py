@@ -1,0 +1,181 @@
+"""Reader for Nsight Systems `nsys export --type jsonlines` files (worker_process_<pid>.<n>.jsonl).
+
+Why it is built this way:
+- Lines come in any order: StringIds and domain records may follow the events that use
+  them. Pass 1 keeps only the small lookups (strings, domains, capture start, RANK) and
+  pass 2 emits the ranges, so memory grows with distinct strings, never with events.
+- A substring test picks the lines worth parsing, since an export also holds every CUDA
+  kernel and OS runtime call; NVTX lines are the few that matter.
+- Each range's role is its own name, as in RL-Insight: one worker process of a
+  colocated VeRL job runs several roles, one range each.
+- pid/tid come from globalTid as the nsys stats scripts decode it:
+  pid = (globalTid >> 24) & 0xFFFFFF, tid = globalTid & 0xFFFFFF. Domain ids are per
+  process, so a domain is keyed by (globalTid >> 24, domainId).
+- Times are exact ints: ANALYSIS_DETAILS.startTime + start/end, on the nsys session
+  clock (not necessarily the epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+
+from rlwh.errors import SourceError
+from rlwh.readers.base import ReadOutcome, TableSink
+
+BATCH_ROWS = 65536
+MAX_BAD_LINES = 10_000  # beyond this the file is not a jsonlines export at all
+MARK = 34
+RANGE_TYPES = frozenset((59, 60, 70, 71))  # NVTX push/pop, start/end, and their NVTXT twins
+DOMAIN_CREATE = 75
+# Lines worth a full parse in each pass (the table is checked again after parsing).
+_LOOKUP_LINE = re.compile(r'"(?:StringIds|ANALYSIS_DETAILS|META_DATA_CAPTURE)"|"eventType"\s*:\s*75\b')
+_EVENT_LINE = re.compile(r'"NVTX_EVENTS"')
+_OBJECT_SHAPE = re.compile(r"\s*\{.*\}\s*$", re.DOTALL)
+_ENV = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)=(.*)$', re.DOTALL)
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
+
+RANGES_SCHEMA = pa.schema([("role", pa.string()), ("rank_id", pa.int32()), ("source", pa.string()),
+                           ("domain", pa.string()), ("name", pa.string()), ("start_ns", pa.int64()),
+                           ("end_ns", pa.int64()), ("pid", pa.int64()), ("tid", pa.int64()),
+                           ("thread", pa.string())])
+
+
+def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    """Parse one nsys jsonlines export into ranges rows (source 'nvtx')."""
+    path = Path(path)
+    look = _Lookups()
+    bad: dict[int, str] = {}
+    for rec in _records(path, _LOOKUP_LINE, bad):
+        look.add(rec)
+    rank_id = look.env.get("RANK")
+    rank_id = int(rank_id) if rank_id is not None and rank_id.isdigit() else context.get("rank_id")
+    if rank_id is None:
+        raise SourceError(f"{path}: no rank: no RANK=<k> in META_DATA_CAPTURE and none from discovery")
+    rows: list[tuple] = []
+    for rec in _records(path, _EVENT_LINE, bad):
+        row = _range_row(rec, look, rank_id)
+        if row is not None:
+            rows.append(row)
+            if len(rows) >= BATCH_ROWS:
+                _write(sink, rows)
+    _write(sink, rows)
+    facts = {"rank_id": rank_id, "capture_started_ns": look.start_ns, "metadata": look.metadata()}
+    if look.env.get("WORLD_SIZE", "").isdigit():
+        facts["world_size"] = int(look.env["WORLD_SIZE"])
+    if bad:
+        first = sorted(bad)[:5]
+        where = ", ".join(f"line {n} ({bad[n]})" for n in first)
+        more = f" and {len(bad) - len(first)} more" if len(bad) > len(first) else ""
+        return ReadOutcome("partial", f"{path}: skipped bad JSON at {where}{more}", facts)
+    return ReadOutcome("ok", None, facts)
+
+
+def _records(path: Path, wanted: re.Pattern, bad: dict[int, str]):
+    """The records of the lines `wanted` finds; bad lines go to `bad` by line number.
+
+    Other lines are only checked for shape ({...}), which catches a cut last line
+    without paying for a full parse of every kernel record.
+    """
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if len(bad) > MAX_BAD_LINES:
+                raise SourceError(f"{path}: not an nsys jsonlines export: {len(bad)} bad lines by line {lineno}")
+            if wanted.search(line) is None:
+                if _OBJECT_SHAPE.match(line) is None and line.strip():
+                    bad[lineno] = "not a JSON object"
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                bad[lineno] = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                continue
+            if isinstance(rec, dict):
+                yield rec
+            else:
+                bad[lineno] = "not a JSON object"
+
+
+class _Lookups:
+    """What pass 1 keeps: strings, domains, the capture start and the captured env."""
+
+    def __init__(self):
+        self.strings: dict[int, str] = {}
+        self.domains: dict[tuple, dict] = {}
+        self.domains_by_id: dict[int, list[dict]] = {}
+        self.start_ns: int | None = None
+        self.analysis: dict = {}
+        self.env: dict[str, str] = {}
+        self.captures: dict[str, str] = {}
+
+    def add(self, rec: dict) -> None:
+        table = rec.get("table")
+        if table == "StringIds" and isinstance(rec.get("id"), int):
+            self.strings[rec["id"]] = rec.get("value")
+        elif table == "ANALYSIS_DETAILS":
+            self.analysis = {k: v for k, v in rec.items() if k != "table"}
+            if isinstance(rec.get("startTime"), int):
+                self.start_ns = rec["startTime"]
+        elif table == "META_DATA_CAPTURE":
+            name, value = str(rec.get("name")), str(rec.get("value"))
+            m = _ENV.match(value) if name.endswith("ENVIRONMENT_VARIABLE") else None
+            if m:
+                self.env.setdefault(m.group(1), m.group(2).strip().strip('"'))
+            else:
+                self.captures[name] = value
+        elif table == "NVTX_EVENTS" and rec.get("eventType") == DOMAIN_CREATE:
+            # Kept raw: its textId may point at a StringIds line further down.
+            domain_id, gtid = rec.get("domainId"), rec.get("globalTid")
+            if isinstance(domain_id, int):
+                raw = {"text": rec.get("text"), "textId": rec.get("textId")}
+                self.domains[(gtid >> 24 if isinstance(gtid, int) else None, domain_id)] = raw
+                self.domains_by_id.setdefault(domain_id, []).append(raw)
+
+    def text(self, rec: dict) -> str | None:
+        """A record's text: inline "text", else StringIds[textId]."""
+        if rec.get("text") is not None:
+            return str(rec["text"])
+        return self.strings.get(rec.get("textId"))
+
+    def domain(self, rec: dict) -> str | None:
+        """'default' for domain 0, else the name its domain-create record gave it."""
+        domain_id = rec.get("domainId") or 0
+        if domain_id == 0:
+            return "default"
+        gtid = rec.get("globalTid")
+        raw = self.domains.get((gtid >> 24 if isinstance(gtid, int) else None, domain_id))
+        if raw is None:
+            names = {self.text(r) for r in self.domains_by_id.get(domain_id, ())}
+            return names.pop() if len(names) == 1 else None
+        return self.text(raw)
+
+    def metadata(self) -> dict:
+        env = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in self.env.items()}
+        return {"analysis": self.analysis, "environment": env, "captures": self.captures}
+
+
+def _range_row(rec: dict, look: _Lookups, rank_id: int) -> tuple | None:
+    """One ranges row for an NVTX range or mark; None for other records."""
+    kind = rec.get("eventType")
+    if rec.get("table") != "NVTX_EVENTS" or (kind != MARK and kind not in RANGE_TYPES):
+        return None
+    start, end = rec.get("start"), rec.get("end")
+    if not isinstance(start, int):
+        return None
+    base = look.start_ns or 0
+    start_ns = base + start
+    end_ns = start_ns if kind == MARK else (base + end if isinstance(end, int) else None)
+    gtid = rec.get("globalTid")
+    pid, tid = ((gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF) if isinstance(gtid, int) else (None, None)
+    name = look.text(rec)
+    return (name, rank_id, "nvtx", look.domain(rec), name, start_ns, end_ns, pid, tid, None)
+
+
+def _write(sink: TableSink, rows: list[tuple]) -> None:
+    if rows:
+        cols = [pa.array(c, t) for c, t in zip(zip(*rows), RANGES_SCHEMA.types)]
+        sink.write("ranges", pa.RecordBatch.from_arrays(cols, schema=RANGES_SCHEMA))
+        rows.clear()

@@ -1,0 +1,583 @@
+"""Reader for PyTorch (Kineto) Chrome traces: *.pt.trace.json(.gz), prof_*.json(.gz).
+
+Why it is built this way:
+- Kineto writes python_function events after the cpu_ops they enclose, and may put
+  baseTimeNanoseconds / distributedInfo after traceEvents. So one streaming ijson pass
+  spills compact rows (relative ns, no base yet) to Parquet in a temp dir; DuckDB sorts
+  them by thread and time out of core; one sweep keeps only the current thread's open
+  python frames and ops, which gives every op its call stack and every "[memory]" event
+  its enclosing op. Peak memory does not grow with the trace.
+- Times stay exact: ijson yields Decimal µs, turned into integer ns. Epoch ns =
+  baseTimeNanoseconds + ts * 1000 (Kineto writes ts relative to that base).
+- Keys after traceEvents come from the last bytes of the stream (kept while reading), so
+  the file is read once; a full token scan is the fallback for a huge trailer.
+- A trace cut mid-write (plain or gzip) keeps every complete event and says where the
+  cut is, in uncompressed bytes.
+- user_annotation ranges land with domain 'default'; gpu_user_annotation (Kineto's copy of
+  the same annotation projected onto a GPU stream) lands with domain 'gpu', pid = device
+  and tid = stream, so timelines can pick either without double counting.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import zlib
+from collections import Counter, deque
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import ijson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rlwh.errors import SourceError
+from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
+
+BATCH_ROWS = 65536
+TAIL_BYTES = 4 << 20  # trailing keys after traceEvents must fit here, else a slow rescan
+READ_BYTES = 256 << 10
+DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
+ANNOTATION_DOMAINS = {"user_annotation": "default", "gpu_user_annotation": "gpu"}
+_RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
+_WS = re.compile(r"\s*")
+
+CPU_OPS_SCHEMA = pa.schema([("name", pa.string()), ("ts_ns", pa.int64()), ("dur_ns", pa.int64()),
+                            ("pid", pa.int64()), ("tid", pa.int64()), ("stack_id", pa.int64())])
+RANGES_SCHEMA = pa.schema([("source", pa.string()), ("domain", pa.string()), ("name", pa.string()),
+                           ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("pid", pa.int64()),
+                           ("tid", pa.int64()), ("thread", pa.string())])
+MEMORY_SCHEMA = pa.schema([("event_index", pa.int64()), ("ts_ns", pa.int64()), ("bytes", pa.int64()),
+                           ("addr", pa.int64()), ("total_allocated_bytes", pa.int64()),
+                           ("total_reserved_bytes", pa.int64()), ("device_type", pa.int32()),
+                           ("device_id", pa.int32()), ("tid", pa.int64()), ("op_name", pa.string()),
+                           ("stack_id", pa.int64())])
+# Spilled rows: times relative to baseTimeNanoseconds, in ns; op and frame names as
+# indexes into _Scan.names, which keeps the sort narrow.
+_I = pa.int64()
+_SPILLS = {
+    "ops": pa.schema([("seq", _I), ("name", _I), ("ts", _I), ("dur", _I), ("pid", _I), ("tid", _I)]),
+    "py": pa.schema([("ts", _I), ("end", _I), ("pid", _I), ("tid", _I), ("pyid", _I), ("parent", _I),
+                     ("name", _I)]),
+    "mem": pa.schema([("idx", _I), ("ts", _I), ("bytes", _I), ("addr", _I), ("alloc", _I), ("reserved", _I),
+                      ("dtype", _I), ("did", _I), ("pid", _I), ("tid", _I)]),
+    "ranges": pa.schema([("domain", pa.string()), ("name", pa.string()), ("ts", _I), ("end", _I),
+                         ("pid", _I), ("tid", _I)]),
+    "attr": pa.schema([("idx", _I), ("op_name", pa.string()), ("stack_id", _I)]),
+}
+
+
+def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    """Parse one Kineto trace into cpu_ops, call_stacks, ranges and torch_memory_events.
+
+    context: rank_id (used when neither distributedInfo nor the file name gives one) and
+    memory_limit (DuckDB's budget for the sort), both optional.
+    """
+    path = Path(path)
+    sink.root.mkdir(parents=True, exist_ok=True)  # spill beside the output, where ingest put it
+    with tempfile.TemporaryDirectory(prefix="_spill-", dir=sink.root) as tmp:
+        head, has_events, broken_at = _top_level_keys(path, stop_at_events=True)
+        if not has_events:
+            why = "not a PyTorch trace" if broken_at is None else (
+                f"the JSON ends or breaks before them, at or before uncompressed byte {broken_at}")
+            raise SourceError(f"{path}: no traceEvents ({why})")
+        spill = _Spill(Path(tmp))
+        try:
+            scan = _scan_events(path, spill)
+            tail = scan["tail"]
+            if tail is None and scan["error"] is None:
+                tail = _top_level_keys(path, stop_at_events=False)[0]
+            meta = {**head, **(tail or {})}
+            base = _int(meta.get("baseTimeNanoseconds")) or 0
+            rank = _rank_facts(path, meta, scan, base, context)
+        finally:
+            spill.close()
+        _resolve(Path(tmp), spill, sink, base, scan["names"], context.get("memory_limit") or DUCKDB_MEMORY)
+    if scan["error"] is not None:
+        return ReadOutcome("partial", f"{path}: {scan['error']}", rank)
+    if scan["bad"]:
+        return ReadOutcome("partial", f"{path}: skipped {scan['bad']} malformed events", rank)
+    return ReadOutcome("ok", None, rank)
+
+
+class _Stream:
+    """The trace's bytes, gunzipped when the magic says so (never by name).
+
+    Counts the uncompressed offset and keeps the last TAIL_BYTES. Gzip is inflated here
+    rather than by GzipFile, whose buffered read drops the bytes it had inflated when a
+    cut stream raises: a damaged stream ends early instead (noted in .error), so the
+    parser keeps every event before the cut.
+    """
+
+    def __init__(self, path: Path, keep_tail: bool = False):
+        self._raw = open(path, "rb")
+        self.gzipped = self._raw.read(2) == b"\x1f\x8b"
+        self._raw.seek(0)
+        self._inflate = zlib.decompressobj(31) if self.gzipped else None
+        self._pending = b""
+        self.offset = 0
+        self.error: str | None = None
+        self._keep = keep_tail
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:  # ijson probes with read(0) for bytes vs str
+            return b""
+        n = n if n > 0 else READ_BYTES
+        data = self._gunzip(n) if self.gzipped else self._raw.read(n)
+        self.offset += len(data)
+        if self._keep and data:
+            self._tail.append(data)
+            self._tail_len += len(data)
+            while self._tail_len - len(self._tail[0]) >= TAIL_BYTES:
+                self._tail_len -= len(self._tail.popleft())
+        return data
+
+    def _gunzip(self, n: int) -> bytes:
+        out = b""
+        while not out and self.error is None:
+            if self._inflate.eof:  # end of a gzip member: another may follow
+                if not self._pending.strip(b"\0"):
+                    return b""
+                self._inflate = zlib.decompressobj(31)
+            src = self._pending or self._raw.read(1 << 16)
+            if not src:
+                self.error = "gzip stream ends early"
+                break
+            try:
+                out = self._inflate.decompress(src, n)
+            except zlib.error as exc:
+                self.error = f"gzip data damaged ({exc})"
+                break
+            self._pending = self._inflate.unused_data if self._inflate.eof else self._inflate.unconsumed_tail
+        return out
+
+    def tail(self) -> str:
+        return b"".join(self._tail).decode("utf-8", "replace")
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _top_level_keys(path: Path, stop_at_events: bool) -> tuple[dict, bool, int | None]:
+    """Top-level keys other than traceEvents, whether traceEvents exists, and the
+    uncompressed offset where the JSON broke off (None if it did not).
+
+    stop_at_events: stop at the traceEvents key (the cheap head read); otherwise skip
+    its tokens and read to the end (the slow fallback for a trailer too big to keep).
+    """
+    keys: dict = {}
+    key, builder, has_events, broken_at = None, None, False, None
+    with _Stream(path) as stream:
+        try:
+            for prefix, event, value in ijson.parse(stream, use_float=False, buf_size=READ_BYTES):
+                if prefix == "":
+                    if builder is not None:
+                        keys[key] = builder.value
+                        builder = None
+                    if event == "map_key" and value == "traceEvents":
+                        has_events = True
+                        if stop_at_events:
+                            break
+                    elif event == "map_key":
+                        key, builder = value, ijson.ObjectBuilder()
+                    elif event != "start_map":
+                        break
+                elif builder is not None:
+                    builder.event(event, value)
+        except ijson.JSONError:
+            broken_at = stream.offset  # a damaged file: what was read is all there is
+    return keys, has_events, broken_at
+
+
+def _scan_events(path: Path, spill: _Spill) -> dict:
+    """One streaming pass: spill the rows the tables need, collect per-file facts."""
+    scan = _Scan(spill)
+    error, last = None, None
+    with _Stream(path, keep_tail=True) as stream:
+        try:
+            for last in ijson.items(stream, "traceEvents.item", use_float=False, buf_size=READ_BYTES):
+                scan.event(last)
+        except ijson.JSONError as exc:
+            what = stream.error or f"JSON ends or breaks early ({str(exc).strip()[:80]})"
+            error = (f"{what} at or before uncompressed byte {stream.offset}; "
+                     f"kept the {scan.seq} complete events before it")
+        tail = None if error else _parse_trailer(stream.tail(), last)
+    return {"error": error, "bad": scan.bad, "tail": tail, "devices": scan.devices, "names": scan.names,
+            "min_ts": None if scan.min_ts == _NO_TS else scan.min_ts}
+
+
+_NO_TS = Decimal("Infinity")
+
+
+class _Scan:
+    """Per-event work of the streaming pass, one method per kind of event kept."""
+
+    def __init__(self, spill: _Spill):
+        self.spill = spill
+        self.seq = self.n_mem = self.bad = 0
+        self.min_ts = _NO_TS
+        self.devices: Counter = Counter()
+        self.names: list[str] = []
+        self._name_ids: dict[str, int] = {}
+        self.handlers = {"cpu_op": self.cpu_op, "python_function": self.python_function,
+                         "cpu_instant_event": self.instant, "user_annotation": self.annotation,
+                         "gpu_user_annotation": self.annotation, "kernel": self.gpu,
+                         "gpu_memcpy": self.gpu, "gpu_memset": self.gpu}
+
+    def event(self, ev: dict) -> None:
+        self.seq += 1
+        ts = ev.get("ts")
+        if ts is None:
+            return
+        try:
+            if ts.__class__ is str:  # not Kineto's habit, but cheap to allow
+                ts = Decimal(ts.strip())
+            if ts < self.min_ts:
+                self.min_ts = ts
+            handler = self.handlers.get(ev.get("cat"))
+            if handler is not None:
+                handler(ev, ts)
+            elif ev.get("name") == "[memory]":
+                self.instant(ev, ts)
+        except (TypeError, ValueError, ArithmeticError, AttributeError):
+            self.bad += 1
+
+    def _add(self, kind: str, row: tuple) -> None:
+        rows = self.spill.rows[kind]
+        rows.append(row)
+        if len(rows) >= BATCH_ROWS:
+            self.spill.flush(kind)
+
+    def name_id(self, name) -> int:
+        nid = self._name_ids.get(name)
+        if nid is None:
+            nid = self._name_ids[name] = len(self.names)
+            self.names.append(name)
+        return nid
+
+    def cpu_op(self, ev, ts):
+        dur = ev.get("dur")
+        self._add("ops", (self.seq, self.name_id(ev.get("name")), _ns(ts), None if dur is None else _ns(dur),
+                          _int(ev.get("pid")), _int(ev.get("tid"))))
+
+    def python_function(self, ev, ts):
+        start, args = _ns(ts), ev.get("args") or {}
+        self._add("py", (start, start + _ns(ev.get("dur") or 0), _int(ev.get("pid")), _int(ev.get("tid")),
+                         _int(args.get("Python id")), _int(args.get("Python parent id")),
+                         self.name_id(ev.get("name"))))
+
+    def instant(self, ev, ts):
+        if ev.get("name") != "[memory]":
+            return
+        a = ev.get("args") or {}
+        dtype, did = _int(a.get("Device Type")), _int(a.get("Device Id"))
+        self._add("mem", (self.n_mem, _ns(ts), _int(a.get("Bytes")), _int(a.get("Addr")),
+                          _int(a.get("Total Allocated")), _int(a.get("Total Reserved")), dtype, did,
+                          _int(ev.get("pid")), _int(ev.get("tid"))))
+        self.n_mem += 1
+        if dtype == 1 and did is not None:
+            self.devices[did] += 1
+
+    def annotation(self, ev, ts):
+        if ev.get("ph", "X") == "X":
+            start = _ns(ts)
+            self._add("ranges", (ANNOTATION_DOMAINS[ev["cat"]], ev.get("name"), start,
+                                 start + _ns(ev.get("dur") or 0), _int(ev.get("pid")), _int(ev.get("tid"))))
+
+    def gpu(self, ev, ts):
+        did = _int((ev.get("args") or {}).get("device"))
+        if did is not None:
+            self.devices[did] += 1
+
+
+def _parse_trailer(text: str, last_event) -> dict | None:
+    """Keys after the traceEvents array, from the end of the stream; None if not there.
+
+    The array's ']' is the one right after the last event parsed (or after
+    '"traceEvents": ['), which tells it from the ']' of a trailing array value.
+    """
+    pos = len(text)
+    while (pos := text.rfind("]", 0, pos)) >= 0:
+        j = pos - 1
+        while j >= 0 and text[j].isspace():
+            j -= 1
+        if j < 0:
+            return None
+        if text[j] == "[" and last_event is None:
+            if re.search(r'"traceEvents"\s*:\s*$', text[max(0, j - 100):j]):
+                return _members(text, pos + 1)
+        elif text[j] == "}" and last_event is not None and _object_ending_at(text, j) == last_event:
+            return _members(text, pos + 1)
+    return None
+
+
+def _object_ending_at(text: str, j: int):
+    """The JSON object whose closing brace is text[j], if one parses there."""
+    dec = json.JSONDecoder(parse_float=Decimal)
+    k = j
+    while (k := text.rfind("{", 0, k)) >= 0 and j - k < TAIL_BYTES // 4:
+        try:
+            obj, end = dec.raw_decode(text, k)
+        except ValueError:
+            continue
+        if end == j + 1:
+            return obj
+    return None
+
+
+def _members(text: str, i: int) -> dict | None:
+    """Parse ', "key": value ... }' from text[i] to the end; None unless it is exactly that."""
+    dec = json.JSONDecoder(parse_float=Decimal)
+    out = {}
+    while True:
+        i = _WS.match(text, i).end()
+        if text.startswith("}", i):
+            return out if _WS.match(text, i + 1).end() == len(text) else None
+        if not text.startswith(",", i):
+            return None
+        try:
+            key, i = dec.raw_decode(text, _WS.match(text, i + 1).end())
+            i = _WS.match(text, i).end()
+            if not (isinstance(key, str) and text.startswith(":", i)):
+                return None
+            out[key], i = dec.raw_decode(text, _WS.match(text, i + 1).end())
+        except ValueError:
+            return None
+
+
+class _Spill:
+    """Row buffers spilled to Parquet every BATCH_ROWS rows, one file per kind."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.rows: dict[str, list] = {k: [] for k in _SPILLS}
+        self._writers = {k: pq.ParquetWriter(root / f"{k}.parquet", s, compression="none")
+                         for k, s in _SPILLS.items()}
+
+    def path(self, kind: str) -> str:
+        return str(self.root / f"{kind}.parquet")
+
+    def flush(self, kind: str) -> None:
+        rows = self.rows[kind]
+        if rows:
+            schema = _SPILLS[kind]
+            cols = [pa.array(c, t) for c, t in zip(zip(*rows), schema.types)]
+            self._writers[kind].write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+            rows.clear()
+
+    def close(self) -> None:
+        for kind, writer in self._writers.items():
+            self.flush(kind)
+            writer.close()
+        self._writers.clear()
+
+
+def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, memory_limit: str) -> None:
+    """Sort the spilled rows per thread, sweep them, write the final tables to the sink."""
+    con = duckdb.connect()
+    try:
+        con.execute("set memory_limit = ?", [memory_limit])
+        con.execute("set temp_directory = ?", [str(tmp / "duckdb")])
+        con.execute("set preserve_insertion_order = false")
+        con.execute("set enable_progress_bar = false")  # it would print to our caller's stdout
+        sweep = con.execute(
+            """
+            select 0 as kind, pid, tid, ts, "end" - ts as dur, pyid as id, parent, name
+            from read_parquet($py)
+            union all
+            select 1, pid, tid, ts, coalesce(dur, 0), seq, dur, name from read_parquet($ops)
+            union all
+            select 2, pid, tid, ts, 0, idx, null, null from read_parquet($mem)
+            order by pid, tid, ts, kind, dur desc, id
+            """,
+            {"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")},
+        ).to_arrow_reader(BATCH_ROWS)
+        attr_writer = pq.ParquetWriter(tmp / "attr.parquet", _SPILLS["attr"], compression="none")
+        stacks = _Stacks(names)
+        for ops_rows, attr_rows in _sweep(sweep, names, stacks):
+            if ops_rows:
+                cols = list(zip(*ops_rows))
+                sink.write("cpu_ops", pa.RecordBatch.from_arrays(
+                    [pa.array(cols[0], pa.string()), pc.add(pa.array(cols[1], _I), base)]
+                    + [pa.array(c, _I) for c in cols[2:]], schema=CPU_OPS_SCHEMA))
+            if attr_rows:
+                cols = [pa.array(c, t) for c, t in zip(zip(*attr_rows), _SPILLS["attr"].types)]
+                attr_writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=_SPILLS["attr"]))
+        attr_writer.close()
+        rows = list(stacks.rows.values())
+        for i in range(0, len(rows), BATCH_ROWS):
+            sink.write("call_stacks", pa.RecordBatch.from_pylist(rows[i:i + BATCH_ROWS], schema=CALL_STACKS_SCHEMA))
+        _copy(con, sink, "torch_memory_events", MEMORY_SCHEMA, """
+            select m.idx, m.ts + $base, m.bytes, m.addr, m.alloc, m.reserved, m.dtype, m.did,
+                   m.tid, a.op_name, a.stack_id
+            from read_parquet($mem) m left join read_parquet($attr) a using (idx)
+            order by m.idx""", {"base": base, "mem": spill.path("mem"), "attr": str(tmp / "attr.parquet")})
+        _copy(con, sink, "ranges", RANGES_SCHEMA, """
+            select 'torch_annotation', domain, name, ts + $base, "end" + $base, pid, tid, null
+            from read_parquet($ranges)""", {"base": base, "ranges": spill.path("ranges")})
+    finally:
+        con.close()
+
+
+def _copy(con, sink: TableSink, table: str, schema: pa.Schema, sql: str, params: dict) -> None:
+    for batch in con.execute(sql, params).to_arrow_reader(BATCH_ROWS):
+        sink.write(table, pa.RecordBatch.from_arrays(
+            [c.cast(t) for c, t in zip(batch.columns, schema.types)], schema=schema))
+
+
+def _sweep(reader, names: list, stacks: _Stacks):
+    """Walk rows sorted by (pid, tid, ts): python frames, then ops, then memory events.
+
+    Keeps only the current thread's open python frames and open ops. A frame's parent is
+    its "Python parent id" when that frame is open, else the innermost open frame that
+    encloses it in time. An op's stack is the open frames that have not ended before it
+    starts; a memory event's op is the innermost open op whose [ts, ts+dur] holds it.
+    Yields (cpu_ops rows, memory attribution rows) per batch.
+    """
+    key = None
+    frames: list[list] = []  # [ts, end, python id, name id, trie node or None]
+    open_ops: list[tuple] = []  # (ts, end, name, stack_id)
+    for batch in reader:
+        out_ops, out_attr = [], []
+        for kind, pid, tid, ts, dur, ident, extra, name in zip(*(c.to_pylist() for c in batch.columns)):
+            if (pid, tid) != key:
+                key, frames, open_ops = (pid, tid), [], []
+            if kind == 0:
+                end = ts + dur
+                j = len(frames) - 1 if extra is not None else -1  # extra: "Python parent id"
+                while j >= 0 and frames[j][2] != extra:
+                    j -= 1
+                if j >= 0:
+                    del frames[j + 1:]
+                else:
+                    while frames and frames[-1][1] < end:
+                        frames.pop()
+                frames.append([ts, end, ident, name, None])
+            elif kind == 1:  # extra: the op's dur as written (may be null)
+                while frames and frames[-1][1] < ts:
+                    frames.pop()
+                sid = stacks.of(frames) if frames else None
+                end = ts + dur
+                while open_ops and open_ops[-1][1] < end:
+                    open_ops.pop()
+                open_ops.append((ts, end, names[name], sid))
+                out_ops.append((names[name], ts, extra, pid, tid, sid))
+            else:
+                while open_ops and open_ops[-1][1] < ts:
+                    open_ops.pop()
+                if open_ops:
+                    out_attr.append((ident, open_ops[-1][2], open_ops[-1][3]))
+        yield out_ops, out_attr
+
+
+class _Stacks:
+    """Interns call paths in a trie keyed by frame name, so each op's stack costs a few
+    dict lookups and each distinct stack is hashed (and becomes a call_stacks row) once."""
+
+    def __init__(self, names: list):
+        self.names = names
+        self.rows: dict[int, dict] = {}  # stack_id -> call_stacks row
+        self._trie: dict[tuple, int] = {}  # (parent node, name id) -> node
+        self._parent, self._name = [-1], [-1]
+        self._sid: dict[int, int | None] = {0: None}
+
+    def of(self, frames: list) -> int | None:
+        """stack_id of the open frames (outermost first); frames cache their node."""
+        i = len(frames) - 1
+        while i >= 0 and frames[i][4] is None:
+            i -= 1
+        node = frames[i][4] if i >= 0 else 0
+        for frame in frames[i + 1:]:
+            child = self._trie.get((node, frame[3]))
+            if child is None:
+                child = self._trie[(node, frame[3])] = len(self._parent)
+                self._parent.append(node)
+                self._name.append(frame[3])
+            frame[4] = node = child
+        if node not in self._sid:
+            chain = []
+            n = node
+            while n > 0:
+                chain.append(self.names[self._name[n]] or "")
+                n = self._parent[n]
+            text = normalize_stack("\n".join(reversed(chain)))
+            row = call_stack_row(text) if text else None
+            if row is not None:
+                self.rows.setdefault(row["stack_id"], row)
+            self._sid[node] = row and row["stack_id"]
+        return self._sid[node]
+
+
+def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) -> dict:
+    """The ranks-table facts: rank from distributedInfo, else the file name, else discovery."""
+    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    rank_id = _int(dist.get("rank"))
+    if rank_id is None and (m := _RANK_IN_NAME.search(path.name)):
+        rank_id = int(m.group(1))
+    if rank_id is None:
+        rank_id = context.get("rank_id")
+    if rank_id is None:
+        raise SourceError(f"{path}: no rank: the trace has no distributedInfo.rank and the file "
+                          "name has no rank<k> (e.g. prof_rank-0_031904.json.gz)")
+    props = meta.get("deviceProperties")
+    gpus = [_int(p.get("id")) for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+    if scan["devices"]:  # the GPU the trace's kernels and CUDA allocations ran on
+        device = f"cuda:{scan['devices'].most_common(1)[0][0]}"
+    elif gpus:  # visible GPUs, none used in the trace: only a lone one names the device
+        device = f"cuda:{gpus[0]}" if len(gpus) == 1 and gpus[0] is not None else "cuda"
+    else:
+        device = "cpu"
+    versions = {k: v for k, v in meta.items() if k == "schemaVersion" or k.lower().endswith("_version")}
+    if "nccl_version" in dist:
+        versions["nccl_version"] = dist["nccl_version"]
+    config = {k: v for k, v in meta.items() if k.startswith(("with_", "profile_", "record_"))}
+    other = {k: v for k, v in meta.items() if k not in versions and k not in config}
+    return {
+        "rank_id": rank_id,
+        "world_size": _int(dist.get("world_size")),
+        "device": device,
+        "capture_started_ns": None if scan["min_ts"] is None else base + _ns(scan["min_ts"]),
+        "versions": _jsonable(versions),
+        "profiler_config": _jsonable(config) or None,
+        "parallel_groups": _jsonable(dist.get("pg_config")),
+        "metadata": _jsonable(other),
+    }
+
+
+def _ns(us) -> int:
+    """Kineto µs (int or Decimal) as exact integer ns."""
+    return us * 1000 if us.__class__ is int else int(us * 1000)
+
+
+def _int(v) -> int | None:
+    """An id or count as int; None for Kineto's non-numeric ones ("Spans", "")."""
+    if v.__class__ is int or v is None:
+        return v
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else None
+    if isinstance(v, str):
+        s = v.strip()
+        return int(s) if s.lstrip("-").isdigit() else None
+    return None
+
+
+def _jsonable(v):
+    """Metadata as plain JSON values (ijson gives Decimal for non-integers)."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return v

@@ -1,0 +1,168 @@
+"""rlwh.readers.nvtx on the RL-Insight nsys exports and on generated jsonl files."""
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from rlwh.errors import SourceError
+from rlwh.readers import nvtx
+from rlwh.readers.base import TableSink
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rl-insight-samples" / "nvtx_data"
+NVTX_DIR = FIXTURES / "nvtx_profile"
+GTID = (1 << 56) | (4242 << 24) | 4243  # vm 1, pid 4242, tid 4243
+
+
+def run_reader(path: Path, tmp_path: Path, context: dict | None = None):
+    """Read `path` into a fresh TableSink; return the outcome and the ranges rows."""
+    sink = TableSink(tmp_path / "out")
+    outcome = nvtx.read(path, sink, context or {})
+    sink.close()
+    parts = sink.tables().get("ranges", [])
+    rows = pq.read_table(parts).to_pylist() if parts else []
+    return outcome, rows
+
+
+def write_jsonl(path: Path, records: list, shuffle_seed: int | None = None) -> Path:
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(lines)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def base_records(rank='"3"'):
+    return [
+        {"table": "ANALYSIS_DETAILS", "startTime": 1_000_000_000_000, "stopTime": 1_000_100_000_000,
+         "duration": 100_000_000, "globalVid": 1 << 56},
+        {"table": "META_DATA_CAPTURE", "name": "PROCESS_0:ENVIRONMENT_VARIABLE", "value": f"RANK={rank}"},
+        {"table": "META_DATA_CAPTURE", "name": "PROCESS_0:ENVIRONMENT_VARIABLE", "value": "WORLD_SIZE=8"},
+        {"table": "META_DATA_CAPTURE", "name": "PROCESS_0:ENVIRONMENT_VARIABLE", "value": "HF_TOKEN=abc"},
+    ]
+
+
+def test_rl_insight_fixture_ranges(tmp_path):
+    shutil.copytree(NVTX_DIR, tmp_path / "nvtx")
+    outcome, rows = run_reader(tmp_path / "nvtx" / "worker_process_70000.1.jsonl", tmp_path)
+    assert outcome.status == "ok" and outcome.message is None
+    assert outcome.rank["rank_id"] == 0
+    assert outcome.rank["capture_started_ns"] == 6589107243593703
+    assert rows == [{
+        "role": "compute_log_prob", "rank_id": 0, "source": "nvtx", "domain": "default",
+        "name": "compute_log_prob",
+        "start_ns": 6589107243593703 + 20979323, "end_ns": 6589107243593703 + 21019655556,
+        "pid": (282747880941798 >> 24) & 0xFFFFFF, "tid": 282747880941798 & 0xFFFFFF, "thread": None,
+    }]
+
+
+@pytest.mark.parametrize("name, rank, role", [
+    ("worker_process_70001.1.jsonl", 1, "compute_log_prob"),
+    ("worker_process_70001.2.jsonl", 1, "compute_values"),
+    ("worker_process_70000.3.jsonl", 0, "update_critic"),
+])
+def test_rl_insight_fixture_every_file(tmp_path, name, rank, role):
+    shutil.copy(NVTX_DIR / name, tmp_path / name)
+    outcome, rows = run_reader(tmp_path / name, tmp_path)
+    assert outcome.rank["rank_id"] == rank
+    assert [(r["role"], r["rank_id"]) for r in rows] == [(role, rank)]
+    assert rows[0]["end_ns"] > rows[0]["start_ns"]
+
+
+def generated_records():
+    recs = base_records() + [
+        {"table": "StringIds", "id": 7, "value": "actor_update"},
+        {"table": "StringIds", "id": 8, "value": "MyDomain"},
+        {"table": "NVTX_EVENTS", "eventType": 75, "domainId": 5, "textId": 8, "globalTid": GTID, "start": 1},
+        {"table": "NVTX_EVENTS", "eventType": 75, "domainId": 6, "text": "Inline Domain", "globalTid": GTID,
+         "start": 1},
+        # push/pop by textId, start/end with inline text, a mark, two ranges tied in time
+        {"table": "NVTX_EVENTS", "eventType": 59, "textId": 7, "domainId": 0, "globalTid": GTID,
+         "start": 100, "end": 900, "rangeId": 1},
+        {"table": "NVTX_EVENTS", "eventType": 60, "text": "rollout", "domainId": 5, "globalTid": GTID,
+         "start": 100, "end": 900, "rangeId": 2},
+        {"table": "NVTX_EVENTS", "eventType": 34, "text": "checkpoint", "domainId": 6, "globalTid": GTID,
+         "start": 500},
+        {"table": "NVTX_EVENTS", "eventType": 60, "text": "unfinished", "globalTid": GTID, "start": 950},
+        {"table": "NVTX_EVENTS", "eventType": 33, "text": "a category, not a range", "globalTid": GTID,
+         "start": 1},
+        {"table": "CUPTI_ACTIVITY_KIND_KERNEL", "start": 5, "end": 6, "shortName": 7},
+    ]
+    return recs
+
+
+def expected_rows():
+    base = 1_000_000_000_000
+    common = {"rank_id": 3, "source": "nvtx", "pid": 4242, "tid": 4243, "thread": None}
+    return sorted([
+        dict(common, role="actor_update", name="actor_update", domain="default",
+             start_ns=base + 100, end_ns=base + 900),
+        dict(common, role="rollout", name="rollout", domain="MyDomain", start_ns=base + 100, end_ns=base + 900),
+        dict(common, role="checkpoint", name="checkpoint", domain="Inline Domain",
+             start_ns=base + 500, end_ns=base + 500),
+        dict(common, role="unfinished", name="unfinished", domain="default", start_ns=base + 950, end_ns=None),
+    ], key=lambda r: (r["start_ns"], r["name"]))
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2, 3])
+def test_generated_any_line_order(tmp_path, seed):
+    """Strings and domains may come after the events that use them."""
+    path = write_jsonl(tmp_path / "worker_process_1.1.jsonl", generated_records(), seed)
+    outcome, rows = run_reader(path, tmp_path)
+    assert outcome.status == "ok"
+    assert sorted(rows, key=lambda r: (r["start_ns"], r["name"])) == expected_rows()
+    assert outcome.rank["world_size"] == 8
+    assert outcome.rank["metadata"]["environment"]["HF_TOKEN"] == "<redacted>"
+
+
+def test_strings_after_events(tmp_path):
+    recs = generated_records()
+    strings = [r for r in recs if r["table"] == "StringIds"]
+    path = write_jsonl(tmp_path / "w.jsonl", [r for r in recs if r["table"] != "StringIds"] + strings)
+    _, rows = run_reader(path, tmp_path)
+    assert {r["name"] for r in rows} == {"actor_update", "rollout", "checkpoint", "unfinished"}
+
+
+def test_unquoted_rank_and_unknown_text(tmp_path):
+    recs = base_records(rank="5") + [
+        {"table": "NVTX_EVENTS", "eventType": 59, "textId": 99, "globalTid": GTID, "start": 1, "end": 2},
+        {"table": "NVTX_EVENTS", "eventType": 59, "text": "x", "domainId": 42, "globalTid": GTID,
+         "start": 3, "end": 4},
+    ]
+    outcome, rows = run_reader(write_jsonl(tmp_path / "w.jsonl", recs), tmp_path)
+    assert outcome.rank["rank_id"] == 5
+    assert [(r["name"], r["domain"]) for r in rows] == [(None, "default"), ("x", None)]
+
+
+def test_missing_rank_uses_context_else_errors(tmp_path):
+    recs = [r for r in generated_records() if r["table"] != "META_DATA_CAPTURE"]
+    path = write_jsonl(tmp_path / "w.jsonl", recs)
+    outcome, rows = run_reader(path, tmp_path, {"rank_id": 7})
+    assert outcome.rank["rank_id"] == 7 and {r["rank_id"] for r in rows} == {7}
+    with pytest.raises(SourceError, match="w.jsonl.*RANK"):
+        run_reader(path, tmp_path / "again")
+
+
+def test_bad_lines_skipped_and_named(tmp_path):
+    recs = generated_records()
+    lines = [json.dumps(r) for r in recs]
+    lines.insert(2, '{"table": "NVTX_EVENTS", "eventType": 59, "text": "broken", "start": 1')
+    lines.append('{"table": "CUPTI_ACTIVITY_KIND_KERNEL", "start": 5, "en')  # a cut last line
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(lines))
+    outcome, rows = run_reader(path, tmp_path)
+    assert outcome.status == "partial"
+    assert str(path) in outcome.message
+    assert "line 3" in outcome.message and f"line {len(lines)}" in outcome.message
+    assert sorted(rows, key=lambda r: (r["start_ns"], r["name"])) == expected_rows()
+
+
+def test_garbage_file_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(nvtx, "MAX_BAD_LINES", 10)
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(["not json"] * 50))
+    with pytest.raises(SourceError, match="not an nsys jsonlines export"):
+        run_reader(path, tmp_path)
