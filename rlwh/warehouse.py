@@ -27,6 +27,7 @@ from rlwh.schema import is_current, migrate
 
 
 def _configure(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    con.execute("set enable_progress_bar = false")  # it would print into our output
     con.execute(f"set threads = {int(config.threads)}")
     con.execute("set memory_limit = ?", [config.memory_limit])
 

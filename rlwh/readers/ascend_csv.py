@@ -92,6 +92,7 @@ def _read_with_duckdb(path: Path, header: list[str], sink: TableSink, memory_lim
     try:
         # One thread keeps the file's row order, which ordinality (source_row) numbers.
         con.execute("set threads = 1")
+        con.execute("set enable_progress_bar = false")
         con.execute("set memory_limit = ?", [memory_limit])
         trimmed = ", ".join(
             f'{trimmed_sql(chr(34) + h + chr(34))} as {COLUMNS[h][0]}_text' for h in known if COLUMNS[h][1] == "us"

@@ -217,6 +217,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     con = duckdb.connect()
     try:
         con.execute("set threads = 1")  # one JSON array does not scan faster with more
+        con.execute("set enable_progress_bar = false")
         con.execute("set memory_limit = ?", [context.get("memory_limit", "384MB")])
         con.execute("set preserve_insertion_order = false")
         outcome = ReadOutcome()
