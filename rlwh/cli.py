@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -244,6 +245,40 @@ def shell(config, write):
     except RlwhError as exc:
         raise _fail(exc) from exc
     os.execv(argv[0], argv)
+
+
+@cli.group()
+def export():
+    """Write the warehouse in formats other engines read.
+
+    \b
+    Example:
+      rlwh export parquet /shared/exports/rl
+    """
+
+
+@export.command("parquet")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--run", "run_name", help="Only this run's rows (call_stacks stays whole).")
+@warehouse_options
+def export_parquet(config, out, run_name):
+    """Write every public table as hive-partitioned Parquet: OUT/<table>/run=<run>/role=<role>/*.parquet.
+
+    OUT is replaced when it holds an earlier export; any other non-empty folder is refused.
+
+    \b
+    Example:
+      rlwh export parquet /shared/exports/rl --run grpo-0412
+    """
+    from rlwh.export import export_parquet as run_export
+
+    try:
+        counts = run_export(config, out, run=run_name)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+    for table, rows in counts.items():
+        click.echo(f"{table:<22} {rows:>12,} rows")
+    click.echo(f"{sum(counts.values()):,} rows in {len(counts)} tables -> {out}")
 
 
 def main():

@@ -78,6 +78,23 @@ def _read_json_quietly(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _printable(path: str | os.PathLike) -> str:
+    """A path for a message, its non-UTF-8 bytes shown as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _is_utf8(name: str | os.PathLike) -> bool:
+    try:
+        str(name).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_regular(path: Path) -> str:
+    return f"skipping {path}: named like a source file, but not a regular file (a folder, FIFO or broken link)"
+
+
 def _ascend_rank_files(rank_dir: Path, root: Path, warnings: list[str]) -> list[SourceFile]:
     """The files of one Ascend rank dir (<date>_<time>_ascend_pt)."""
     rel = rank_dir.relative_to(root)
@@ -109,12 +126,16 @@ def _ascend_rank_files(rank_dir: Path, root: Path, warnings: list[str]) -> list[
         return SourceFile(kind, path, str(path.relative_to(root)), role, rank_id, capture, started, problem)
 
     files = []
-    if info_name:
+    if info_name and (rank_dir / info_name).is_file():
         files.append(source("ascend_info", rank_dir / info_name))
+    elif info_name:
+        warnings.append(_not_regular(rank_dir / info_name))
     output = rank_dir / ASCEND_OUTPUT
     for name, kind in (("operator_memory.csv", "ascend_memory_csv"), ("trace_view.json", "ascend_trace")):
         if (output / name).is_file():
             files.append(source(kind, output / name))
+        elif (output / name).exists() or (output / name).is_symlink():
+            warnings.append(_not_regular(output / name))
     return files
 
 
@@ -146,6 +167,10 @@ def discover(root: str | os.PathLike) -> Discovery:
 
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=on_error):
         here = Path(dirpath)
+        if not _is_utf8(here):
+            warnings.append(f"skipping {_printable(here)}: its name is not UTF-8 text")
+            dirnames[:] = []
+            continue
         try:
             st = here.stat()
         except OSError as exc:
@@ -163,7 +188,12 @@ def discover(root: str | os.PathLike) -> Discovery:
             dirnames[:] = []  # nothing else inside a rank dir is ours (PROF_*, FRAMEWORK, logs)
         for name in sorted(filenames):
             path = here / name
+            if not _is_utf8(name):
+                warnings.append(f"skipping {_printable(path)}: its name is not UTF-8 text")
+                continue
             if not path.is_file():
+                if _classify_loose_file(path, root) is not None:
+                    warnings.append(_not_regular(path))
                 continue
             found = _classify_loose_file(path, root)
             if found is not None:

@@ -42,6 +42,18 @@ def schema_markdown() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _command_sections(command: click.Command, ctx: click.Context, name: str) -> list[str]:
+    """The help of `command` and, for a group, of each subcommand."""
+    out = [f"## {name}", "", "```", command.get_help(ctx), "```", ""]
+    if isinstance(command, click.Group):
+        for sub_name in sorted(command.list_commands(ctx)):
+            sub = command.get_command(ctx, sub_name)
+            with click.Context(sub, info_name=f"{name} {sub_name}", parent=ctx, terminal_width=100,
+                               max_content_width=100) as sub_ctx:
+                out += _command_sections(sub, sub_ctx, f"{name} {sub_name}")
+    return out
+
+
 def commands_markdown() -> str:
     from rlwh.cli import cli
 
@@ -52,7 +64,7 @@ def commands_markdown() -> str:
             command = cli.get_command(ctx, name)
             with click.Context(command, info_name=f"rlwh {name}", parent=ctx, terminal_width=100,
                                max_content_width=100) as sub:
-                out += [f"## rlwh {name}", "", "```", command.get_help(sub), "```", ""]
+                out += _command_sections(command, sub, f"rlwh {name}")
     return "\n".join(out).rstrip() + "\n"
 
 

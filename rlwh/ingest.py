@@ -7,10 +7,10 @@ file is unchanged the warehouse is not even opened for writing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -27,7 +27,7 @@ from rlwh.errors import RlwhError
 from rlwh.fingerprint import fingerprint
 from rlwh.jobs import FACT_TABLES, SHARED_TABLES, jobs
 from rlwh.parse import failed_result, parse_source
-from rlwh.warehouse import connect_read, write_session
+from rlwh.warehouse import connect_read, pause_for_test, write_session
 
 KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id")
 KEY_TYPES = {"run": "varchar", "role": "varchar", "rank_id": "integer", "capture": "varchar", "source_id": "bigint"}
@@ -101,7 +101,9 @@ def _plan(files: list[SourceFile], warnings: list[str]) -> list[_Planned]:
         try:
             fp, size, mtime = fingerprint(source.path)
         except OSError as exc:
-            warnings.append(f"cannot read {source.path}: {exc.strerror}")
+            # A failed file, not just a warning: `rlwh sources`, the summary and the exit status show it.
+            source.problem = f"cannot read {source.path}: {exc.strerror}"
+            planned.append(_Planned(source, f"unreadable:{exc.errno}", 0, 0.0))
             continue
         planned.append(_Planned(source, fp, size, mtime))
     return planned
@@ -237,7 +239,8 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
         _upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
         con.execute("commit")
     except (duckdb.Error, RlwhError) as exc:
-        con.execute("rollback")
+        with contextlib.suppress(duckdb.Error):
+            con.execute("rollback")  # a commit that failed has rolled back already
         status, rows = "failed", 0
         message = str(exc) if isinstance(exc, RlwhError) else f"{s.rel_path}: loading failed: {exc}"
         con.execute("begin transaction")
@@ -316,10 +319,15 @@ def ingest(
             todo.append(p)
         if progress:
             progress(done_files, len(planned), done_bytes, total_bytes, "")
-        tmp = Path(tempfile.mkdtemp(prefix="rlwh-ingest-"))
+        # Parsed parts live beside the warehouse (same disk, usually roomier than /tmp);
+        # a killed ingest's leftovers are removed here, under the writer lock.
+        tmp = config.db_path.with_name(config.db_path.name + ".parts")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
         try:
             for p, parsed in _parse_all(todo, config, tmp):
                 summary.results.append(_load(con, run, p, parsed))
+                pause_for_test("between_files")
                 for parts in parsed["tables"].values():
                     for part in parts:
                         Path(part).unlink(missing_ok=True)

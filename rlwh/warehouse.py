@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Iterator
@@ -82,6 +83,14 @@ def writer_lock(config: Config) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def pause_for_test(stage: str) -> None:
+    """Crash tests set RLWH_TEST_PAUSE_AT=<stage>: the process stops itself (SIGSTOP) the first
+    time it reaches that stage, so the test can kill -9 it exactly there. Does nothing otherwise."""
+    if os.environ.get("RLWH_TEST_PAUSE_AT") == stage:
+        del os.environ["RLWH_TEST_PAUSE_AT"]
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def _working_path(config: Config) -> Path:
     return config.db_path.with_name(config.db_path.name + ".ingest")
 
@@ -116,7 +125,9 @@ class WriteSession:
         self.con.close()
         with open(self.work, "rb+") as handle:
             os.fsync(handle.fileno())
+        pause_for_test("publish")
         os.replace(self.work, self.config.db_path)
+        pause_for_test("published")
         _fsync_dir(self.config.db_path.parent)
 
 
@@ -162,6 +173,9 @@ def write_session(config: Config) -> Iterator[WriteSession]:
             yield session
             if session.changed:
                 session.publish()
+        except duckdb.Error as exc:  # the disk filled up, the file system failed: say so, keep the warehouse
+            first = str(exc).strip().splitlines()[0]
+            raise RlwhError(f"cannot write the working copy {work} ({first}); {config.db_path} is unchanged") from exc
         finally:
             with contextlib.suppress(duckdb.Error):
                 con.close()

@@ -55,9 +55,10 @@ SCHEMA = pa.schema(
 
 def read_header(path: Path) -> list[str]:
     """The CSV's column names; raises SourceError when a required one is missing."""
+    with open(path, "rb") as handle:
+        first = handle.readline()  # only the header line: a bad byte further on is a bad row
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            header = next(csv.reader(handle), None)
+        header = next(csv.reader([first.decode("utf-8")]), None)
     except UnicodeDecodeError as exc:
         raise SourceError(f"{path}: row 0 (header) is not UTF-8 text (byte {exc.start})") from exc
     if not header:
@@ -124,7 +125,10 @@ def _convert(text: str, kind: str):
     value = Decimal(text)
     if not value.is_finite():
         raise InvalidOperation(f"{text!r} is not a finite number")
-    return int((value * _SCALE[kind]).to_integral_value(rounding=ROUND_HALF_UP))
+    result = int((value * _SCALE[kind]).to_integral_value(rounding=ROUND_HALF_UP))
+    if not -(2**63) <= result < 2**63:
+        raise InvalidOperation(f"{text!r} is out of range")
+    return result
 
 
 def _read_row_by_row(path: Path, header: list[str], sink: TableSink) -> tuple[int, list[str]]:
@@ -133,7 +137,7 @@ def _read_row_by_row(path: Path, header: list[str], sink: TableSink) -> tuple[in
     bad: list[str] = []
     batch: list[dict] = []
     kept = 0
-    with open(path, newline="", encoding="utf-8", errors="strict") as handle:
+    with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:
         reader = csv.reader(handle)
         next(reader)
         row_number = 0
@@ -145,6 +149,11 @@ def _read_row_by_row(path: Path, header: list[str], sink: TableSink) -> tuple[in
                 break
             except (csv.Error, UnicodeDecodeError) as exc:
                 bad.append(f"row {row_number}: {exc}")
+                continue
+            try:
+                "".join(cells).encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad.append(f"row {row_number}: not UTF-8 text ({exc.reason})")
                 continue
             if len(cells) != len(header):
                 bad.append(f"row {row_number}: {len(cells)} cells, the header has {len(header)}")

@@ -16,6 +16,7 @@ import duckdb
 import ijson
 import pyarrow as pa
 
+from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 
 OVERLAP_PROCESS = "Overlap Analysis"
@@ -46,7 +47,7 @@ def _ns(column: str) -> str:
     """Microseconds as decimal text -> exact ns; a number DuckDB printed in another form
     (scientific notation) falls back to DOUBLE."""
     exact = us_text_to_ns_sql(f"{column}_text", strict=False)
-    return f"coalesce({exact}, cast(round(try_cast({column} as double) * 1000) as bigint))"
+    return f"coalesce({exact}, try_cast(round(try_cast({column} as double) * 1000) as bigint))"
 # Ascend joins frames with ";\r\n"; tolerate "\n" and "\r\n" alone.
 _NORMALIZED_STACK = (
     "nullif(trim(regexp_replace(regexp_replace(trim(stack), '[ \\t]*;?[ \\t]*\\r?\\n[ \\t]*', chr(10), 'g'),"
@@ -94,6 +95,11 @@ def _text(value) -> str | None:
     return str(value)
 
 
+# Raw control characters are invalid inside JSON strings (a profiler's stray \x01 or
+# newline); as spaces they are harmless, and outside strings a space is what they were.
+_CONTROL_AS_SPACE = bytes.maketrans(bytes(range(32)), b" " * 32)
+
+
 class _CountingFile:
     """A binary file that remembers how far the parser has read, for error offsets."""
 
@@ -104,7 +110,19 @@ class _CountingFile:
     def read(self, size: int = -1) -> bytes:
         data = self.handle.read(size)
         self.offset += len(data)
-        return data
+        return data.translate(_CONTROL_AS_SPACE)
+
+
+def _edge_byte(path: Path, last: bool) -> bytes:
+    """The first (or last) non-whitespace byte of the file; b"" when there is none."""
+    with open(path, "rb") as handle:
+        if last:
+            handle.seek(max(0, path.stat().st_size - 65536))
+            return handle.read().rstrip()[-1:]
+        while chunk := handle.read(65536):
+            if chunk.lstrip():
+                return chunk.lstrip()[:1]
+    return b""
 
 
 def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, str]:
@@ -112,16 +130,17 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
     import pyarrow.parquet as pq
 
     rows: list[dict] = []
-    kept_events = 0
+    kept_events = skipped = first_skipped = 0
     writer = pq.ParquetWriter(raw, RAW_SCHEMA)
     damage = "the file ends before the closing ']'"
     with open(path, "rb") as handle:
         counting = _CountingFile(handle)
         try:
-            for event in ijson.items(counting, "item", use_float=False, buf_size=16384):
-                kept_events += 1
+            for i, event in enumerate(ijson.items(counting, "item", use_float=False, buf_size=16384), start=1):
                 if not isinstance(event, dict):
+                    skipped, first_skipped = skipped + 1, first_skipped or i
                     continue
+                kept_events += 1
                 args = event.get("args") if isinstance(event.get("args"), dict) else {}
                 row = {
                     "cat": _text(event.get("cat")),
@@ -151,12 +170,17 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
     if rows:
         writer.write_batch(pa.RecordBatch.from_pylist(rows, RAW_SCHEMA))
     writer.close()
+    if skipped:
+        note = f"skipped {skipped} array elements that are not event objects (the first is element {first_skipped})"
+        damage = f"{damage}; {note}" if damage else note
     return kept_events, damage
 
 
-def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -> None:
+def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -> int:
+    """Write the tables; return how many events were skipped for want of a usable ts."""
     ts_ns, end_ns = "ts_ns", "ts_ns + coalesce(dur_ns, 0)"
-    con.execute(f"create or replace temp view raw as select * from read_parquet({_q(raw)})")
+    con.execute(f"create or replace temp view all_raw as select * from read_parquet({_q(raw)})")
+    con.execute("create or replace temp view raw as select * from all_raw where ts_ns is not null or ph = 'M'")
     # Each distinct stack text once: found by its fast hash, normalized, given its id.
     con.execute(
         f"""create or replace temp table stacks as
@@ -209,9 +233,15 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
           from both_sources b left join threads t on b.pid = t.pid and b.tid = t.tid
         ) to {_q(sink.parquet_path('ranges'))} (format parquet)"""
     )
+    return con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'").fetchone()[0]
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    first = _edge_byte(path, last=False)
+    if not first:
+        raise SourceError(f"{path}: empty file ({path.stat().st_size} bytes), no trace events")
+    if first != b"[":
+        raise SourceError(f"{path}: not a JSON array of trace events (it starts with {first.decode('latin-1')!r})")
     raw = sink.root / "_raw_events.parquet"
     sink.root.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
@@ -220,26 +250,31 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         con.execute("set enable_progress_bar = false")
         con.execute("set memory_limit = ?", [context.get("memory_limit", "384MB")])
         con.execute("set preserve_insertion_order = false")
-        outcome = ReadOutcome()
+        status, notes = "ok", []
         try:
             _scan_with_duckdb(con, path, raw)
+            # DuckDB reads an array cut right after a comma as if it were whole.
+            if _edge_byte(path, last=True) != b"]":
+                status = "partial"
+                notes.append(f"no closing ']' at byte {path.stat().st_size}: the file was cut while being written; "
+                             "kept every complete event")
         except duckdb.Error as exc:
             salvaged = sink.root / "_salvaged_events.parquet"
             events, damage = _salvage_with_ijson(path, sink, salvaged)
             _raw_copy(con, f"read_parquet({_q(salvaged)})", raw)
             salvaged.unlink()
-            first_line = str(exc).strip().splitlines()[0]
-            outcome = ReadOutcome(message=f"{path}: read by the streaming fallback ({first_line})")
+            if damage and events == 0:
+                raise SourceError(f"{path}: no complete event: {damage}") from None
             if damage:
-                from rlwh.errors import SourceError
-
-                if events == 0:
-                    raise SourceError(f"{path}: no complete event: {damage}") from None
-                outcome = ReadOutcome(
-                    status="partial", message=f"{path}: kept the {events} complete events before the damage: {damage}"
-                )
-        _derive_tables(con, raw, sink)
-        return outcome
+                status = "partial"
+                notes.append(f"kept the {events} complete events before the damage: {damage}")
+            else:
+                notes.append(f"read by the streaming fallback ({str(exc).strip().splitlines()[0]})")
+        unusable = _derive_tables(con, raw, sink)
+        if unusable:
+            status = "partial"
+            notes.append(f"skipped {unusable} events whose ts is not a time in microseconds that fits in ns")
+        return ReadOutcome(status=status, message=(f"{path}: " + "; ".join(notes)) if notes else None)
     finally:
         con.close()
         raw.unlink(missing_ok=True)

@@ -1,0 +1,212 @@
+"""`rlwh export parquet OUT`: every public table as hive-partitioned Parquet.
+
+Spark, Trino, Polars or another DuckDB read the warehouse without opening the .duckdb
+file. Layout:
+
+    OUT/_rlwh_export.json                          what was exported, rows per table
+    OUT/<table>/run=<run>/role=<role>/data_0.parquet   tables keyed by (run, role, ...)
+    OUT/runs/run=<run>/data_0.parquet              runs: no role
+    OUT/call_stacks/data_0.parquet                 call_stacks: shared by all runs, one file
+                                                   (whole even with --run: a superset of its stacks)
+    OUT/<table>/empty.parquet                      a table with no rows: its schema only
+
+Partition columns live in the folder names only (Spark refuses a column that is in the
+files and in the path), so read `run` and `role` as strings: DuckDB
+`read_parquet('OUT/cpu_ops/**/*.parquet', hive_partitioning = true,
+hive_types_autocast = false)` (else a run named 0412 reads back as the number 412), Spark
+`spark.read.option("basePath", "OUT/cpu_ops").parquet("OUT/cpu_ops")` with
+`spark.sql.sources.partitionColumnTypeInference.enabled=false`. A NULL role (a sources row
+whose role discovery could not tell) is the folder `role=__HIVE_DEFAULT_PARTITION__`,
+which every engine reads back as NULL.
+
+Safety: the export reads one snapshot through a read-only connection (an ingest running
+meanwhile does not change what it sees and is not blocked). It is written into a temp
+folder beside OUT and renamed into place, so a half export never appears at OUT; a
+previous export at OUT is replaced (moved aside, then deleted: for an instant OUT is
+absent, never half-written), but a folder that is not an rlwh export is never touched.
+Run and role values come from profiler data: DuckDB percent-encodes them in folder
+names ('/' is %2F, '=' is %3D, so '../../x' is the single folder `role=..%2F..%2Fx`),
+and every path written is checked to lie inside the export before it is published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from rlwh import __version__
+from rlwh.config import Config
+from rlwh.errors import RlwhError
+from rlwh.warehouse import connect_read
+
+MARKER = "_rlwh_export.json"
+PARTITION_KEYS = ("run", "role")
+_TMP_PREFIX = ".rlwh-export-"
+
+
+def public_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The warehouse's public base tables (not views, not the private `_` ones), by name."""
+    rows = con.execute(
+        """select table_name from duckdb_tables()
+           where database_name = current_database() and schema_name = 'main'
+             and not temporary and not starts_with(table_name, '_')
+           order by table_name"""
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _literal(path: Path) -> str:
+    """A file path as a SQL string literal (COPY ... TO takes no parameter)."""
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    return [
+        r[0]
+        for r in con.execute(
+            """select column_name from duckdb_columns()
+               where database_name = current_database() and schema_name = 'main' and table_name = ?
+               order by column_index""",
+            [table],
+        ).fetchall()
+    ]
+
+
+def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: str | None) -> int:
+    """COPY one table (or one run of it) into target/; return the rows written."""
+    columns = _columns(con, table)
+    keys = [k for k in PARTITION_KEYS if k in columns]
+    where, params = "", []
+    if run is not None and "run" in columns:
+        where, params = "where run = ?", [run]
+    select = f"select * from {_ident(table)} {where}"
+    count = con.execute(f"select count(*) from ({select})", params).fetchone()[0]
+    if count == 0:
+        # No rows, so no partitions: one empty file keeps the table and its schema readable.
+        target.mkdir()
+        con.execute(f"copy ({select} limit 0) to {_literal(target / 'empty.parquet')} (format parquet)", params)
+        return 0
+    if keys:
+        options = f"format parquet, partition_by ({', '.join(keys)})"
+        written = con.execute(f"copy ({select}) to {_literal(target)} ({options})", params).fetchone()[0]
+    else:
+        target.mkdir()
+        written = con.execute(
+            f"copy ({select}) to {_literal(target / 'data_0.parquet')} (format parquet)", params
+        ).fetchone()[0]
+    return int(written)
+
+
+def _check_contained(root: Path) -> None:
+    """Every path under root is a plain file or folder inside it (no links, no escape)."""
+    real_root = root.resolve()
+    for folder, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(folder) / name
+            if path.is_symlink() or not path.resolve().is_relative_to(real_root):
+                raise RlwhError(f"export refused: {path} would lie outside {root}")
+
+
+def _is_replaceable(out: Path) -> bool:
+    """OUT may be replaced when it is absent, an empty folder or an earlier rlwh export."""
+    if not out.exists() and not out.is_symlink():
+        return True
+    if out.is_symlink() or not out.is_dir():
+        return False
+    return (out / MARKER).is_file() or not any(out.iterdir())
+
+
+def _remove_stale_temps(parent: Path) -> None:
+    """Temp folders of exports whose process is gone (killed mid-export)."""
+    for path in parent.glob(_TMP_PREFIX + "*"):
+        try:
+            pid = int(path.name[len(_TMP_PREFIX):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
+
+
+def export_parquet(config: Config, out: Path, run: str | None = None) -> dict[str, int]:
+    """Write every public table (only run `run`'s rows, when given) as Parquet under `out`.
+
+    Returns rows written per table. `out` ends up holding exactly this export: an earlier
+    export there is replaced whole; any other existing, non-empty folder is refused.
+    """
+    out = Path(out).absolute()
+    if not _is_replaceable(out):
+        raise RlwhError(
+            f"{out} exists and is not an rlwh export (no {MARKER}): give a new or empty folder"
+        )
+    con = connect_read(config)
+    counts: dict[str, int] = {}
+    tmp = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(out.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", dir=out.parent))
+        con.execute("begin transaction")  # one snapshot for every table
+        if run is not None and not con.execute("select count(*) from runs where run = ?", [run]).fetchone()[0]:
+            raise RlwhError(f"no run {run!r} in {config.db_path}")
+        for table in public_tables(con):
+            try:
+                counts[table] = _copy_table(con, table, tmp / table, run)
+            except duckdb.Error as exc:
+                first = str(exc).strip().splitlines()[0]
+                if "too long" in first.lower():
+                    first += " (a run or role value too long for a folder name)"
+                raise RlwhError(f"export of table {table} failed: {first}") from exc
+        con.execute("commit")
+        _check_contained(tmp)
+        marker = {
+            "rlwh_version": __version__,
+            "warehouse": str(config.db_path),
+            "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "run": run,
+            "partition_by": {t: [k for k in PARTITION_KEYS if k in _columns(con, t)] for t in counts},
+            "rows": counts,
+        }
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        _publish(tmp, out)
+    except OSError as exc:
+        raise RlwhError(f"cannot write the export beside {out}: {exc}") from exc
+    finally:
+        con.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return counts
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move the finished export to `out`, replacing an earlier one."""
+    os.chmod(tmp, 0o755)  # mkdtemp made it 0700
+    if out.exists():
+        # Rename the old export aside first: os.replace cannot replace a non-empty folder.
+        old = tmp.with_name(tmp.name + "-old")
+        os.rename(out, old)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rename(old, out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
