@@ -42,10 +42,21 @@ create or replace view memory_alloc_stack (
   -- The full call stack, frames separated by newlines; NULL when the op has none.
   call_stack,
   -- First frame of the call stack.
-  call_stack_top
+  call_stack_top,
+  -- Allocator's total allocated bytes right after the allocation (memory_records).
+  alloc_total_allocated_bytes,
+  -- Allocator's total reserved bytes right after the allocation.
+  alloc_total_reserved_bytes,
+  -- Allocator's total allocated bytes right after the release.
+  release_total_allocated_bytes,
+  -- Allocator's total reserved bytes right after the release.
+  release_total_reserved_bytes
 ) as
 with allocations as (
-  select run, role, rank_id, capture, source_row, name, device, size_bytes, alloc_ns, release_ns
+  select
+    run, role, rank_id, capture, source_row, name, device, size_bytes, alloc_ns, release_ns,
+    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
+    release_total_allocated_bytes, release_total_reserved_bytes,
   from memory_records
   where size_bytes > 0
 ),
@@ -80,6 +91,8 @@ final as (
     m.stack_id,
     s.stack as call_stack,
     s.top_frame as call_stack_top,
+    m.alloc_total_allocated_bytes, m.alloc_total_reserved_bytes,
+    m.release_total_allocated_bytes, m.release_total_reserved_bytes,
   from matched as m
   left join call_stacks as s on m.stack_id = s.stack_id
 )

@@ -45,25 +45,15 @@ with ascend_allocations as (
   select * from memory_alloc_stack
 ),
 
-ascend_totals as (
-  select
-    run, role, rank_id, capture, source_row,
-    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
-    release_total_allocated_bytes, release_total_reserved_bytes,
-  from memory_records
-  where size_bytes > 0
-),
-
 ascend_blocks as (
   select
-    a.run, a.role, a.rank_id, a.capture, a.device, 'ascend' as source, a.source_row as origin_row,
-    a.name, a.alloc_ns, a.release_ns, a.size_bytes, a.stack_id, a.call_stack_top,
-    t.alloc_total_allocated_bytes as allocated_after_alloc_bytes,
-    t.alloc_total_reserved_bytes as reserved_after_alloc_bytes,
-    t.release_total_allocated_bytes as allocated_after_release_bytes,
-    t.release_total_reserved_bytes as reserved_after_release_bytes,
-  from ascend_allocations as a
-  join ascend_totals as t using (run, role, rank_id, capture, source_row)
+    run, role, rank_id, capture, device, 'ascend' as source, source_row as origin_row,
+    name, alloc_ns, release_ns, size_bytes, stack_id, call_stack_top,
+    alloc_total_allocated_bytes as allocated_after_alloc_bytes,
+    alloc_total_reserved_bytes as reserved_after_alloc_bytes,
+    release_total_allocated_bytes as allocated_after_release_bytes,
+    release_total_reserved_bytes as reserved_after_release_bytes,
+  from ascend_allocations
 ),
 
 torch_pairs as (

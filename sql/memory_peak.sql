@@ -32,36 +32,28 @@ with timeline as (
   select * from memory_timeline
 ),
 
-live_peak as (
-  select run, role, rank_id, capture, device, live_bytes as peak_live_bytes, ts_ns as peak_at_ns
-  from timeline
-  qualify row_number() over (
-    partition by run, role, rank_id, capture, device order by live_bytes desc, ts_ns, delta_bytes > 0, origin_row
-  ) = 1
-),
-
-allocator_peak as (
+peaks as (
+  -- One pass, no sort: max_by keeps the first event (by time, releases first, then
+  -- origin_row) that reached the highest value.
   select
     run, role, rank_id, capture, device,
-    allocator_allocated_bytes as allocator_peak_bytes,
-    ts_ns as allocator_peak_at_ns,
-    max(allocator_reserved_bytes) over (partition by run, role, rank_id, capture, device)
-      as allocator_reserved_peak_bytes,
+    max_by(ts_ns, [live_bytes, -ts_ns, -(delta_bytes > 0)::bigint, -origin_row]) as peak_at_ns,
+    max(live_bytes) as peak_live_bytes,
+    max(allocator_allocated_bytes) as allocator_peak_bytes,
+    max_by(ts_ns, [allocator_allocated_bytes, -ts_ns])
+      filter (where allocator_allocated_bytes is not null) as allocator_peak_at_ns,
+    max(allocator_reserved_bytes) as allocator_reserved_peak_bytes,
   from timeline
-  where allocator_allocated_bytes is not null
-  qualify row_number() over (
-    partition by run, role, rank_id, capture, device order by allocator_allocated_bytes desc, ts_ns
-  ) = 1
+  group by run, role, rank_id, capture, device
 ),
 
 final as (
   select
-    l.*,
-    a.allocator_peak_bytes, a.allocator_peak_at_ns, a.allocator_reserved_peak_bytes,
-    round(l.peak_live_bytes / 1048576.0, 3) as peak_live_mb,
-    round(a.allocator_peak_bytes / 1048576.0, 3) as allocator_peak_mb,
-  from live_peak as l
-  left join allocator_peak as a using (run, role, rank_id, capture, device)
+    run, role, rank_id, capture, device, peak_live_bytes, peak_at_ns,
+    allocator_peak_bytes, allocator_peak_at_ns, allocator_reserved_peak_bytes,
+    round(peak_live_bytes / 1048576.0, 3) as peak_live_mb,
+    round(allocator_peak_bytes / 1048576.0, 3) as allocator_peak_mb,
+  from peaks
 )
 
 select * from final

@@ -44,20 +44,20 @@ with blocks as (
 ),
 
 events as (
+  -- One scan of the blocks, two rows per released block: its alloc and its release.
   select
-    run, role, rank_id, capture, device, source, alloc_ns as ts_ns, 'alloc' as event,
-    size_bytes as delta_bytes, allocated_after_alloc_bytes as allocator_allocated_bytes,
-    reserved_after_alloc_bytes as allocator_reserved_bytes,
-    name, size_bytes, stack_id, call_stack_top, origin_row,
-  from blocks
-  where alloc_ns is not null
-  union all
-  select
-    run, role, rank_id, capture, device, source, release_ns, 'release',
-    -size_bytes, allocated_after_release_bytes, reserved_after_release_bytes,
-    name, size_bytes, stack_id, call_stack_top, origin_row,
-  from blocks
-  where release_ns is not null
+    b.run, b.role, b.rank_id, b.capture, b.device, b.source,
+    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
+    e.event,
+    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
+    if(e.event = 'alloc', b.allocated_after_alloc_bytes, b.allocated_after_release_bytes)
+      as allocator_allocated_bytes,
+    if(e.event = 'alloc', b.reserved_after_alloc_bytes, b.reserved_after_release_bytes)
+      as allocator_reserved_bytes,
+    b.name, b.size_bytes, b.stack_id, b.call_stack_top, b.origin_row,
+  from blocks as b
+  cross join (values ('alloc'), ('release')) as e (event)
+  where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
 ),
 
 final as (
