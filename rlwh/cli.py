@@ -247,6 +247,64 @@ def shell(config, write):
     os.execv(argv[0], argv)
 
 
+@cli.command()
+@click.option("--run", "run_name", help="Only this run (default: every run).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder (default: [reports] dir in warehouse.toml).")
+@warehouse_options
+def report(config, run_name, out):
+    """Render the HTML reports: run summary, memory timelines, role timeline, GMM heatmap.
+
+    Pages work offline from file:// (plotly.js is written once into the folder).
+
+    \b
+    Example:
+      rlwh report --run grpo-0412 --out /shared/reports
+    """
+    from rlwh.report import build_report
+
+    try:
+        pages = build_report(config, out=out, run=run_name)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+    click.echo(f"{len(pages)} pages -> {(out or config.reports_dir) / 'index.html'}")
+
+
+@cli.command()
+@click.argument("root", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Reports folder; the index goes to OUT/index.html (default: [nightly] index).")
+@click.option("--baseline", help="Compare every run with this run instead of the previous one of its name.")
+@warehouse_options
+def nightly(config, root, out, baseline):
+    """Ingest new or changed run dirs under ROOT, render their reports, flag regressions.
+
+    Exit status: 0 clean, 3 a regression was found, 4 an ingest failed (4 wins), so cron
+    and CI can act on it. ROOT defaults to [nightly] root in warehouse.toml.
+
+    \b
+    Example:
+      rlwh nightly /shared/profiles --out /shared/reports
+    """
+    from rlwh.nightly import run_nightly
+
+    try:
+        result = run_nightly(config, root, out, baseline)
+    except RlwhError as exc:
+        raise _fail(exc) from exc
+    for outcome in result.runs:
+        line = f"{outcome.run}: {outcome.status}"
+        if outcome.failed_files:
+            line += f", {outcome.failed_files} files failed"
+        if outcome.baseline:
+            line += f", compared with {outcome.baseline}"
+        click.echo(line + (f" ({outcome.message})" if outcome.message else ""))
+        for regression in outcome.regressions:
+            click.echo(f"  regression: {regression}")
+    click.echo(f"index: {result.index}")
+    sys.exit(result.exit_code)
+
+
 @cli.group()
 def export():
     """Write the warehouse in formats other engines read.

@@ -1,0 +1,278 @@
+"""`rlwh nightly`: ingest the new or changed run dirs under a root, render their
+reports, compare each with a baseline run, and rewrite the runs index.
+
+Exit codes (NightlyResult.exit_code), so cron and CI can act on the outcome:
+  0  clean: every run dir ingested, no regression
+  3  regression: a (role, rank) of a run processed tonight rose beyond a threshold
+  4  ingest failed: a run dir could not be ingested, or a file in it failed; this wins
+     over 3, because a run missing files cannot be compared fairly
+(1 and 2 stay with the CLI: errors such as a missing root, and usage errors.)
+
+What was found is kept beside the index (nightly.json), so the index lists the
+regressions of earlier nights without recomputing them, and a baseline's metrics are
+not recomputed while its data is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rlwh import report
+from rlwh.config import Config
+from rlwh.errors import RlwhError
+from rlwh.ingest import ingest
+from rlwh.report_queries import RUNS
+from rlwh.warehouse import connect_read
+
+EXIT_CLEAN = 0
+EXIT_REGRESSION = 3
+EXIT_INGEST_FAILED = 4
+STATE_NAME = "nightly.json"
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """What a run is compared on, per (role, rank): from rank_skew."""
+
+    peak_live_bytes: int | None
+    span_ns: int | None
+
+
+@dataclass(frozen=True)
+class Regression:
+    role: str
+    rank_id: int
+    metric: str  # peak_live_bytes | span_ns
+    baseline: int
+    value: int
+    change_pct: float
+    threshold_pct: float
+
+    def __str__(self) -> str:
+        def unit(v: int) -> str:
+            return f"{v / 1048576:,.1f} MiB" if self.metric == "peak_live_bytes" else f"{v / 1e6:,.3f} ms"
+
+        return (f"{self.role} rank {self.rank_id}: {self.metric} {unit(self.baseline)} -> {unit(self.value)} "
+                f"(+{self.change_pct:.1f}%, threshold {self.threshold_pct:g}%)")
+
+
+def find_regressions(current: dict[tuple[str, int], RankMetrics], baseline: dict[tuple[str, int], RankMetrics],
+                     peak_memory_pct: float, role_span_pct: float) -> list[Regression]:
+    """The regression rule.
+
+    A (role, rank) of the current run regresses when its peak live memory
+    (rank_skew.peak_live_bytes) is more than peak_memory_pct percent above the same
+    (role, rank) of the baseline run, or its role span (rank_skew.span_ns: earliest start
+    to latest end of its spans in the role) more than role_span_pct percent above it.
+    Pairs missing on either side, or with a NULL or zero baseline, are not compared.
+    """
+    found = []
+    for key in sorted(current, key=lambda k: (k[0], k[1])):
+        before = baseline.get(key)
+        if before is None:
+            continue
+        for metric, pct in (("peak_live_bytes", peak_memory_pct), ("span_ns", role_span_pct)):
+            old, new = getattr(before, metric), getattr(current[key], metric)
+            if old is None or new is None or old <= 0:
+                continue
+            change = (new - old) / old * 100.0
+            if change > pct:
+                found.append(Regression(key[0], key[1], metric, int(old), int(new), change, pct))
+    return found
+
+
+def run_prefix(run: str) -> str:
+    """The part of a run name before its last '-' or '_': 'grpo-0412' -> 'grpo'."""
+    cut = max(run.rfind("-"), run.rfind("_"))
+    return run[:cut] if cut > 0 else run
+
+
+def previous_run(run: str, runs: list[tuple[str, datetime]]) -> str | None:
+    """The baseline rule: the run with the same prefix (run_prefix) that was first
+    ingested last before `run` was; None when there is none. `runs`: (name, first_ingested_at)."""
+    mine = dict(runs).get(run)
+    if mine is None:
+        return None
+    earlier = [(at, name) for name, at in runs
+               if name != run and run_prefix(name) == run_prefix(run) and (at, name) < (mine, run)]
+    return max(earlier)[1] if earlier else None
+
+
+@dataclass
+class RunOutcome:
+    """One run dir of the root tonight."""
+
+    run: str
+    profile_dir: Path
+    status: str  # ingested | unchanged | empty | error (ingest raised)
+    failed_files: int = 0
+    message: str | None = None
+    pages: list[Path] = field(default_factory=list)
+    baseline: str | None = None
+    regressions: list[Regression] = field(default_factory=list)
+    checked: bool = False
+
+    @property
+    def ingest_failed(self) -> bool:
+        return self.status == "error" or self.failed_files > 0
+
+
+@dataclass
+class NightlyResult:
+    root: Path
+    index: Path
+    runs: list[RunOutcome]
+
+    @property
+    def regressions(self) -> list[Regression]:
+        return [g for r in self.runs for g in r.regressions]
+
+    @property
+    def ingest_failures(self) -> list[RunOutcome]:
+        return [r for r in self.runs if r.ingest_failed]
+
+    @property
+    def exit_code(self) -> int:
+        """0 clean, 3 regression found, 4 ingest failed (4 wins over 3)."""
+        if self.ingest_failures:
+            return EXIT_INGEST_FAILED
+        if self.regressions:
+            return EXIT_REGRESSION
+        return EXIT_CLEAN
+
+
+def load_state(index: Path) -> dict:
+    """nightly.json beside the index; {} when missing or unreadable (it is only a cache)."""
+    try:
+        state = json.loads((Path(index).parent / STATE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(state, dict) or not isinstance(state.get("runs", {}), dict):
+        return {}
+    return state
+
+
+def _save_state(index: Path, state: dict) -> None:
+    path = Path(index).parent / STATE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    """Immediate subdirectories in name order: runs that arrive the same night are first
+    ingested in that order (names usually carry a date or a sequence; mtimes of copied
+    profiles do not)."""
+    return sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), key=lambda d: d.name)
+
+
+def _ingest_dir(path: Path, config: Config) -> RunOutcome:
+    try:
+        summary = ingest(path, config)
+    except (RlwhError, OSError) as exc:
+        return RunOutcome(path.resolve().name, path, "error", message=str(exc))
+    if not summary.results:
+        return RunOutcome(summary.run, path, "empty", message="no profiler output found")
+    changed = any(r.status != "unchanged" for r in summary.results)
+    failed = [r for r in summary.results if r.status == "failed"]
+    message = "; ".join(r.message or r.rel_path for r in failed[:3]) or None
+    return RunOutcome(summary.run, path, "ingested" if changed else "unchanged", len(failed), message)
+
+
+def _metrics(rows: list[dict]) -> dict[tuple[str, int], RankMetrics]:
+    return {(r["role"], r["rank_id"]): RankMetrics(None if r["peak_live_bytes"] is None else int(r["peak_live_bytes"]),
+                                                   r["span_ns"]) for r in rows}
+
+
+def _baseline_metrics(s: report.ReportSession, run: str, last_ingested: str, state: dict) -> dict:
+    cached = state.get("runs", {}).get(run, {})
+    if cached.get("last_ingested_at") == last_ingested and isinstance(cached.get("metrics"), list):
+        try:
+            return {(str(m[0]), int(m[1])): RankMetrics(*(None if v is None else int(v) for v in m[2:4]))
+                    for m in cached["metrics"]}
+        except (TypeError, ValueError, IndexError):
+            pass
+    return _metrics(s.skew(run))
+
+
+def run_nightly(config: Config, root: Path | None = None, out: Path | None = None,
+                baseline: str | None = None) -> NightlyResult:
+    """Ingest, render and check every new or changed run dir under `root`; rewrite the index.
+
+    The index goes to out/index.html when `out` is given, else to [nightly] index. When
+    nothing could ever be ingested (no warehouse yet) no index is written; exit_code says why.
+    """
+    root = Path(root or config.nightly_root)
+    if not root.is_dir():
+        raise RlwhError(f"nightly root not found: {root}")
+    reports = Path(out or config.reports_dir)
+    index = reports / "index.html" if out else Path(config.nightly_index)
+    outcomes = [_ingest_dir(d, config) for d in _run_dirs(root)]
+    if not config.db_path.exists():  # nothing was ever ingested: no index to write
+        return NightlyResult(root, index, outcomes)
+    state = load_state(index)
+    state.setdefault("runs", {})
+    con = connect_read(config)
+    try:
+        s = report.ReportSession(con)
+        runs = {r["run"]: r for r in s.rows(RUNS)}
+        if baseline is not None and baseline not in runs:
+            raise RlwhError(f"--baseline {baseline!r} is not a run of {config.db_path}: see `rlwh runs`")
+        history = [(name, r["first_ingested_at"]) for name, r in runs.items()]
+        report.write_assets(reports)
+        for o in outcomes:
+            row = runs.get(o.run)
+            known = state["runs"].get(o.run, {})
+            fresh = known.get("last_ingested_at") == str(row["last_ingested_at"]) if row else False
+            if row is None or (o.status == "unchanged" and fresh and (reports / report.slug(o.run)).is_dir()):
+                continue
+            o.pages = report.render_run(s, row, reports)
+            _check(s, o, runs, history, baseline, config, state)
+        summary = {
+            "at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
+            "regressions_found": sum(len(o.regressions) for o in outcomes),
+            "ingest_failures": sum(1 for o in outcomes if o.ingest_failed),
+            "rule": _rule_text(config, baseline),
+        }
+        summary["failures"] = [f"{o.run}: {o.message or 'ingest failed'}" for o in outcomes if o.ingest_failed]
+        state["last_nightly"] = summary
+        for o in outcomes:
+            if o.run in state["runs"]:
+                failed = f", {o.failed_files} file(s) failed" if o.failed_files else ""
+                state["runs"][o.run]["status"] = o.status + failed
+        _save_state(index, state)
+        report.write_index(s, index, reports, state)
+    finally:
+        con.close()
+    return NightlyResult(root, index, outcomes)
+
+
+def _rule_text(config: Config, baseline: str | None) -> str:
+    against = (f"run {baseline} (--baseline)." if baseline else
+               "the previous run (by first ingest) whose name has the same prefix before its last '-' or '_'.")
+    return (f"A (role, rank) regresses when its peak live memory rises more than {config.peak_memory_pct:g}% "
+            f"or its role span more than {config.role_span_pct:g}% above the baseline: {against}")
+
+
+def _check(s: report.ReportSession, o: RunOutcome, runs: dict, history: list, baseline: str | None,
+           config: Config, state: dict) -> None:
+    """Compare run o with its baseline; remember its metrics for later nights."""
+    current_rows = s.skew(o.run)
+    o.baseline = baseline if baseline not in (None, o.run) else previous_run(o.run, history)
+    if o.baseline is not None:
+        before = _baseline_metrics(s, o.baseline, str(runs[o.baseline]["last_ingested_at"]), state)
+        o.regressions = find_regressions(_metrics(current_rows), before, config.peak_memory_pct, config.role_span_pct)
+    o.checked = True
+    state["runs"][o.run] = {
+        "last_ingested_at": str(runs[o.run]["last_ingested_at"]),
+        "baseline": o.baseline,
+        "regressions": [str(g) for g in o.regressions],
+        "checked": (f"no regression vs {o.baseline}" if o.baseline else "no baseline run"),
+        "metrics": [[r["role"], r["rank_id"], None if r["peak_live_bytes"] is None else int(r["peak_live_bytes"]),
+                     r["span_ns"]] for r in current_rows],
+    }

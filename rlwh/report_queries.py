@@ -1,0 +1,226 @@
+"""The SQL behind every report figure, over the public views, with named parameters.
+
+Each page shows the statements it ran and their parameters, so what a chart shows is
+what a user gets by pasting them into `duckdb -readonly warehouse.duckdb`. Values are
+always parameters ($run, $role, ...), never pasted into the text.
+
+A memory timeline page first copies its rank's rows of memory_timeline into a temp
+table (MEMORY_SLICE): the view recomputes the whole timeline on every query (tens of
+seconds for a rank with a million allocations), and the page needs it four times.
+call_stacks is the one base table read: the text of a stack_id the views carry.
+"""
+
+from __future__ import annotations
+
+RUNS = """
+select run, profile_dir, first_ingested_at, last_ingested_at
+from runs
+order by first_ingested_at desc, run
+"""
+
+SOURCE_COUNTS = """
+select
+  run,
+  count(*) as files,
+  count(*) filter (where status = 'failed') as failed,
+  count(*) filter (where status = 'partial') as partial,
+from sources
+group by run
+"""
+
+RUN_SOURCES = """
+select kind, status, role, rank_id, path, rows, message, seconds
+from sources
+where run = $run
+order by case status when 'failed' then 0 when 'partial' then 1 else 2 end, path
+"""
+
+RANK_SKEW = """
+select
+  role, rank_id, role_ranks, span_ns, median_span_ns, span_vs_median, is_straggler,
+  peak_live_bytes, median_peak_live_bytes, peak_vs_median, is_memory_outlier,
+from rank_skew
+where run = $run
+order by role, rank_id
+"""
+
+ROLE_TIMELINE = """
+with spans as (
+  select role, rank_id, capture, source, name, start_ns, end_ns, dur_ns
+  from role_timeline
+  where run = $run
+)
+select *, count(*) over () as total_spans
+from spans
+qualify row_number() over (order by dur_ns desc, start_ns) <= $max_spans
+order by role, rank_id, start_ns
+"""
+
+MEMORY_SLICE = """
+create or replace temp table _rlwh_memory_slice as
+select
+  capture, device, source, ts_ns, event, delta_bytes, live_bytes,
+  allocator_allocated_bytes, allocator_reserved_bytes,
+  name, size_bytes, stack_id, call_stack_top, origin_row,
+  -- the view's own event order: time, releases before allocations
+  row_number() over (
+    partition by capture, device order by ts_ns, delta_bytes > 0, origin_row, source
+  ) - 1 as seq,
+from memory_timeline
+where run = $run and role = $role and rank_id = $rank_id
+"""
+
+MEMORY_PANELS = """
+select capture, device, count(*) as events, min(ts_ns) as first_ns, max(ts_ns) as last_ns
+from _rlwh_memory_slice
+group by capture, device
+order by capture, device
+"""
+
+# Min and max of each line per time bucket: the peak is the max of its bucket, so it is
+# always kept (uniform sampling drops it). Below $max_points events nothing is reduced.
+MEMORY_LINES = """
+with events as (
+  select * from _rlwh_memory_slice where capture = $capture and device = $device
+),
+bounds as (
+  select min(ts_ns) as t0, max(ts_ns) - min(ts_ns) + 1 as width, count(*) as n, min(seq) as first_seq,
+         max(seq) as last_seq
+  from events
+),
+bucketed as (
+  select e.*,
+    case when b.n <= $max_points then e.seq
+         else ((e.ts_ns - b.t0)::hugeint * $buckets // b.width)::bigint end as bucket,
+  from events as e, bounds as b
+),
+picked as (
+  select
+    arg_min(seq, live_bytes) as live_lo, arg_max(seq, live_bytes) as live_hi,
+    arg_min(seq, allocator_allocated_bytes) as allocated_lo, arg_max(seq, allocator_allocated_bytes) as allocated_hi,
+    arg_min(seq, allocator_reserved_bytes) as reserved_lo, arg_max(seq, allocator_reserved_bytes) as reserved_hi,
+  from bucketed
+  group by bucket
+),
+kept as (
+  select 'live' as series, unnest([live_lo, live_hi]) as seq from picked
+  union all select 'live', first_seq from bounds
+  union all select 'live', last_seq from bounds
+  union all select 'allocated', unnest([allocated_lo, allocated_hi]) from picked
+  union all select 'reserved', unnest([reserved_lo, reserved_hi]) from picked
+)
+select distinct
+  k.series, e.seq, e.ts_ns, e.event, e.live_bytes, e.allocator_allocated_bytes, e.allocator_reserved_bytes,
+  e.name, e.size_bytes, e.stack_id, e.call_stack_top,
+from kept as k
+join events as e using (seq)
+where k.seq is not null
+order by k.series, e.seq
+"""
+
+# The largest allocation of each time bucket (every allocation below $max_bars).
+MEMORY_BARS = """
+with allocations as (
+  select * from _rlwh_memory_slice where capture = $capture and device = $device and event = 'alloc'
+),
+bounds as (
+  select min(ts_ns) as t0, max(ts_ns) - min(ts_ns) + 1 as width, count(*) as n from allocations
+),
+picked as (
+  select arg_max(a.seq, a.size_bytes) as seq
+  from allocations as a, bounds as b
+  group by case when b.n <= $max_bars then a.seq
+                else ((a.ts_ns - b.t0)::hugeint * $buckets // b.width)::bigint end
+)
+select a.seq, a.ts_ns, a.name, a.size_bytes, a.stack_id, a.call_stack_top, b.n as allocations
+from picked as p
+join allocations as a using (seq), bounds as b
+order by a.seq
+"""
+
+# Blocks as intervals of the timeline's own events, mapped onto the kept points of the
+# live line: a block is live after event s when alloc_seq <= s < release_seq, so the
+# blocks live at a point add up to its live_bytes exactly.
+_BLOCK_SPANS = """
+with events as (
+  select * from _rlwh_memory_slice where capture = $capture and device = $device
+),
+numbered as (
+  select seq, row_number() over (order by seq) - 1 as point
+  from (select unnest($point_seqs::bigint[]) as seq)
+),
+points as (
+  select seq, point, row_number() over (order by seq) - 1 as k
+  from numbered
+  where point % $stride = 0 or point = $keep_point
+),
+blocks as (
+  select a.seq as alloc_seq, r.seq as release_seq, a.size_bytes,
+  from events as a
+  left join events as r on r.event = 'release' and r.source = a.source and r.origin_row = a.origin_row
+  where a.event = 'alloc'
+),
+spans as (
+  select b.alloc_seq, b.size_bytes, p1.k as first_k, coalesce(p2.k, (select count(*) from points)) as end_k,
+  from blocks as b
+  asof join points as p1 on b.alloc_seq <= p1.seq
+  asof left join points as p2 on b.release_seq <= p2.seq
+)
+"""
+
+MEMORY_HOVER_COST = _BLOCK_SPANS + """
+select coalesce(sum(greatest(end_k - first_k, 0)), 0)::bigint as block_points from spans
+"""
+
+# The 10 largest blocks live at each kept point (of every $stride-th point when the
+# full answer would be too large; the chosen $keep_point, the peak, is always there).
+MEMORY_HOVER = _BLOCK_SPANS + """,
+live as (
+  select unnest(range(first_k, end_k)) as k, alloc_seq, size_bytes
+  from spans
+  where first_k < end_k
+)
+select p.point, max_by(l.alloc_seq, l.size_bytes, 10) as top_alloc_seqs
+from live as l
+join points as p using (k)
+group by p.point
+order by p.point
+"""
+
+MEMORY_BLOCKS_BY_SEQ = """
+select seq, ts_ns, name, size_bytes, stack_id, call_stack_top
+from _rlwh_memory_slice
+where capture = $capture and device = $device and seq in (select unnest($seqs::bigint[]))
+"""
+
+CALL_STACKS = """
+select stack_id, stack
+from call_stacks
+where stack_id in (select unnest($stack_ids::bigint[]))
+"""
+
+GMM_LAYER_LOAD = """
+select step, role, rank_id, layer, expert, tokens
+from gmm_layer_load
+where run = $run and phase = 'forward' and op_in_layer = 1 and layer is not null
+order by step, role, rank_id, layer, expert
+"""
+
+GMM_IMBALANCE = """
+with layers as (
+  select distinct run, step, role, rank_id, op_index, layer
+  from gmm_layer_load
+  where run = $run and phase = 'forward' and op_in_layer = 1 and layer is not null
+)
+select l.step, l.role, l.rank_id, l.layer, i.experts, i.total_tokens, i.max_tokens, i.max_mean_ratio, i.cv,
+       i.hottest_expert,
+from gmm_imbalance as i
+join layers as l using (run, step, role, rank_id, op_index)
+order by l.step, l.role, l.rank_id, l.layer
+"""
+
+REGRESSION_METRICS = """
+select role, rank_id, peak_live_bytes::bigint as peak_live_bytes, span_ns
+from rank_skew
+where run = $run
+"""

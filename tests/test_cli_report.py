@@ -1,0 +1,42 @@
+"""`rlwh report` and `rlwh nightly` through CliRunner."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+from conftest import copy_fixture
+
+from rlwh.cli import cli
+
+
+def test_report_writes_pages(tmp_path):
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
+    db = str(tmp_path / "w.duckdb")
+    assert CliRunner().invoke(cli, ["ingest", str(profile), "--db", db, "-q"]).exit_code == 0
+    out = tmp_path / "reports"
+    result = CliRunner().invoke(cli, ["report", "--db", db, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"-> {out / 'index.html'}" in result.output
+    assert (out / "index.html").exists() and (out / "plotly.min.js").exists()
+
+
+def test_report_unknown_run_is_a_clear_error(tmp_path):
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
+    db = str(tmp_path / "w.duckdb")
+    CliRunner().invoke(cli, ["ingest", str(profile), "--db", db, "-q"])
+    result = CliRunner().invoke(cli, ["report", "--db", db, "--run", "nope", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1 and "nope" in result.output
+
+
+def test_nightly_exit_codes(tmp_path):
+    root = tmp_path / "nightly"
+    root.mkdir()
+    copy_fixture("rl-insight-samples/memory_data", root)
+    db = str(tmp_path / "w.duckdb")
+    out = tmp_path / "site"
+    clean = CliRunner().invoke(cli, ["nightly", str(root), "--db", db, "--out", str(out)])
+    assert clean.exit_code == 0, clean.output
+    assert "memory_data: ingested" in clean.output and (out / "index.html").exists()
+    trace = next(root.rglob("trace_view.json"))
+    trace.write_text("{broken")
+    failed = CliRunner().invoke(cli, ["nightly", str(root), "--db", db, "--out", str(out)])
+    assert failed.exit_code == 4, failed.output
