@@ -76,5 +76,6 @@ def measure(argv: list[str], env: dict | None = None, cwd: str | None = None) ->
         stdout, stderr = out.read(), err.read()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    peak_one = max(peak_one, after.ru_maxrss)
+    # ru_maxrss of RUSAGE_CHILDREN is the largest child ever waited for, not this one's,
+    # so the sampled figures are the ones reported.
     return Measured(wall, cpu, peak_total / 1024, peak_one / 1024, proc.returncode, stdout, stderr)

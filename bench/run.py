@@ -124,7 +124,7 @@ def bench_torch_trace(tmp: Path, scale: float) -> None:
     gen = HERE / "gen_torch_trace.py"
     folder = tmp / "torch" / "actor_update"
     folder.mkdir(parents=True)
-    made = measure([PY, str(gen), str(folder / "prof_rank-0.pt.trace.json"), "--mb", str(1000 * scale)])
+    made = measure([PY, str(gen), str(folder / "prof_rank-0.pt.trace.json"), str(1000 * scale)])
     if made.returncode != 0:
         raise SystemExit(f"torch trace generator failed: {made.stderr}")
     mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
@@ -133,8 +133,17 @@ def bench_torch_trace(tmp: Path, scale: float) -> None:
            peak_tree_rss_mb=m.peak_tree_rss_mb)
 
 
+def bench_reports(tmp: Path, scale: float) -> None:
+    """Rendering the pages of one rank with 1 M allocations (bench/bench_report.py)."""
+    from bench_report import bench_report
+
+    for figures in bench_report(tmp / "report", allocations=int(1_000_000 * scale)):
+        name = figures.pop("name", "rlwh report, 1 M allocations")
+        record(name, **figures)
+
+
 BENCHES = {"one_rank": bench_one_rank, "rss": bench_rss_flat, "four_ranks": bench_four_ranks,
-           "torch": bench_torch_trace}
+           "torch": bench_torch_trace, "report": bench_reports}
 
 
 def main() -> int:

@@ -24,6 +24,7 @@ class Config:
     memory_limit: str = "1GB"
     workers: int = 2
     worker_memory_limit: str = "384MB"
+    ingest_memory_limit: str = "512MB"
     lock_timeout: float = 600.0
     reports_dir: Path = Path("reports_out")
     nightly_root: Path = Path("profiles")
@@ -44,6 +45,7 @@ _KEYS = {
     ("warehouse", "memory_limit"): ("memory_limit", str),
     ("ingest", "workers"): ("workers", int),
     ("ingest", "worker_memory_limit"): ("worker_memory_limit", str),
+    ("ingest", "memory_limit"): ("ingest_memory_limit", str),
     ("ingest", "lock_timeout"): ("lock_timeout", float),
     ("reports", "dir"): ("reports_dir", Path),
     ("nightly", "root"): ("nightly_root", Path),

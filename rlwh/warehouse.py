@@ -27,10 +27,10 @@ from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.schema import is_current, migrate
 
 
-def _configure(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+def _configure(con: duckdb.DuckDBPyConnection, config: Config, memory_limit: str | None = None) -> None:
     con.execute("set enable_progress_bar = false")  # it would print into our output
     con.execute(f"set threads = {int(config.threads)}")
-    con.execute("set memory_limit = ?", [config.memory_limit])
+    con.execute("set memory_limit = ?", [memory_limit or config.memory_limit])
 
 
 def connect_read(config: Config) -> duckdb.DuckDBPyConnection:
@@ -166,7 +166,7 @@ def write_session(config: Config) -> Iterator[WriteSession]:
             raise RlwhError(f"cannot open {work} for writing: {exc}") from exc
         session = WriteSession(config, con, work)
         try:
-            _configure(con, config)
+            _configure(con, config, config.ingest_memory_limit)
             session.applied = migrate(con)
             if _store_settings(con, config) or session.applied or not config.db_path.exists():
                 session.changed = True
