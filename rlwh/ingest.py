@@ -95,7 +95,8 @@ def _known_sources(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, tuple[
     return {path: (source_id, fp, status) for path, source_id, fp, status in rows}
 
 
-def _plan(files: list[SourceFile], warnings: list[str]) -> list[_Planned]:
+def _plan(files: list[SourceFile]) -> list[_Planned]:
+    """Fingerprint every file; one that cannot be read is planned as a failure."""
     planned = []
     for source in files:
         try:
@@ -293,7 +294,7 @@ def ingest(
         raise RlwhError("--run must not be empty")
     found = discover(root)
     summary = IngestSummary(run, str(root), warnings=list(found.warnings))
-    planned = _plan(found.files, summary.warnings)
+    planned = _plan(found.files)
     if _nothing_changed(config, run, planned):
         summary.results = [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size) for p in planned]
         summary.seconds = time.perf_counter() - started
