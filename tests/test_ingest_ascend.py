@@ -202,3 +202,26 @@ def test_role_from_metadata_wins(memory_profile, config):
     assert con.execute("select distinct role from memory_records").fetchall() == [("critic",)]
 
 
+
+
+def test_stack_normalization_is_the_same_in_sql_and_python():
+    """Ascend stacks are normalized in SQL, PyTorch stacks in Python: one text, one id."""
+    import random
+
+    import duckdb
+
+    from rlwh.readers.ascend_trace import _NORMALIZED_STACK
+    from rlwh.readers.base import normalize_stack, stack_id
+
+    rng = random.Random(3)
+    pieces = ["a.py(1): f", "b.py(2): g", ";", "\r", "\n", " ", "\t", ";\r\n", "x y", "é"]
+    cases = ["a.py(1): f;\r\nb.py(2): g", " a ;\r\n\r\nb;", "x;\r\n", "  a\tb ;\r\n c ", ";;", ""]
+    cases += ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 12))) for _ in range(300)]
+    con = duckdb.connect()
+    for raw in cases:
+        sql = con.execute(f"select {_NORMALIZED_STACK}, (md5_number_lower({_NORMALIZED_STACK}) >> 1)::bigint"
+                          " from (select ? as stack)", [raw]).fetchone()
+        python = normalize_stack(raw)
+        assert sql[0] == (python or None), repr(raw)
+        if python:
+            assert sql[1] == stack_id(python)

@@ -48,10 +48,12 @@ def _ns(column: str) -> str:
     (scientific notation) falls back to DOUBLE."""
     exact = us_text_to_ns_sql(f"{column}_text", strict=False)
     return f"coalesce({exact}, try_cast(round(try_cast({column} as double) * 1000) as bigint))"
-# Ascend joins frames with ";\r\n"; tolerate "\n" and "\r\n" alone.
+# Ascend joins frames with ";\r\n"; tolerate "\n" alone. The same rule as
+# rlwh.readers.base.normalize_stack (a test holds them together): split into lines,
+# trim spaces, tabs and carriage returns and trailing ';', drop empty frames.
 _NORMALIZED_STACK = (
-    "nullif(trim(regexp_replace(regexp_replace(trim(stack), '[ \\t]*;?[ \\t]*\\r?\\n[ \\t]*', chr(10), 'g'),"
-    " ';$', '')), '')"
+    "nullif(array_to_string(list_filter(list_transform(string_split(stack, chr(10)),"
+    " f -> trim(rtrim(trim(f, ' \t\r'), ';'), ' \t\r')), f -> f <> ''), chr(10)), '')"
 )
 
 

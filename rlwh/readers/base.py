@@ -85,10 +85,16 @@ def stack_id(stack: str) -> int:
     return int.from_bytes(digest[8:], "little") >> 1
 
 
+_FRAME_SPACE = " \t\r"
+
+
 def normalize_stack(raw: str) -> str:
-    """Frames joined by "\\n": Ascend separates them with ";\\r\\n" (tolerate "\\n")."""
-    frames = [f.strip() for f in raw.replace("\r\n", "\n").split("\n")]
-    frames = [f[:-1] if f.endswith(";") else f for f in frames]
+    """Frames joined by "\\n": Ascend separates them with ";\\r\\n" (tolerate "\\n").
+
+    Each line is trimmed of spaces, tabs, carriage returns and trailing ';', and empty
+    lines are dropped; ascend_trace._NORMALIZED_STACK is the same rule in SQL.
+    """
+    frames = (line.strip(_FRAME_SPACE).rstrip(";").strip(_FRAME_SPACE) for line in raw.split("\n"))
     return "\n".join(f for f in frames if f)
 
 
