@@ -145,11 +145,17 @@ def ingest(config, profile_dir, run_name, quiet):
         finish()
     for warning in summary.warnings:
         click.echo(f"warning: {warning}", err=True)
+    by_kind: dict[str, list[int]] = {}
     for result in summary.results:
         if result.status in ("failed", "partial"):
             click.echo(f"{result.status}: {result.message}", err=True)
-        elif not quiet and result.status != "unchanged":
-            click.echo(f"{result.status:<8} {result.rows:>10,} rows  {result.rel_path}")
+        if result.status != "unchanged":
+            files_rows = by_kind.setdefault(result.kind, [0, 0])
+            files_rows[0] += 1
+            files_rows[1] += result.rows
+    if not quiet:
+        for kind, (files, rows) in sorted(by_kind.items()):
+            click.echo(f"{kind:<18} {files:>6,} files {rows:>12,} rows")
     click.echo(
         f"run {summary.run}: {len(summary.results)} files, {summary.rows:,} rows loaded, "
         f"{summary.count('unchanged')} unchanged, {summary.count('partial')} partial, "
