@@ -295,6 +295,13 @@ def ingest(
     found = discover(root)
     summary = IngestSummary(run, str(root), warnings=list(found.warnings))
     planned = _plan(found.files)
+    if not planned:
+        summary.warnings.append(
+            f"no profiler files under {root}: expected *_ascend_pt rank dirs, PyTorch traces, "
+            "NVTX .jsonl exports or group_list.pt dumps; nothing was written"
+        )
+        summary.seconds = time.perf_counter() - started
+        return summary
     if _nothing_changed(config, run, planned):
         summary.results = [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size) for p in planned]
         summary.seconds = time.perf_counter() - started

@@ -44,3 +44,11 @@ def test_rlwh_db_env_var_picks_the_warehouse(tmp_path):
     assert db.exists()
     runs = CliRunner().invoke(cli, ["runs", "--format", "json"], env={"RLWH_DB": str(db)})
     assert json.loads(runs.output)[0]["run"] == "memory_data"
+
+
+def test_empty_dir_warns_and_writes_nothing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    db = tmp_path / "w.duckdb"
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "empty"), "--db", str(db)])
+    assert result.exit_code == 0
+    assert "no profiler files" in result.output and not db.exists()
