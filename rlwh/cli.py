@@ -122,7 +122,7 @@ def _progress_printer(quiet: bool):
 @cli.command()
 @click.argument("profile_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--run", "run_name", help="Run name (default: the profile dir's name).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-file lines.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-format lines (failures still print).")
 @warehouse_options
 def ingest(config, profile_dir, run_name, quiet):
     """Load every role's and rank's profiler files under PROFILE_DIR.
