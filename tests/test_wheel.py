@@ -46,3 +46,7 @@ def test_wheel_installs_and_ingests_outside_the_checkout(tmp_path):
                            str(work / "w.duckdb"), "--format", "csv"], cwd=work, env=env, capture_output=True,
                           text=True)
     assert peak.returncode == 0 and int(peak.stdout.splitlines()[1]) > 0
+    report = subprocess.run([str(rlwh), "report", "--db", str(work / "w.duckdb"), "--out", str(work / "site")],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert (work / "site" / "index.html").exists() and (work / "site" / "report.js").exists()
