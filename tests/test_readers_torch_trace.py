@@ -6,8 +6,6 @@ import json
 import random
 import re
 import shutil
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -455,35 +453,3 @@ def test_malformed_event_is_skipped(tmp_path):
     outcome, tables = run_reader(path, tmp_path)
     assert outcome.status == "partial" and "1 malformed" in outcome.message
     assert len(tables["cpu_ops"]) == 3
-
-
-# --- memory stays flat ---------------------------------------------------------------
-
-MEASURE = """
-import resource, sys, time
-from pathlib import Path
-from rlwh.readers.base import TableSink
-from rlwh.readers import torch_trace
-path = Path(sys.argv[1])
-t0 = time.perf_counter()
-sink = TableSink(Path(sys.argv[2]))
-outcome = torch_trace.read(path, sink, {})
-sink.close()
-print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, outcome.status)
-"""
-
-
-def measure(path: Path, tmp_path: Path):
-    """(seconds, peak RSS MB) of reading `path` in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(path), str(tmp_path / "measure-out")],
-                         cwd=ROOT, check=True, capture_output=True, text=True).stdout.splitlines()[-1].split()
-    assert out[2] == "ok"
-    return float(out[0]), int(out[1])
-
-
-def test_peak_memory_is_bounded(tmp_path):
-    """Peak RSS is imports + DuckDB's sort budget, whatever the size (1 GB figures: make bench)."""
-    path = tmp_path / "prof_rank-0.pt.trace.json"
-    gen.gen_torch_trace(path, 20_000_000, seed=1)
-    _, peak_mb = measure(path, tmp_path)
-    assert peak_mb < 450
