@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -37,11 +37,6 @@ class SourceFile:
     capture: str
     capture_started_ns: int | None = None
     problem: str | None = None  # set when the path breaks its format's convention
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def bytes(self) -> int:
-        return self.path.stat().st_size
 
 
 @dataclass

@@ -44,6 +44,7 @@ import duckdb
 from rlwh import __version__
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.sqltext import sql_literal
 from rlwh.warehouse import connect_read
 
 MARKER = "_rlwh_export.json"
@@ -60,11 +61,6 @@ def public_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
            order by table_name"""
     ).fetchall()
     return [r[0] for r in rows]
-
-
-def _literal(path: Path) -> str:
-    """A file path as a SQL string literal (COPY ... TO takes no parameter)."""
-    return "'" + str(path).replace("'", "''") + "'"
 
 
 def _ident(name: str) -> str:
@@ -95,15 +91,15 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: s
     if count == 0:
         # No rows, so no partitions: one empty file keeps the table and its schema readable.
         target.mkdir()
-        con.execute(f"copy ({select} limit 0) to {_literal(target / 'empty.parquet')} (format parquet)", params)
+        con.execute(f"copy ({select} limit 0) to {sql_literal(target / 'empty.parquet')} (format parquet)", params)
         return 0
     if keys:
         options = f"format parquet, partition_by ({', '.join(keys)})"
-        written = con.execute(f"copy ({select}) to {_literal(target)} ({options})", params).fetchone()[0]
+        written = con.execute(f"copy ({select}) to {sql_literal(target)} ({options})", params).fetchone()[0]
     else:
         target.mkdir()
         written = con.execute(
-            f"copy ({select}) to {_literal(target / 'data_0.parquet')} (format parquet)", params
+            f"copy ({select}) to {sql_literal(target / 'data_0.parquet')} (format parquet)", params
         ).fetchone()[0]
     return int(written)
 

@@ -27,6 +27,7 @@ from rlwh.errors import RlwhError
 from rlwh.fingerprint import fingerprint
 from rlwh.jobs import FACT_TABLES, SHARED_TABLES, jobs
 from rlwh.parse import failed_result, parse_source
+from rlwh.sqltext import sql_literal
 from rlwh.warehouse import connect_read, pause_for_test, write_session
 
 KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id")
@@ -145,7 +146,7 @@ def _context(p: _Planned, config: Config) -> dict:
 def _staged_select(table: str, parts: list[str], columns: list[str]) -> str:
     """SELECT over a reader's Parquet parts, adding the key columns it does not carry
     from the one-row _rlwh_keys table (values bound as parameters, never pasted)."""
-    paths = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in parts) + "]"
+    paths = "[" + ", ".join(sql_literal(p) for p in parts) + "]"
     if table in SHARED_TABLES:
         return f"select * from read_parquet({paths})"
     keys = [f"coalesce(f.{k}, k.{k}) as {k}" if k in columns else f"k.{k}" for k in KEY_COLUMNS]

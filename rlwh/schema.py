@@ -17,6 +17,7 @@ import duckdb
 
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
+from rlwh.sqltext import sql_literal
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -156,10 +157,6 @@ def view_files() -> list[ViewFile]:
     return ordered
 
 
-def _quote_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def install_views(con: duckdb.DuckDBPyConnection) -> None:
     """(Re)create every view and its comments."""
     for view in view_files():
@@ -168,12 +165,12 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
         except duckdb.Error as exc:
             raise RlwhError(f"sql/{view.path.name} failed: {exc}") from exc
         if view.comment:
-            con.execute(f"comment on view {view.name} is {_quote_literal(view.comment)}")
+            con.execute(f"comment on view {view.name} is {sql_literal(view.comment)}")
         for column, text in view.column_comments.items():
             if not text:
                 continue
             try:
-                con.execute(f'comment on column {view.name}."{column}" is {_quote_literal(text)}')
+                con.execute(f'comment on column {view.name}."{column}" is {sql_literal(text)}')
             except duckdb.Error as exc:
                 # DuckDB attaches column comments to the select's own output names, not
                 # to the view's column list, so the two must agree.

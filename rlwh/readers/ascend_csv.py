@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
+from rlwh.sqltext import sql_literal
 
 # CSV header -> (memory_records column, kind). Kinds: time/duration in us -> ns,
 # kb -> bytes, mb -> bytes, text.
@@ -38,6 +39,7 @@ COLUMNS = {
     "Stream Ptr": ("stream_ptr", "text"),
     "Device Type": ("device", "text"),
 }
+COLUMNS_BY_COL = {col: kind for col, kind in COLUMNS.values()}
 REQUIRED = ("Name", "Size(KB)", "Allocation Time(us)")
 # Times stay text and become ns by exact string arithmetic (us_text_to_ns_sql). KB and MB
 # are read as DOUBLE: with up to ~7 decimals the product with 1024 or 2^20 is never near
@@ -102,18 +104,11 @@ def _read_with_duckdb(path: Path, header: list[str], sink: TableSink, memory_lim
             f"copy (select {select} from (select *, {trimmed} from read_csv(?, header = true, auto_detect = false, "
             "delim = ',', quote = '\"', escape = '\"', columns = ?, null_padding = false, strict_mode = true) "
             "with ordinality)) "
-            f"to '{_sql_path(sink.parquet_path('memory_records'))}' (format parquet)",
+            f"to {sql_literal(sink.parquet_path('memory_records'))} (format parquet)",
             [str(path), types],
         )
     finally:
         con.close()
-
-
-COLUMNS_BY_COL = {col: kind for col, kind in COLUMNS.values()}
-
-
-def _sql_path(path: Path) -> str:
-    return str(path).replace("'", "''")
 
 
 def _convert(text: str, kind: str):

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
+from rlwh.sqltext import sql_literal
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
@@ -57,10 +58,6 @@ _NORMALIZED_STACK = (
 )
 
 
-def _q(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
-
-
 def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path) -> None:
     """Write the kept events of `source` (a scan giving the raw text fields) to `raw`,
     with times as exact ns and a fast hash of each stack text, in the same pass."""
@@ -73,7 +70,7 @@ def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path) -> None:
             from {source}
             where {KEEP}
           )
-        ) to {_q(raw)} (format parquet)"""
+        ) to {sql_literal(raw)} (format parquet)"""
     )
 
 
@@ -82,7 +79,7 @@ def _scan_with_duckdb(con: duckdb.DuckDBPyConnection, path: Path, raw: Path) -> 
     scan = (
         f"""(select cat, name, ph, ts, dur, pid, tid, args."Call stack" as stack, args."domain" as domain,
               args."name" as meta_name
-            from read_json({_q(path)}, format = 'array', columns = {columns}))"""
+            from read_json({sql_literal(path)}, format = 'array', columns = {columns}))"""
     )
     _raw_copy(con, scan, raw)
 
@@ -181,7 +178,7 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
 def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -> int:
     """Write the tables; return how many events were skipped for want of a usable ts."""
     ts_ns, end_ns = "ts_ns", "ts_ns + coalesce(dur_ns, 0)"
-    con.execute(f"create or replace temp view all_raw as select * from read_parquet({_q(raw)})")
+    con.execute(f"create or replace temp view all_raw as select * from read_parquet({sql_literal(raw)})")
     con.execute("create or replace temp view raw as select * from all_raw where ts_ns is not null or ph = 'M'")
     # Each distinct stack text once: found by its fast hash, normalized, given its id.
     con.execute(
@@ -200,7 +197,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
             try_cast(r.pid as bigint) as pid, try_cast(r.tid as bigint) as tid, s.stack_id
           from raw r left join stacks s on r.stack_hash = s.stack_hash
           where r.cat = 'cpu_op'
-        ) to {_q(sink.parquet_path('cpu_ops'))} (format parquet)"""
+        ) to {sql_literal(sink.parquet_path('cpu_ops'))} (format parquet)"""
     )
     con.execute(
         f"""copy (
@@ -208,7 +205,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
             split_part(normalized, chr(10), 1) as top_frame,
             len(string_split(normalized, chr(10)))::integer as depth
           from stacks
-        ) to {_q(sink.parquet_path('call_stacks'))} (format parquet)"""
+        ) to {sql_literal(sink.parquet_path('call_stacks'))} (format parquet)"""
     )
     overlap_names = ", ".join(repr(n) for n in OVERLAP_NAMES)
     con.execute(
@@ -233,7 +230,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
           select b.source, b.domain, b.name, b.start_ns, b.end_ns,
             try_cast(b.pid as bigint) as pid, try_cast(b.tid as bigint) as tid, t.thread
           from both_sources b left join threads t on b.pid = t.pid and b.tid = t.tid
-        ) to {_q(sink.parquet_path('ranges'))} (format parquet)"""
+        ) to {sql_literal(sink.parquet_path('ranges'))} (format parquet)"""
     )
     return con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'").fetchone()[0]
 
@@ -263,7 +260,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         except duckdb.Error as exc:
             salvaged = sink.root / "_salvaged_events.parquet"
             events, damage = _salvage_with_ijson(path, sink, salvaged)
-            _raw_copy(con, f"read_parquet({_q(salvaged)})", raw)
+            _raw_copy(con, f"read_parquet({sql_literal(salvaged)})", raw)
             salvaged.unlink()
             if damage and events == 0:
                 raise SourceError(f"{path}: no complete event: {damage}") from None

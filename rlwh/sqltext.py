@@ -1,0 +1,11 @@
+"""Quoting for the few places where DuckDB takes no parameter (COPY ... TO, COMMENT ON,
+table functions over our own temp files): every value from data goes as a parameter."""
+
+from __future__ import annotations
+
+import os
+
+
+def sql_literal(value: str | os.PathLike) -> str:
+    """A SQL string literal: the text in single quotes, quotes doubled."""
+    return "'" + str(value).replace("'", "''") + "'"
