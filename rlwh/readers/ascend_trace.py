@@ -48,7 +48,15 @@ def _ns(column: str) -> str:
     """Microseconds as decimal text -> exact ns; a number DuckDB printed in another form
     (scientific notation) falls back to DOUBLE."""
     exact = us_text_to_ns_sql(f"{column}_text", strict=False)
-    return f"coalesce({exact}, try_cast(round(try_cast({column} as double) * 1000) as bigint))"
+    return f"coalesce({exact}, {_double_ns(column)})"
+
+
+def _double_ns(column: str) -> str:
+    """Microseconds -> ns through a DOUBLE: exact for durations (below 2^53 ns, 104 days).
+    DuckDB prints a JSON number such as 9.720 as "9.72", so the text fast path misses."""
+    return f"try_cast(round(try_cast({column} as double) * 1000) as bigint)"
+
+
 # Ascend joins frames with ";\r\n"; tolerate "\n" alone. The same rule as
 # rlwh.readers.base.normalize_stack (a test holds them together): split into lines,
 # trim spaces, tabs and carriage returns and trailing ';', drop empty frames.
@@ -63,10 +71,10 @@ def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path) -> None:
     with times as exact ns and a fast hash of each stack text, in the same pass."""
     con.execute(
         f"""copy (
-          select cat, name, ph, {_ns('ts')} as ts_ns, {_ns('dur')} as dur_ns, pid, tid, stack, domain, meta_name,
+          select cat, name, ph, {_ns('ts')} as ts_ns, {_double_ns('dur')} as dur_ns, pid, tid, stack, domain, meta_name,
             if(stack is null, null, hash(stack)) as stack_hash
           from (
-            select *, {trimmed_sql('ts')} as ts_text, {trimmed_sql('dur')} as dur_text
+            select *, {trimmed_sql('ts')} as ts_text
             from {source}
             where {KEEP}
           )

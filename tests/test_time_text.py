@@ -1,0 +1,52 @@
+"""The SQL rule that turns microsecond text into exact ns (readers/base.us_text_to_ns_sql),
+checked against Python's Decimal on every shape profilers write and on garbage."""
+
+from decimal import ROUND_HALF_UP, Decimal
+
+import duckdb
+import pytest
+
+from rlwh.readers.base import us_text_to_ns_sql
+
+
+def expected_ns(text: str) -> int:
+    """Half up on the 4th decimal, like the SQL (which looks at that digit only)."""
+    sign = -1 if text.startswith("-") else 1
+    whole, _, frac = text.lstrip("+-").partition(".")
+    ns = int(whole) * 1000 + int((frac[:3] + "000")[:3])
+    if frac[3:4] >= "5":
+        ns += 1
+    return sign * ns
+
+
+PLAIN = [
+    "0", "7", "-7", "+7", "1779785515596661", "1779785515596661.420", "1779785515694669.2",
+    "1779785515645038.87", "1779785515645038.", "9.72", "1000.0", "-0.5", "0.0004", "0.0005",
+    "-0.0005", "12.34567", "9223372036854775.807",
+]
+GARBAGE = ["1e5", "2e2.5", "0e1.500", "31e", "-", "+", ".5", "-.5", "1.2.3", "1.-5", "--1.5", "abc", "1 .5",
+           "9223372036854775.808", "99999999999999999999"]
+
+
+@pytest.mark.parametrize("text", PLAIN)
+def test_plain_decimals_are_exact(text):
+    con = duckdb.connect()
+    for strict in (True, False):
+        got = con.execute(f"select {us_text_to_ns_sql('t', strict)} from (select ?::varchar as t)", [text]).fetchone()[0]
+        assert got == expected_ns(text)
+    assert expected_ns("1779785515596661.420") == 1779785515596661420  # no float on the way
+
+
+@pytest.mark.parametrize("text", GARBAGE)
+def test_anything_else_is_null_or_an_error(text):
+    con = duckdb.connect()
+    lenient = con.execute(f"select {us_text_to_ns_sql('t', False)} from (select ?::varchar as t)", [text]).fetchone()
+    assert lenient == (None,)
+    with pytest.raises(duckdb.Error):
+        con.execute(f"select {us_text_to_ns_sql('t', True)} from (select ?::varchar as t)", [text]).fetchone()
+
+
+def test_empty_is_null_in_both_modes():
+    con = duckdb.connect()
+    for strict in (True, False):
+        assert con.execute(f"select {us_text_to_ns_sql('t', strict)} from (select ''::varchar as t)").fetchone() == (None,)
