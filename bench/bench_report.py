@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rlwh import report  # noqa: E402
+from rlwh import derive, report  # noqa: E402
 from rlwh.config import Config  # noqa: E402
 from rlwh.schema import migrate  # noqa: E402
 
@@ -73,6 +73,7 @@ def build_warehouse(path: Path, allocations: int = 1_000_000) -> None:
         for statement in [s for s in FILL_SQL.split(";\n") if s.strip()]:
             used = {k: v for k, v in params.items() if "$" + k in statement}
             con.execute(statement, used)
+        derive.refresh_all(con)  # what rlwh ingest does after loading
         con.execute("checkpoint")
     finally:
         con.close()

@@ -21,6 +21,7 @@ from typing import Callable
 
 import duckdb
 
+from rlwh import derive
 from rlwh.config import Config
 from rlwh.discover import SourceFile, discover
 from rlwh.errors import RlwhError
@@ -202,6 +203,7 @@ def _delete_rows_of(con, p: _Planned) -> None:
     """Remove the rows an earlier version of the file loaded (a scan of every fact table,
     so skipped for files seen for the first time)."""
     if p.loaded_before:
+        derive.mark_source(con, p.source_id)
         for table in FACT_TABLES:
             con.execute(f"delete from {table} where source_id = ?", [p.source_id])
 
@@ -233,6 +235,11 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
                 con.execute(f"create or replace temp view _staged_{table} as {sql}")
             if job.has_statements:
                 con.execute(job.sql)
+                derive.mark_source(con, p.source_id)
+                if "memory_records" in job.fills:
+                    # What needs only this file's rows is derived now, while other
+                    # files are still being parsed.
+                    derive.refresh_source(con, p.source_id, "memory_records")
             # Readers may name only the role and rank a file belongs to; a ranks row
             # needs facts about the rank beyond that.
             if set(rank) - {"role", "rank_id"} and role is not None and rank_id is not None:
@@ -243,6 +250,8 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
     except (duckdb.Error, RlwhError) as exc:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")  # a commit that failed has rolled back already
+        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+            raise  # the warehouse could not be written (a full disk): no file is to blame
         status, rows = "failed", 0
         message = str(exc) if isinstance(exc, RlwhError) else f"{s.rel_path}: loading failed: {exc}"
         con.execute("begin transaction")
@@ -250,6 +259,22 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
         _upsert_source(con, run, p, status, 0, message, parsed["seconds"], {})
         con.execute("commit")
     return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
+
+
+def _refresh_derived(con, config: Config) -> None:
+    """Recompute the derived memory tables of every key the loaded files touched, in one
+    transaction. The parse workers have exited by now, so the loader may use more memory:
+    the timeline's window sorts every event of a rank."""
+    con.execute("set memory_limit = ?", [config.derive_memory_limit])
+    con.execute("begin transaction")
+    try:
+        derive.refresh(con)
+        con.execute("commit")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("rollback")
+        raise
+    con.execute("set memory_limit = ?", [config.ingest_memory_limit])
 
 
 def _record_run(con, run: str, profile_dir: Path) -> None:
@@ -345,6 +370,7 @@ def ingest(
                     progress(done_files, len(planned), done_bytes, total_bytes, p.source.rel_path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        _refresh_derived(con, config)
         _record_run(con, run, root)
         session.changed = True
     summary.results.sort(key=lambda r: r.rel_path)

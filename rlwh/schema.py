@@ -1,7 +1,8 @@
 """Migrations and views: bring a warehouse to the current schema.
 
 Migrations (migrations/NNNN_*.sql) hold table DDL, each applied once in its own
-transaction and recorded in _rlwh_migrations. Views (sql/*.sql) are re-created after
+transaction and recorded in _rlwh_migrations; one that adds derived tables says so and
+they are filled once the views are in place. Views (sql/*.sql) are re-created after
 every migration, in the order their `-- depends:` lines give, and the comments in their
 files become COMMENT ON VIEW/COLUMN so BI tools show what each column means.
 """
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import duckdb
 
+from rlwh import derive
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
 from rlwh.sqltext import sql_literal
 
+# A migration holding this line adds or changes derived tables: they are recomputed after it.
+AFTER_REFRESH = "-- after: refresh derived tables"
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -69,10 +73,13 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
         " version integer primary key, name varchar not null, applied_at timestamp not null)"
     )
     applied = []
+    refresh_derived = False
     for version, path in pending_migrations(con):
+        sql = path.read_text(encoding="utf-8")
+        refresh_derived |= AFTER_REFRESH in sql
         con.execute("begin transaction")
         try:
-            con.execute(path.read_text(encoding="utf-8"))
+            con.execute(sql)
             con.execute(
                 "insert into _rlwh_migrations values (?, ?, ?)",
                 [version, path.name, datetime.now(timezone.utc).replace(tzinfo=None)],
@@ -83,6 +90,9 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
             raise RlwhError(f"migration {path.name} failed: {exc}") from exc
         applied.append(path.name)
     install_views(con)
+    if refresh_derived:
+        # Derived tables new to this warehouse start empty; fill them from what is loaded.
+        derive.refresh_all(con)
     return applied
 
 

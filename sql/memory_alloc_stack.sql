@@ -4,8 +4,8 @@
 -- allocation with no such op (its name is absent from the trace, or it comes before the
 -- first op) stays, with NULL op columns and NULL stack. When several same-name ops start
 -- in the same ns, the one with a stack wins, then the longest. RL-Insight's rule (only ops
--- with a stack) is memory_event_rows.
--- depends: _cpu_ops_asof
+-- with a stack) is memory_event_rows. The match is computed once at ingest
+-- (ingest/derived/memory.sql, private table _memory_record_ops); this view joins it back.
 create or replace view memory_alloc_stack (
   -- Run name.
   run,
@@ -54,32 +54,32 @@ create or replace view memory_alloc_stack (
 ) as
 with allocations as (
   select
-    run, role, rank_id, capture, source_row, name, device, size_bytes, alloc_ns, release_ns,
+    run, role, rank_id, capture, source_id, source_row, name, device, size_bytes, alloc_ns, release_ns,
     alloc_total_allocated_bytes, alloc_total_reserved_bytes,
     release_total_allocated_bytes, release_total_reserved_bytes,
   from memory_records
   where size_bytes > 0
 ),
 
-ops as (
-  select * from _cpu_ops_asof
+matches as (
+  select * from _memory_record_ops
 ),
 
 matched as (
   select
     a.*,
-    o.ts_ns as op_ts_ns,
-    o.dur_ns as op_dur_ns,
-    o.tid as op_tid,
-    o.stack_id,
+    m.op_ts_ns,
+    m.op_dur_ns,
+    m.op_tid,
+    m.stack_id,
   from allocations as a
-  asof left join ops as o
-    on a.run = o.run
-    and a.role = o.role
-    and a.rank_id = o.rank_id
-    and a.capture = o.capture
-    and a.name = o.name
-    and a.alloc_ns >= o.ts_ns
+  left join matches as m
+    on a.run = m.run
+    and a.role = m.role
+    and a.rank_id = m.rank_id
+    and a.capture = m.capture
+    and a.source_id = m.source_id
+    and a.source_row = m.source_row
 ),
 
 final as (

@@ -2,8 +2,8 @@
 -- MemoryEventRow shape and units, so notebooks written against RL-Insight keep working.
 -- Its rule: the call stack of the nearest same-name cpu_op AT OR BEFORE the allocation
 -- that carries a stack (ops without a stack are passed over); empty strings when none.
--- Times in ms and sizes in KB/MB are DOUBLEs, as RL-Insight has them.
--- depends: _cpu_ops_stacked_asof
+-- Times in ms and sizes in KB/MB are DOUBLEs, as RL-Insight has them. The match is
+-- computed once at ingest (ingest/derived/memory.sql, private table _memory_record_ops).
 create or replace view memory_event_rows (
   -- Operator name (Name).
   name,
@@ -40,20 +40,26 @@ with records as (
   select * from memory_records
 ),
 
-stacked_ops as (
-  select * from _cpu_ops_stacked_asof
+matches as (
+  select * from _memory_record_ops
+),
+
+stacks as (
+  -- Each distinct stack in RL-Insight's spelling once, not once per row.
+  select stack_id, replace(stack, chr(10), ';' || chr(13) || chr(10)) as stack, top_frame
+  from call_stacks
 ),
 
 matched as (
-  select r.*, o.stack_id
+  select r.*, m.stacked_stack_id as stack_id
   from records as r
-  asof left join stacked_ops as o
-    on r.run = o.run
-    and r.role = o.role
-    and r.rank_id = o.rank_id
-    and r.capture = o.capture
-    and r.name = o.name
-    and r.alloc_ns >= o.ts_ns
+  left join matches as m
+    on r.run = m.run
+    and r.role = m.role
+    and r.rank_id = m.rank_id
+    and r.capture = m.capture
+    and r.source_id = m.source_id
+    and r.source_row = m.source_row
 ),
 
 final as (
@@ -61,7 +67,7 @@ final as (
     m.name,
     m.role,
     m.rank_id,
-    coalesce(replace(s.stack, chr(10), ';' || chr(13) || chr(10)), '') as call_stack,
+    coalesce(s.stack, '') as call_stack,
     coalesce(s.top_frame, '') as call_stack_top,
     m.size_bytes / 1024.0 as size_kb,
     m.alloc_ns / 1e6 as start_time_ms,
@@ -74,7 +80,7 @@ final as (
     m.capture,
     m.source_row,
   from matched as m
-  left join call_stacks as s on m.stack_id = s.stack_id
+  left join stacks as s on m.stack_id = s.stack_id
 )
 
 select * from final

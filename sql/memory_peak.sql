@@ -1,7 +1,7 @@
 -- One row per (run, role, rank_id, capture, device): the peak of live bytes from
--- memory_timeline and when it was first reached, beside the allocator's own reported peak
--- (which includes memory the profiler could not attribute to an operator).
--- depends: memory_timeline
+-- memory_timeline (its rows as stored at ingest) and when it was first reached, beside the
+-- allocator's own reported peak (which includes memory the profiler could not attribute
+-- to an operator).
 create or replace view memory_peak (
   -- Run name.
   run,
@@ -29,7 +29,7 @@ create or replace view memory_peak (
   allocator_peak_mb
 ) as
 with timeline as (
-  select * from memory_timeline
+  select * from _memory_timeline
 ),
 
 peaks as (

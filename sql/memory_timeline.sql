@@ -2,7 +2,9 @@
 -- device), with the live bytes after it: +size at alloc, -size at release, summed in time
 -- order. At equal times releases apply first (a block freed and another allocated in the
 -- same ns never count together). The allocator's own totals ride along where recorded.
--- depends: memory_blocks
+-- The running sum is computed once at ingest (private table _memory_timeline, from
+-- ingest/ascend_memory_csv.sql and ingest/derived/memory.sql); this view adds each
+-- block's call stack.
 create or replace view memory_timeline (
   -- Run name.
   run,
@@ -39,39 +41,27 @@ create or replace view memory_timeline (
   -- Provenance of the block (memory_blocks.origin_row).
   origin_row
 ) as
-with blocks as (
-  select * from memory_blocks
+with timeline as (
+  select * from _memory_timeline
 ),
 
-events as (
-  -- One scan of the blocks, two rows per released block: its alloc and its release.
-  select
-    b.run, b.role, b.rank_id, b.capture, b.device, b.source,
-    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
-    e.event,
-    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
-    if(e.event = 'alloc', b.allocated_after_alloc_bytes, b.allocated_after_release_bytes)
-      as allocator_allocated_bytes,
-    if(e.event = 'alloc', b.reserved_after_alloc_bytes, b.reserved_after_release_bytes)
-      as allocator_reserved_bytes,
-    b.name, b.size_bytes, b.stack_id, b.call_stack_top, b.origin_row,
-  from blocks as b
-  cross join (values ('alloc'), ('release')) as e (event)
-  where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
+ascend_matches as (
+  select source_id, source_row, name, stack_id from _memory_record_ops
 ),
 
 final as (
   select
-    run, role, rank_id, capture, device, source, ts_ns, event, delta_bytes,
-    -- BIGINT, not the HUGEINT sum() gives: BI tools and pandas read BIGINT.
-    (sum(delta_bytes) over (
-      partition by run, role, rank_id, capture, device
-      order by ts_ns, delta_bytes > 0, origin_row, source
-      rows between unbounded preceding and current row
-    ))::bigint as live_bytes,
-    allocator_allocated_bytes, allocator_reserved_bytes,
-    name, size_bytes, stack_id, call_stack_top, origin_row,
-  from events
+    t.run, t.role, t.rank_id, t.capture, t.device, t.source, t.ts_ns, t.event, t.delta_bytes,
+    t.live_bytes, t.allocator_allocated_bytes, t.allocator_reserved_bytes,
+    coalesce(t.name, m.name) as name,
+    t.size_bytes,
+    coalesce(t.stack_id, m.stack_id) as stack_id,
+    s.top_frame as call_stack_top,
+    t.origin_row,
+  from timeline as t
+  left join ascend_matches as m  -- PyTorch rows carry their own name and stack_id, no source_id
+    on t.source_id = m.source_id and t.origin_row = m.source_row
+  left join call_stacks as s on coalesce(t.stack_id, m.stack_id) = s.stack_id
 )
 
 select * from final

@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from rlwh import derive
 from rlwh.config import Config
 from rlwh.schema import migrate
 
@@ -71,3 +72,5 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], 
         con.execute(f"insert into {table} by name select * from _rows")
     finally:
         con.unregister("_rows")
+    if table in derive.SOURCE_TABLES:
+        derive.refresh_all(con)  # what rlwh ingest does after loading

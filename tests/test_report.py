@@ -17,7 +17,7 @@ import pytest
 from conftest import FIXTURES, REPO
 from jinja2 import meta
 
-from rlwh import report, report_queries
+from rlwh import derive, report, report_queries
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest import ingest
@@ -118,6 +118,7 @@ def build_hostile_warehouse(config: Config) -> None:
         migrate(con)
         for sql in statements:
             con.execute(sql, {k: v for k, v in values.items() if "$" + k in sql})
+        derive.refresh_all(con)  # what rlwh ingest does after loading
     finally:
         con.close()
 

@@ -10,7 +10,7 @@ import duckdb
 from conftest import SHARED
 
 from rlwh.assets import asset_dir
-from rlwh.schema import MIGRATION_NAME, migrate, view_files
+from rlwh.schema import MIGRATION_NAME, migrate, migration_files, view_files
 
 
 def test_migrations_are_numbered_without_gaps():
@@ -26,7 +26,7 @@ def test_migrations_hold_no_views():
 
 def test_migrate_twice_is_a_no_op():
     con = duckdb.connect()
-    assert migrate(con) == ["0001_create_base_tables.sql", "0002_create_settings.sql"]
+    assert migrate(con) == [path.name for _, path in migration_files()]
     assert migrate(con) == []
 
 
@@ -52,7 +52,8 @@ def test_every_public_object_and_column_has_a_comment(fresh_db):
     assert objects == []
 
 
-BASE_TABLES = {"_rlwh_settings", "runs", "sources", "ranks", "memory_records", "cpu_ops", "call_stacks", "ranges",
+# Private derived tables (migrations/0003) count as tables the views may read.
+BASE_TABLES = {"_rlwh_settings", "_memory_record_ops", "_memory_timeline", "runs", "sources", "ranks", "memory_records", "cpu_ops", "call_stacks", "ranges",
                "torch_memory_events", "gmm_expert_load"}
 
 
@@ -85,3 +86,28 @@ def test_no_public_column_is_hugeint(fresh_db):
         "select table_name, column_name from duckdb_columns() where data_type = 'HUGEINT'"
         " and not starts_with(table_name, '_')").fetchall()
     assert wide == []
+
+
+def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
+    """A warehouse loaded before migration 0003 answers the memory views right after it."""
+    from conftest import copy_fixture
+
+    from rlwh.config import Config
+    from rlwh.ingest import ingest
+
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path / "profile")
+    db = tmp_path / "w.duckdb"
+    ingest(profile, Config(db_path=db))
+    con = duckdb.connect(str(db))
+    want = con.execute("select * from memory_peak order by all").fetchall()
+    stacks = con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0]
+    assert want and stacks > 0
+    # Back to the state before 0003: no derived tables, no record of the migration.
+    con.execute("drop view memory_alloc_stack cascade")
+    con.execute("drop table _memory_record_ops cascade")
+    con.execute("drop table _memory_timeline cascade")
+    con.execute("delete from _rlwh_migrations where version = 3")
+    applied = migrate(con)
+    assert applied == ["0003_create_derived_memory.sql"]
+    assert con.execute("select * from memory_peak order by all").fetchall() == want
+    assert con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0] == stacks

@@ -11,6 +11,8 @@ import random
 import pytest
 from conftest import insert_rows
 
+from rlwh import derive
+
 
 def _setup(con, seed: int):
     rng = random.Random(seed)
@@ -102,6 +104,7 @@ def test_allocation_before_first_op_keeps_its_row(fresh_db):
                      " size_bytes, alloc_ns) values ('r', 'x', 0, 'c', 2, 1, 'aten::empty', 8, 99),"
                      " ('r', 'x', 0, 'c', 2, 2, 'aten::empty', 8, 100),"
                      " ('r', 'x', 0, 'c', 2, 3, 'aten::empty', 8, 111)")
+    derive.refresh_all(fresh_db)  # what rlwh ingest does after loading
     rows = fresh_db.execute(
         "select source_row, op_ts_ns, gap_ns, in_op from memory_alloc_stack order by 1").fetchall()
     assert rows == [(1, None, None, None), (2, 100, 0, True), (3, 100, 11, False)]
