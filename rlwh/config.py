@@ -25,7 +25,6 @@ class Config:
     workers: int = 2
     worker_memory_limit: str = "384MB"
     ingest_memory_limit: str = "512MB"
-    derive_memory_limit: str = "768MB"
     lock_timeout: float = 600.0
     reports_dir: Path = Path("reports_out")
     nightly_root: Path = Path("profiles")
@@ -47,7 +46,6 @@ _KEYS = {
     ("ingest", "workers"): ("workers", int),
     ("ingest", "worker_memory_limit"): ("worker_memory_limit", str),
     ("ingest", "memory_limit"): ("ingest_memory_limit", str),
-    ("ingest", "derive_memory_limit"): ("derive_memory_limit", str),
     ("ingest", "lock_timeout"): ("lock_timeout", float),
     ("reports", "dir"): ("reports_dir", Path),
     ("nightly", "root"): ("nightly_root", Path),

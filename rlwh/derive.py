@@ -4,8 +4,7 @@ The ASOF match of memory rows to cpu_ops and the live-memory timeline cost secon
 rank on every query; stored once per (run, role, rank_id, capture) they answer at once.
 Ingest marks the keys a file's rows belong to (before deleting old rows and after loading
 new ones) and refreshes those keys before it publishes, in the same write session, so a
-reader never sees base tables and derived tables disagree. Statements that need only a
-CSV's rows run as soon as it lands, while the trace of the same rank is still parsing.
+reader never sees base tables and derived tables disagree.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ KEY = ("run", "role", "rank_id", "capture")
 @dataclass(frozen=True)
 class Statement:
     sql: str
-    needs: tuple[str, ...]
 
     def run(self, con: duckdb.DuckDBPyConnection, key: tuple) -> None:
         params = {name: value for name, value in zip(KEY, key) if f"${name}" in self.sql}
@@ -35,34 +33,16 @@ class Statement:
 
 @lru_cache(maxsize=None)
 def statements() -> tuple[Statement, ...]:
-    """The refresh statements of ingest/derived/memory.sql, in order, with what they read."""
+    """The refresh statements of ingest/derived/memory.sql, in order."""
     text = (asset_dir("ingest") / "derived" / "memory.sql").read_text(encoding="utf-8")
-    found = []
-    for part in re.split(r"^;\s*$", text, flags=re.MULTILINE):
-        if not re.search(r"^\s*[a-z]", part, flags=re.MULTILINE):
-            continue
-        needs = re.search(r"^-- needs:(.*)$", part, flags=re.MULTILINE)
-        if not needs:
-            raise ValueError(f"ingest/derived/memory.sql: a statement lacks its '-- needs:' line:\n{part.strip()[:200]}")
-        tables = tuple(t.strip() for t in needs.group(1).split(",") if t.strip())
-        found.append(Statement(part.strip(), tables))
-    return tuple(found)
+    parts = re.split(r"^;\s*$", text, flags=re.MULTILINE)
+    return tuple(Statement(p.strip()) for p in parts if re.search(r"^\s*[a-z]", p, flags=re.MULTILINE))
 
 
 def _ensure_state(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         "create temp table if not exists _rlwh_dirty (run varchar, role varchar, rank_id integer, capture varchar)"
     )
-    con.execute(
-        "create temp table if not exists _rlwh_derived_early"
-        " (run varchar, role varchar, rank_id integer, capture varchar, source_table varchar)"
-    )
-
-
-def _keys_of_source(con: duckdb.DuckDBPyConnection, table: str, source_id: int) -> list[tuple]:
-    return con.execute(
-        f"select distinct run, role, rank_id, capture from {table} where source_id = ?", [source_id]
-    ).fetchall()
 
 
 def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
@@ -75,31 +55,14 @@ def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
         )
 
 
-def refresh_source(con: duckdb.DuckDBPyConnection, source_id: int, table: str) -> None:
-    """Run now the statements that need nothing but `table`, for the keys of `source_id`'s
-    rows there; refresh() then skips them for those keys."""
-    _ensure_state(con)
-    early = [s for s in statements() if s.needs == (table,)]
-    for key in _keys_of_source(con, table, source_id):
-        for statement in early:
-            statement.run(con, key)
-        con.execute("insert into _rlwh_derived_early values (?, ?, ?, ?, ?)", [*key, table])
-
-
 def refresh(con: duckdb.DuckDBPyConnection) -> int:
     """Recompute the derived rows of every marked key; return how many keys."""
     _ensure_state(con)
     keys = con.execute("select distinct run, role, rank_id, capture from _rlwh_dirty order by all").fetchall()
-    early = {}
-    for *key, table in con.execute("select * from _rlwh_derived_early").fetchall():
-        early.setdefault(tuple(key), set()).add(table)
     for key in keys:
-        done = early.get(key, set())
         for statement in statements():
-            if not (len(statement.needs) == 1 and statement.needs[0] in done):
-                statement.run(con, key)
+            statement.run(con, key)
     con.execute("delete from _rlwh_dirty")
-    con.execute("delete from _rlwh_derived_early")
     return len(keys)
 
 

@@ -236,10 +236,6 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
             if job.has_statements:
                 con.execute(job.sql)
                 derive.mark_source(con, p.source_id)
-                if "memory_records" in job.fills:
-                    # What needs only this file's rows is derived now, while other
-                    # files are still being parsed.
-                    derive.refresh_source(con, p.source_id, "memory_records")
             # Readers may name only the role and rank a file belongs to; a ranks row
             # needs facts about the rank beyond that.
             if set(rank) - {"role", "rank_id"} and role is not None and rank_id is not None:
@@ -261,11 +257,10 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
     return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
 
 
-def _refresh_derived(con, config: Config) -> None:
+def _refresh_derived(con) -> None:
     """Recompute the derived memory tables of every key the loaded files touched, in one
-    transaction. The parse workers have exited by now, so the loader may use more memory:
-    the timeline's window sorts every event of a rank."""
-    con.execute("set memory_limit = ?", [config.derive_memory_limit])
+    transaction. This runs after the parse workers have exited: the timeline's window
+    sorts every event of a rank and takes ~500 MB, more than fits beside them."""
     con.execute("begin transaction")
     try:
         derive.refresh(con)
@@ -274,7 +269,6 @@ def _refresh_derived(con, config: Config) -> None:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")
         raise
-    con.execute("set memory_limit = ?", [config.ingest_memory_limit])
 
 
 def _record_run(con, run: str, profile_dir: Path) -> None:
@@ -370,7 +364,7 @@ def ingest(
                     progress(done_files, len(planned), done_bytes, total_bytes, p.source.rel_path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        _refresh_derived(con, config)
+        _refresh_derived(con)
         _record_run(con, run, root)
         session.changed = True
     summary.results.sort(key=lambda r: r.rel_path)

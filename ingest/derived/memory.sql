@@ -1,16 +1,13 @@
 -- Derived memory tables, refreshed by rlwh ingest for one (run, role, rank_id, capture)
 -- at a time: $run, $role, $rank_id and $capture are bound to that key, and each statement
 -- filters its inputs on the key itself, so a refresh reads only that rank's rows.
--- Statements are separated by a line holding only ';'. A statement's `-- needs:` line
--- names the tables it reads: "memory_records" ones run as soon as a CSV has landed (in
--- parallel with the parsing of the trace), the rest once every file is loaded.
+-- Statements are separated by a line holding only ';'. They run once every file of an
+-- ingest is loaded and the parse workers have exited (the window sorts take ~500 MB).
 
--- needs: memory_records
 delete from _memory_timeline
 where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
--- needs: memory_records
 -- The Ascend live-memory timeline: +size at each allocation row's alloc, -size at its
 -- release, summed in time order per device. At equal times releases come first, then the
 -- CSV row. Only numbers ride through the window (a name column makes its sort ~50%
@@ -58,12 +55,10 @@ select
 from events
 ;
 
--- needs: memory_records, cpu_ops
 delete from _memory_record_ops
 where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
--- needs: memory_records, cpu_ops
 -- Each memory_records row and the cpu_op of the same name that started last at or before
 -- it (one ASOF JOIN for both rules): stack_id is that op's stack, stacked_stack_id the
 -- stack of the last op up to it that had one (RL-Insight's rule, carried forward by a
@@ -94,12 +89,10 @@ asof left join ops as o
   and r.alloc_ns >= o.ts_ns
 ;
 
--- needs: torch_memory_events
 delete from _memory_timeline
 where source = 'torch' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
--- needs: torch_memory_events
 -- The PyTorch blocks of memory_blocks, then the same running sum as for Ascend rows. At
 -- equal times releases come first, then the event's position in its file.
 insert into _memory_timeline by name
