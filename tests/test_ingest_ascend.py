@@ -122,6 +122,38 @@ def test_changed_file_replaces_exactly_its_rows(memory_profile, config):
     assert counts["memory_records"] == 10 and counts["cpu_ops"] == 13 and counts["sources"] == 3
 
 
+MEMORY_VIEWS = ("memory_alloc_stack", "memory_event_rows", "memory_blocks", "memory_timeline", "memory_peak",
+                "memory_peak_breakdown", "memory_unreleased")
+
+
+def _memory_views(config):
+    con = read_db(config)
+    try:
+        return {v: sorted(map(repr, con.execute(f"select * exclude (run) from {v}").fetchall())) for v in MEMORY_VIEWS}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("changed", ["operator_memory.csv", "trace_view.json"])
+def test_changed_file_refreshes_the_derived_memory_tables(memory_profile, config, tmp_path, changed):
+    """After a file changes, every memory view answers as if the new files had been
+    ingested into an empty warehouse (the derived tables of that rank were redone)."""
+    ingest(memory_profile, config)
+    before = _memory_views(config)
+    path = memory_profile / RANK_DIR / "ASCEND_PROFILER_OUTPUT" / changed
+    if changed.endswith(".csv"):
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[:1] + lines[20:]))  # the first 19 rows gone
+    else:
+        path.write_text(path.read_text().replace('"aten::empty"', '"aten::gone"'))
+    ingest(memory_profile, config)
+    after = _memory_views(config)
+    clean = config.__class__(db_path=tmp_path / "clean.duckdb")
+    ingest(memory_profile, clean)
+    assert after == _memory_views(clean)
+    assert after != before
+
+
 def test_two_runs_stay_apart(memory_profile, config):
     ingest(memory_profile, config, run="night-1")
     ingest(memory_profile, config, run="night-2")

@@ -61,8 +61,12 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 
 -- Each memory_records row and the cpu_op of the same name that started last at or before
 -- it (one ASOF JOIN for both rules): stack_id is that op's stack, stacked_stack_id the
--- stack of the last op up to it that had one (RL-Insight's rule, carried forward by a
--- window so the same join serves memory_event_rows). Narrow rows: sorts stay in memory.
+-- stack of the last op up to it that had one (RL-Insight's rule). When several same-name
+-- ops start in the same ns exactly one may match, or the answer would be arbitrary: the
+-- one with a stack, then the longest, then the lowest tid, then the lowest stack_id.
+-- One window does it all: ops in (ts_ns, preference) order, the last of each ts_ns kept,
+-- the last stack so far carried along. Its sort spills to disk, so a rank of any size
+-- fits the memory limit (a max_by hash aggregate did not: 4.7 M ops needed > 512 MB).
 insert into _memory_record_ops
 with records as (
   select source_id, source_row, name, alloc_ns
@@ -70,14 +74,26 @@ with records as (
   where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
-ops as (
+ordered_ops as (
   select
     name, ts_ns, dur_ns, tid, stack_id,
-    last_value(stack_id ignore nulls) over (
-      partition by name order by ts_ns rows between unbounded preceding and current row
-    ) as stacked_stack_id,
-  from _cpu_ops_asof
-  where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+    lead(ts_ns) over same_name as next_ts_ns,
+    last_value(stack_id ignore nulls) over (same_name rows between unbounded preceding and current row)
+      as stacked_stack_id,
+  from cpu_ops
+  where ts_ns is not null
+    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  window same_name as (
+    partition by name
+    -- ts_ns, then has a stack, then the duration, as one HUGEINT (a fast sort key)
+    order by ts_ns::hugeint * 18446744073709551616 + (stack_id is not null)::hugeint * 9223372036854775808
+        + greatest(coalesce(dur_ns, -1), -1) + 1,
+      coalesce(tid, 9223372036854775807) desc, coalesce(stack_id, 0) desc
+  )
+),
+
+ops as (
+  select * from ordered_ops where next_ts_ns is distinct from ts_ns
 )
 
 select
