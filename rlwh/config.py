@@ -23,8 +23,8 @@ class Config:
     threads: int = 2
     memory_limit: str = "1GB"
     workers: int = 2
-    worker_memory_limit: str = "384MB"
-    ingest_memory_limit: str = "512MB"
+    worker_memory_limit: str = "256MB"
+    ingest_memory_limit: str = "384MB"
     lock_timeout: float = 600.0
     reports_dir: Path = Path("reports_out")
     nightly_root: Path = Path("profiles")
