@@ -3,8 +3,7 @@
 -- order. At equal times releases apply first (a block freed and another allocated in the
 -- same ns never count together). The allocator's own totals ride along where recorded.
 -- The running sum is computed once at ingest (private table _memory_timeline, from
--- ingest/ascend_memory_csv.sql and ingest/derived/memory.sql); this view adds each
--- block's call stack.
+-- ingest/derived/memory.sql); this view adds each Ascend block's name and call stack.
 create or replace view memory_timeline (
   -- Run name.
   run,
