@@ -53,7 +53,8 @@ def test_every_public_object_and_column_has_a_comment(fresh_db):
 
 
 # Private derived tables (migrations/0003) count as tables the views may read.
-BASE_TABLES = {"_rlwh_settings", "_memory_record_ops", "_memory_timeline", "runs", "sources", "ranks", "memory_records", "cpu_ops", "call_stacks", "ranges",
+BASE_TABLES = {"_rlwh_settings", "_memory_record_ops", "_memory_timeline", "runs", "sources", "ranks",
+               "memory_records", "cpu_ops", "call_stacks", "ranges",
                "torch_memory_events", "gmm_expert_load"}
 
 

@@ -139,6 +139,7 @@ def us_text_to_ns_sql(text: str, strict: bool) -> str:
         f" when not regexp_full_match({text}, '[+-]?[0-9]+([.][0-9]*)?') then {bad}"
         f" when {point} = 0 then {cast}({text} || '000' as bigint)"
         f" when {point} = length({text}) - 3 then {cast}(replace({text}, '.', '') as bigint)"
-        f" when length({text}) - {point} < 3 then {cast}(rpad(replace({text}, '.', ''), ({point} + 2)::integer, '0') as bigint)"
+        f" when length({text}) - {point} < 3"
+        f" then {cast}(rpad(replace({text}, '.', ''), ({point} + 2)::integer, '0') as bigint)"
         f" else {many_decimals} end)"
     )
