@@ -109,7 +109,10 @@ def _progress_printer(quiet: bool):
             )
             state["bar"].__enter__()
         state["bar"].label = f"{files_done}/{files_total} files, {bytes_done / 1e6:,.0f}/{bytes_total / 1e6:,.0f} MB"
+        if current.startswith("deriving"):  # the step after every file has landed
+            state["bar"].label = current
         state["bar"].update(bytes_done - state["bytes"])
+        state["bar"].render_progress()  # a new label with no new bytes draws too
         state["bytes"] = bytes_done
 
     def finish():

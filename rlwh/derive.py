@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import duckdb
 
@@ -55,11 +56,14 @@ def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
         )
 
 
-def refresh(con: duckdb.DuckDBPyConnection) -> int:
-    """Recompute the derived rows of every marked key; return how many keys."""
+def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] | None = None) -> int:
+    """Recompute the derived rows of every marked key; return how many keys. `on_key(i, n)`
+    is told before the i-th of n keys (seconds each on a large rank: progress output)."""
     _ensure_state(con)
     keys = con.execute("select distinct run, role, rank_id, capture from _rlwh_dirty order by all").fetchall()
-    for key in keys:
+    for i, key in enumerate(keys, start=1):
+        if on_key:
+            on_key(i, len(keys))
         for statement in statements():
             statement.run(con, key)
     con.execute("delete from _rlwh_dirty")

@@ -68,7 +68,7 @@ class IngestSummary:
         return self.count("failed")
 
 
-# progress(files_done, files_total, bytes_done, bytes_total, current file)
+# progress(files_done, files_total, bytes_done, bytes_total, current file or step)
 Progress = Callable[[int, int, int, int, str], None]
 
 
@@ -257,13 +257,18 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
     return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
 
 
-def _refresh_derived(con) -> None:
+def _refresh_derived(con, progress: Progress | None, files: int, total_bytes: int) -> None:
     """Recompute the derived memory tables of every key the loaded files touched, in one
     transaction. This runs after the parse workers have exited: the timeline's window
     sorts every event of a rank and takes ~500 MB, more than fits beside them."""
+
+    def on_key(i: int, n: int) -> None:
+        if progress:
+            progress(files, files, total_bytes, total_bytes, f"deriving memory tables: rank {i} of {n}")
+
     con.execute("begin transaction")
     try:
-        derive.refresh(con)
+        derive.refresh(con, on_key)
         con.execute("commit")
     except BaseException:
         with contextlib.suppress(duckdb.Error):
@@ -364,7 +369,7 @@ def ingest(
                     progress(done_files, len(planned), done_bytes, total_bytes, p.source.rel_path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        _refresh_derived(con)
+        _refresh_derived(con, progress, len(planned), total_bytes)
         _record_run(con, run, root)
         session.changed = True
     summary.results.sort(key=lambda r: r.rel_path)

@@ -257,3 +257,13 @@ def test_stack_normalization_is_the_same_in_sql_and_python():
         assert sql[0] == (python or None), repr(raw)
         if python:
             assert sql[1] == stack_id(python)
+
+
+def test_progress_reports_the_derive_step(memory_profile, config):
+    """After the last file, progress says the derived memory tables are being computed."""
+    calls = []
+    ingest(memory_profile, config, progress=lambda *args: calls.append(args))
+    labels = [c[4] for c in calls]
+    assert labels[-1] == "deriving memory tables: rank 1 of 1"
+    assert calls[-1][0] == calls[-1][1]  # every file counted by then
+    assert any(label.endswith("operator_memory.csv") for label in labels)
