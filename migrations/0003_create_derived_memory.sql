@@ -18,6 +18,7 @@ create table _memory_record_ops (
   stack_id bigint,
   stacked_stack_id bigint
 );
+-- name repeats memory_records.name so memory_timeline's view needs one join, not two.
 comment on table _memory_record_ops is 'Derived (rlwh ingest): each memory_records row and the cpu_op it matches by ASOF; stacked_stack_id follows RL-Insight''s rule (nearest op with a stack).';
 
 create table _memory_timeline (

@@ -6,6 +6,7 @@
 -- in the same ns, the one with a stack wins, then the longest. RL-Insight's rule (only ops
 -- with a stack) is memory_event_rows. The match is computed once at ingest
 -- (ingest/derived/memory.sql, private table _memory_record_ops); this view joins it back.
+-- depends: _memory_records_matched
 create or replace view memory_alloc_stack (
   -- Run name.
   run,
@@ -52,34 +53,9 @@ create or replace view memory_alloc_stack (
   -- Allocator's total reserved bytes right after the release.
   release_total_reserved_bytes
 ) as
-with allocations as (
-  select
-    run, role, rank_id, capture, source_id, source_row, name, device, size_bytes, alloc_ns, release_ns,
-    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
-    release_total_allocated_bytes, release_total_reserved_bytes,
-  from memory_records
+with matched as (
+  select * from _memory_records_matched
   where size_bytes > 0
-),
-
-matches as (
-  select * from _memory_record_ops
-),
-
-matched as (
-  select
-    a.*,
-    m.op_ts_ns,
-    m.op_dur_ns,
-    m.op_tid,
-    m.stack_id,
-  from allocations as a
-  left join matches as m
-    on a.run = m.run
-    and a.role = m.role
-    and a.rank_id = m.rank_id
-    and a.capture = m.capture
-    and a.source_id = m.source_id
-    and a.source_row = m.source_row
 ),
 
 final as (

@@ -4,6 +4,7 @@
 -- that carries a stack (ops without a stack are passed over); empty strings when none.
 -- Times in ms and sizes in KB/MB are DOUBLEs, as RL-Insight has them. The match is
 -- computed once at ingest (ingest/derived/memory.sql, private table _memory_record_ops).
+-- depends: _memory_records_matched
 create or replace view memory_event_rows (
   -- Operator name (Name).
   name,
@@ -36,30 +37,16 @@ create or replace view memory_event_rows (
   -- 1-based data row of operator_memory.csv (not in RL-Insight).
   source_row
 ) as
-with records as (
-  select * from memory_records
-),
-
-matches as (
-  select * from _memory_record_ops
+with matched as (
+  -- RL-Insight's rule: the stack of the last op up to the allocation that had one.
+  select * exclude (stack_id), stacked_stack_id as stack_id
+  from _memory_records_matched
 ),
 
 stacks as (
   -- Each distinct stack in RL-Insight's spelling once, not once per row.
   select stack_id, replace(stack, chr(10), ';' || chr(13) || chr(10)) as stack, top_frame
   from call_stacks
-),
-
-matched as (
-  select r.*, m.stacked_stack_id as stack_id
-  from records as r
-  left join matches as m
-    on r.run = m.run
-    and r.role = m.role
-    and r.rank_id = m.rank_id
-    and r.capture = m.capture
-    and r.source_id = m.source_id
-    and r.source_row = m.source_row
 ),
 
 final as (

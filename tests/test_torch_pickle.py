@@ -55,6 +55,8 @@ def torch_python() -> str:
         return os.environ["RLWH_TORCH_PYTHON"]
     if importlib.util.find_spec("torch") is not None:
         return sys.executable
+    # Honest skip: without torch nothing can write a fresh .pt to compare against. The files
+    # real torch wrote once (tests below, "Files written by real torch") run everywhere.
     pytest.skip("torch is not importable here; set RLWH_TORCH_PYTHON to a Python with torch to run this check")
 
 

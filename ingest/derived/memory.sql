@@ -110,7 +110,9 @@ where source = 'torch' and run = $run and role = $role and rank_id = $rank_id an
 ;
 
 -- The PyTorch blocks of memory_blocks, then the same running sum as for Ascend rows. At
--- equal times releases come first, then the event's position in its file.
+-- equal times releases come first, then the event's position in its file. A statement of
+-- its own so the Ascend window stays narrow: one statement for both sources, carrying
+-- names and stacks, took 7.7 s instead of 5.8 s on 1.5 M Ascend blocks.
 insert into _memory_timeline by name
 with blocks as (
   select * from memory_blocks

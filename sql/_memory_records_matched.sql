@@ -1,0 +1,31 @@
+-- Every memory_records row beside the cpu_op ingest matched it to (_memory_record_ops):
+-- the one join memory_alloc_stack and memory_event_rows share. op_* and stack_id follow
+-- the nearest-op rule, stacked_stack_id RL-Insight's. Private helper.
+create or replace view _memory_records_matched as
+with records as (
+  select * from memory_records
+),
+
+matches as (
+  select * from _memory_record_ops
+),
+
+final as (
+  select
+    r.*,
+    m.op_ts_ns,
+    m.op_dur_ns,
+    m.op_tid,
+    m.stack_id,
+    m.stacked_stack_id,
+  from records as r
+  left join matches as m
+    on r.run = m.run
+    and r.role = m.role
+    and r.rank_id = m.rank_id
+    and r.capture = m.capture
+    and r.source_id = m.source_id
+    and r.source_row = m.source_row
+)
+
+select * from final
