@@ -1,0 +1,195 @@
+"""memory_record.csv, npu_module_mem.csv and step_trace_time.csv -> memory_usage,
+npu_module_memory and step_times.
+
+These files are small next to operator_memory.csv (one row per allocator sample or per
+step), so a streaming csv.reader with exact Decimal arithmetic is fast enough and keeps
+every good row of a damaged file. Units come from each header's suffix ("(us)", "(MB)",
+"(KB)"), so a profiler version that changes a unit still lands exact ns and bytes;
+step_trace_time.csv's stage columns have no suffix and are microseconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from pathlib import Path
+
+import pyarrow as pa
+
+from rlwh.errors import SourceError
+from rlwh.readers.base import ReadOutcome, TableSink
+
+BATCH_ROWS = 65536
+_SPACE = " \t\r\n"
+_UNIT = re.compile(r"^(.*?)\s*\((us|ns|ms|s|B|KB|MB|GB)\)$")
+# Unit -> (kind, factor to ns or bytes).
+_FACTORS = {"ns": ("time", 1), "us": ("time", 1000), "ms": ("time", 10**6), "s": ("time", 10**9),
+            "B": ("size", 1), "KB": ("size", 1024), "MB": ("size", 1 << 20), "GB": ("size", 1 << 30)}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: the header names (without unit) it may come from and its kind."""
+
+    name: str
+    headers: tuple[str, ...]
+    kind: str  # text | time | size | int
+    required: bool = False
+    default_unit: str | None = None  # for headers written without a unit suffix
+
+
+@dataclass(frozen=True)
+class Format:
+    table: str
+    columns: tuple[Column, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([("source_row", pa.int64())] + [
+            (c.name, pa.string() if c.kind == "text" else pa.int64()) for c in self.columns])
+
+
+MEMORY_RECORD = Format("memory_usage", (
+    Column("component", ("Component", "Tag"), "text", required=True),
+    Column("ts_ns", ("Timestamp",), "time", required=True),
+    Column("total_allocated_bytes", ("Total Allocated",), "size"),
+    Column("total_reserved_bytes", ("Total Reserved",), "size", required=True),
+    Column("total_active_bytes", ("Total Active",), "size"),
+    Column("stream_ptr", ("Stream Ptr",), "text"),
+    Column("device", ("Device Type", "Device"), "text", required=True),
+))
+NPU_MODULE_MEM = Format("npu_module_memory", (
+    Column("module", ("Component", "Module"), "text", required=True),
+    Column("ts_ns", ("Timestamp",), "time", required=True),
+    Column("total_reserved_bytes", ("Total Reserved",), "size", required=True),
+    Column("device", ("Device", "Device Type"), "text", required=True),
+))
+
+
+def _stage(name: str, header: str, required: bool = False) -> Column:
+    return Column(name, (header,), "time", required=required, default_unit="us")
+
+
+STEP_TRACE_TIME = Format("step_times", (
+    Column("step", ("Step",), "int", required=True),
+    _stage("computing_ns", "Computing", required=True),
+    _stage("communication_not_overlapped_ns", "Communication(Not Overlapped)", required=True),
+    _stage("overlapped_ns", "Overlapped"),
+    _stage("communication_ns", "Communication"),
+    _stage("free_ns", "Free", required=True),
+    _stage("stage_ns", "Stage"),
+    _stage("bubble_ns", "Bubble"),
+    _stage("communication_not_overlapped_exclude_receive_ns", "Communication(Not Overlapped and Exclude Receive)"),
+    _stage("preparing_ns", "Preparing"),
+))
+
+
+def scaled(text: str, factor: int) -> int:
+    """Decimal text times factor, rounded half away from zero: exact ns or bytes."""
+    value = Decimal(text)
+    if not value.is_finite():
+        raise InvalidOperation(f"{text!r} is not a finite number")
+    result = int((value * factor).to_integral_value(rounding=ROUND_HALF_UP))
+    if not -(2**63) <= result < 2**63:
+        raise InvalidOperation(f"{text!r} is out of range")
+    return result
+
+
+def _plan(path: Path, header: list[str], fmt: Format) -> list[tuple[Column, int | None, int]]:
+    """(column, cell index or None, factor) for every column; SourceError when a required one is missing."""
+    by_name: dict[str, tuple[int, str | None]] = {}
+    for i, cell in enumerate(header):
+        match = _UNIT.match(cell)
+        if match:  # "Communication(Not Overlapped)" is a name: only unit suffixes match
+            by_name.setdefault(match.group(1), (i, match.group(2)))
+        by_name.setdefault(cell, (i, None))
+    plan, missing = [], []
+    for column in fmt.columns:
+        found = next((by_name[h] for h in column.headers if h in by_name), None)
+        if found is None:
+            if column.required:
+                missing.append(column.headers[0])
+            plan.append((column, None, 1))
+            continue
+        index, unit = found
+        factor = 1
+        if column.kind in ("time", "size"):
+            unit = unit or column.default_unit
+            kind, factor = _FACTORS.get(unit, (None, 0))
+            if kind != column.kind:
+                raise SourceError(f"{path}: column {header[index]!r} (row 0) has no {column.kind} unit rlwh knows")
+        plan.append((column, index, factor))
+    if missing:
+        raise SourceError(f"{path}: missing column(s) {', '.join(missing)} in the header (row 0)")
+    return plan
+
+
+def _cell(text: str, column: Column, factor: int):
+    text = text.strip(_SPACE)
+    if text == "":
+        return None
+    if column.kind == "text":
+        return text
+    if column.kind == "int":
+        return int(text)
+    return scaled(text, factor)
+
+
+def read_csv(path: Path, sink: TableSink, fmt: Format) -> ReadOutcome:
+    """Every row that converts lands; a bad row is numbered in the message and the file is partial."""
+    schema = fmt.schema
+    bad: list[str] = []
+    batch: list[dict] = []
+    kept = 0
+    reader = None
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            header = [h.strip(_SPACE) for h in next(reader, [])]
+            if not any(header):
+                raise SourceError(f"{path}: empty file, no CSV header")
+            plan = _plan(path, header, fmt)
+            for row_number, cells in enumerate(reader, start=1):
+                if not any(c.strip(_SPACE) for c in cells):
+                    continue  # a blank line (the last line's CRLF) is no row
+                if len(cells) != len(header):
+                    bad.append(f"row {row_number}: {len(cells)} cells, the header has {len(header)}")
+                    continue
+                record = {"source_row": row_number}
+                try:
+                    for column, index, factor in plan:
+                        record[column.name] = None if index is None else _cell(cells[index], column, factor)
+                except (InvalidOperation, ValueError) as exc:
+                    bad.append(f"row {row_number}: column {header[index]!r}: cannot read {cells[index]!r} ({exc})")
+                    continue
+                batch.append(record)
+                if len(batch) >= BATCH_ROWS:
+                    sink.write(fmt.table, pa.RecordBatch.from_pylist(batch, schema))
+                    kept, batch = kept + len(batch), []
+    except (UnicodeDecodeError, csv.Error) as exc:
+        line = reader.line_num + 1 if reader is not None else 1
+        what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else f"malformed CSV ({exc})"
+        raise SourceError(f"{path}: {what} at line {line} (1-based, header is line 1)") from exc
+    if batch:
+        sink.write(fmt.table, pa.RecordBatch.from_pylist(batch, schema))
+        kept += len(batch)
+    if not bad:
+        return ReadOutcome()
+    shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more bad rows" if len(bad) > 5 else "")
+    if kept == 0:
+        raise SourceError(f"{path}: no readable rows: {shown}")
+    return ReadOutcome(status="partial", message=f"{path}: kept {kept} rows, skipped {len(bad)}: {shown}")
+
+
+def read_memory_record(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    return read_csv(path, sink, MEMORY_RECORD)
+
+
+def read_npu_module_mem(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    return read_csv(path, sink, NPU_MODULE_MEM)
+
+
+def read_step_trace_time(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    return read_csv(path, sink, STEP_TRACE_TIME)

@@ -1,0 +1,152 @@
+"""memory_record.csv, npu_module_mem.csv and step_trace_time.csv on the real msinsight
+capture, against a reading written here with the csv module and exact fractions, plus
+damaged copies (a cut file, a missing column, a bad cell)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+from fractions import Fraction
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from rlwh.errors import SourceError
+from rlwh.readers import ascend_usage
+from rlwh.readers.base import TableSink
+from tests.conftest import FIXTURES
+
+TEXT = FIXTURES / "real/ascend/msinsight-alexnet-level1/text"
+OUTPUTS = [TEXT / f"rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT" for r in (0, 1)]
+
+
+def exact(text: str, factor: int) -> int | None:
+    """Decimal text times factor, half away from zero, via Fraction (not the reader's Decimal)."""
+    text = text.strip(" \t\r")
+    if not text:
+        return None
+    value = Fraction(text) * factor
+    rounded = math.floor(abs(value) + Fraction(1, 2))  # Fraction.__floor__: exact int
+    return -rounded if value < 0 else rounded
+
+
+def csv_dicts(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def read(function, path: Path, tmp_path: Path):
+    sink = TableSink(tmp_path / "parts")
+    outcome = function(path, sink, {})
+    sink.close()
+    parts = [p for ps in sink.tables().values() for p in ps]
+    return outcome, (pq.read_table(parts).to_pylist() if parts else [])
+
+
+@pytest.mark.parametrize("output", OUTPUTS, ids=["rank0", "rank1"])
+def test_memory_record_rows_are_exact(output, tmp_path):
+    expected = [
+        {
+            "source_row": i,
+            "component": r["Component"],
+            "ts_ns": exact(r["Timestamp(us)"], 1000),
+            "total_allocated_bytes": exact(r["Total Allocated(MB)"], 1 << 20),
+            "total_reserved_bytes": exact(r["Total Reserved(MB)"], 1 << 20),
+            "total_active_bytes": exact(r["Total Active(MB)"], 1 << 20),
+            "stream_ptr": r["Stream Ptr"] or None,
+            "device": r["Device Type"],
+        }
+        for i, r in enumerate(csv_dicts(output / "memory_record.csv"), start=1)
+    ]
+    outcome, rows = read(ascend_usage.read_memory_record, output / "memory_record.csv", tmp_path)
+    assert outcome.status == "ok"
+    assert rows == expected
+    assert {r["component"] for r in rows} == {"APP", "PTA", "GE", "PTA+GE"}
+    # APP rows leave allocated and active empty: NULL, not 0.
+    assert all(r["total_allocated_bytes"] is None for r in rows if r["component"] == "APP")
+    # MB cells are exact byte counts: nothing was rounded away.
+    cells = [Fraction(r["Total Reserved(MB)"]) * (1 << 20) for r in csv_dicts(output / "memory_record.csv")]
+    assert all(c.denominator == 1 for c in cells)
+
+
+@pytest.mark.parametrize("output", OUTPUTS, ids=["rank0", "rank1"])
+def test_npu_module_mem_rows_are_exact(output, tmp_path):
+    expected = [
+        (i, r["Component"], exact(r["Timestamp(us)"], 1000), exact(r["Total Reserved(MB)"], 1 << 20), r["Device"])
+        for i, r in enumerate(csv_dicts(output / "npu_module_mem.csv"), start=1)
+    ]
+    outcome, rows = read(ascend_usage.read_npu_module_mem, output / "npu_module_mem.csv", tmp_path)
+    assert outcome.status == "ok"
+    assert [(r["source_row"], r["module"], r["ts_ns"], r["total_reserved_bytes"], r["device"]) for r in rows] == expected
+    assert len({r["module"] for r in rows}) == 77
+
+
+def test_step_trace_time_stages_in_ns(tmp_path):
+    outcome, rows = read(ascend_usage.read_step_trace_time, OUTPUTS[0] / "step_trace_time.csv", tmp_path)
+    assert outcome.status == "ok"
+    # The file: 50,8873.756000000001,101963.203,4028.6750000000175,105991.87800000001,25744.050000000003,136581.0,0,...
+    assert rows == [{
+        "source_row": 1, "step": 50, "computing_ns": 8_873_756, "communication_not_overlapped_ns": 101_963_203,
+        "overlapped_ns": 4_028_675, "communication_ns": 105_991_878, "free_ns": 25_744_050, "stage_ns": 136_581_000,
+        "bubble_ns": 0, "communication_not_overlapped_exclude_receive_ns": 101_963_203, "preparing_ns": 17_902_500,
+    }]
+
+
+def test_times_keep_every_ns_a_double_would_lose(tmp_path):
+    path = tmp_path / "memory_record.csv"
+    path.write_text("Component,Timestamp(us),Total Reserved(MB),Device Type\r\n"
+                    'PTA,"1779785515596661.421\t",1.5,NPU:3\r\n', encoding="utf-8")
+    _, rows = read(ascend_usage.read_memory_record, path, tmp_path)
+    assert rows[0]["ts_ns"] == 1779785515596661421
+    assert float("1779785515596661.421") * 1000 != 1779785515596661421
+    assert rows[0]["total_reserved_bytes"] == 1572864 and rows[0]["device"] == "NPU:3"
+
+
+def test_cut_file_keeps_complete_rows_and_names_the_cut_row(tmp_path):
+    source = OUTPUTS[0] / "memory_record.csv"
+    data = source.read_bytes()
+    cut = tmp_path / "memory_record.csv"
+    cut.write_bytes(data[: data.index(b"\n", len(data) // 2) + 20])  # 20 bytes into a row
+    whole = data[: data.index(b"\n", len(data) // 2) + 1].count(b"\n") - 1  # complete data rows
+    outcome, rows = read(ascend_usage.read_memory_record, cut, tmp_path)
+    assert outcome.status == "partial"
+    assert len(rows) == whole
+    assert str(cut) in outcome.message and f"row {whole + 1}:" in outcome.message
+
+
+def test_missing_column_fails_naming_it(tmp_path):
+    rows = list(csv.reader(open(OUTPUTS[0] / "npu_module_mem.csv", newline="", encoding="utf-8")))
+    damaged = tmp_path / "npu_module_mem.csv"
+    with open(damaged, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([r[:1] + r[2:] for r in rows])  # drop Timestamp(us)
+    with pytest.raises(SourceError, match=r"npu_module_mem\.csv: missing column\(s\) Timestamp in the header \(row 0\)"):
+        read(ascend_usage.read_npu_module_mem, damaged, tmp_path)
+
+
+def test_bad_cell_is_named_and_the_rest_land(tmp_path):
+    damaged = tmp_path / "memory_record.csv"
+    shutil.copy(OUTPUTS[1] / "memory_record.csv", damaged)
+    lines = damaged.read_bytes().split(b"\r\n")
+    lines[7] = lines[7].replace(b".", b"x", 1)  # data row 7: its time cell
+    damaged.write_bytes(b"\r\n".join(lines))
+    outcome, rows = read(ascend_usage.read_memory_record, damaged, tmp_path)
+    assert outcome.status == "partial"
+    assert "row 7: column 'Timestamp(us)'" in outcome.message
+    assert len(rows) == len(csv_dicts(OUTPUTS[1] / "memory_record.csv")) - 1
+    assert 7 not in {r["source_row"] for r in rows}
+
+
+def test_units_come_from_the_header(tmp_path):
+    path = tmp_path / "npu_module_mem.csv"
+    path.write_text("Component,Timestamp(ns),Total Reserved(KB),Device\nHCCL,17,1.5,NPU:0\n", encoding="utf-8")
+    _, rows = read(ascend_usage.read_npu_module_mem, path, tmp_path)
+    assert (rows[0]["ts_ns"], rows[0]["total_reserved_bytes"]) == (17, 1536)
+
+
+def test_empty_file_fails(tmp_path):
+    path = tmp_path / "step_trace_time.csv"
+    path.write_bytes(b"")
+    with pytest.raises(SourceError, match="empty file"):
+        read(ascend_usage.read_step_trace_time, path, tmp_path)
