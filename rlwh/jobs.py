@@ -15,7 +15,9 @@ from pathlib import Path
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
 
-FACT_TABLES = ("ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events", "gmm_expert_load")
+FACT_TABLES = ("ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events", "gmm_expert_load",
+               "memory_usage", "npu_module_memory", "step_times", "snapshot_segments", "snapshot_blocks",
+               "snapshot_trace_blocks")
 SHARED_TABLES = ("call_stacks",)
 
 
@@ -34,13 +36,15 @@ class Job:
         return bool(code)
 
     def read_function(self):
+        # "module" or "module:function": one reader module may serve several formats.
+        module_name, _, function = self.reader.partition(":")
         try:
-            module = importlib.import_module(self.reader)
+            module = importlib.import_module(module_name)
         except ImportError as exc:
             raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} cannot be imported: {exc}") from exc
-        read = getattr(module, "read", None)
+        read = getattr(module, function or "read", None)
         if not callable(read):
-            raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} has no read() function")
+            raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} has no {function or 'read'}() function")
         return read
 
 
