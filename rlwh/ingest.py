@@ -293,7 +293,10 @@ def _parse_all(todo: list[_Planned], config: Config, tmp: Path):
             yield p, parse_source(p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i)))
         return
     workers = min(config.workers, len(ordered))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    from rlwh.workers import die_with_parent  # workers end with this process, even after kill -9
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {
             pool.submit(parse_source, p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i))): p
             for i, p in enumerate(ordered)

@@ -16,6 +16,7 @@ import fcntl
 import os
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -49,13 +50,35 @@ def connect_read(config: Config) -> duckdb.DuckDBPyConnection:
     return con
 
 
+WAIT_NOTICE_EVERY_S = 5.0
+
+
+def _say_waiting(db_path: Path, holder: str, waited: float, timeout: float) -> None:
+    """Tell the user (stderr: stdout may be a pipe into a script) who holds the lock."""
+    still = "still " if waited >= 1 else ""
+    print(f"{db_path}: {still}waiting for {holder}, which is writing it "
+          f"({waited:.0f} of at most {timeout:.0f} s, [ingest] lock_timeout)", file=sys.stderr, flush=True)
+
+
+def _open_lock_file(lock_path: Path):
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        return open(lock_path, "a+")
+    except OSError as exc:
+        raise RlwhError(
+            f"cannot create the writer lock {lock_path}: {exc.strerror}; writers need a folder they can write "
+            "beside the warehouse: pick another --db (or RLWH_DB), or fix the folder's permissions"
+        ) from exc
+
+
 @contextlib.contextmanager
 def writer_lock(config: Config) -> Iterator[None]:
-    """Hold the warehouse's writer lock; wait up to lock_timeout for another writer."""
+    """Hold the warehouse's writer lock; wait up to lock_timeout for another writer,
+    saying at once and every few seconds which pid it waits for."""
     lock_path = config.db_path.with_name(config.db_path.name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as handle:
-        deadline = time.monotonic() + config.lock_timeout
+    with _open_lock_file(lock_path) as handle:
+        started = time.monotonic()
+        next_notice = started
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,13 +86,17 @@ def writer_lock(config: Config) -> Iterator[None]:
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-                if time.monotonic() >= deadline:
-                    handle.seek(0)
-                    holder = handle.read().strip() or "another process"
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                waited = time.monotonic() - started
+                if waited >= config.lock_timeout:
                     raise WarehouseBusy(
                         f"{config.db_path} is being written by {holder}; waited {config.lock_timeout:.0f} s. "
                         "Try again when it finishes (or raise [ingest] lock_timeout)."
                     ) from None
+                if time.monotonic() >= next_notice:
+                    _say_waiting(config.db_path, holder, waited, config.lock_timeout)
+                    next_notice = time.monotonic() + WAIT_NOTICE_EVERY_S
                 time.sleep(0.2)
         handle.seek(0)
         handle.truncate()
@@ -149,7 +176,10 @@ def write_session(config: Config) -> Iterator[WriteSession]:
     Nothing is published when the block raises or changes nothing, so a failure or a
     kill at any point leaves the published warehouse exactly as it was.
     """
-    config.db_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        config.db_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RlwhError(f"cannot create the warehouse folder {config.db_path.parent}: {exc.strerror}") from exc
     with writer_lock(config):
         work = _working_path(config)
         _remove_working_files(work)  # left by a writer that was killed

@@ -12,8 +12,10 @@ checkpointed, not yet renamed), published (renamed, not yet cleaned up).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -117,7 +119,7 @@ def _write_toml(folder: Path, workers: int, lock_timeout: float = 600) -> Path:
 
 
 def _start(db: Path, profile: Path, tmp_path: Path, workers: int = 1, lock_timeout: float = 600,
-           pause_at: str | None = None) -> subprocess.Popen:
+           pause_at: str | None = None, stderr_apart: bool = False) -> subprocess.Popen:
     """`rlwh ingest` in its own session (so the kill reaches its workers) and temp dir."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir(exist_ok=True)
@@ -128,7 +130,8 @@ def _start(db: Path, profile: Path, tmp_path: Path, workers: int = 1, lock_timeo
         env["RLWH_TEST_PAUSE_AT"] = pause_at
     return subprocess.Popen(
         [sys.executable, "-m", "rlwh.cli", "ingest", str(profile), "--db", str(db), "--run", RUN, "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr_apart else subprocess.STDOUT, text=True,
+        env=env, cwd=tmp_path,
         start_new_session=True,
     )
 
@@ -305,3 +308,83 @@ def test_a_second_writer_waits_or_exits_with_a_clear_message(db, tmp_path, small
     finally:
         _kill(first)
     _assert_like_clean_ingest(db, small_ref)
+
+
+def _read_lines_until(stream, count: int, needle: str, timeout: float = 60) -> list[str]:
+    """Lines read from `stream` until `count` of them contain `needle` (or the timeout)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while sum(needle in line for line in lines) < count and time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line)
+    return lines
+
+
+def test_a_waiting_writer_says_whom_it_waits_for_and_keeps_saying_so(db, tmp_path, small, small_ref):
+    first = _start(db, small, tmp_path, pause_at="between_files")
+    _wait_stopped(first, "between_files")
+    try:
+        (tmp_path / "b").mkdir()
+        waiting = _start(db, small, tmp_path / "b", lock_timeout=600, stderr_apart=True)
+        lines = _read_lines_until(waiting.stderr, 2, f"waiting for pid {first.pid}")
+        notices = [line for line in lines if f"waiting for pid {first.pid}" in line]
+        assert len(notices) == 2, lines
+        assert str(db) in notices[0] and "still waiting" in notices[1]
+        assert waiting.poll() is None
+        os.kill(first.pid, signal.SIGCONT)
+        assert first.wait(timeout=120) == 0
+        out, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, out + err
+        assert "14 unchanged" in out and "Traceback" not in err
+    finally:
+        _kill(first)
+    _assert_like_clean_ingest(db, small_ref)
+
+
+def _child_pids(parent: int) -> list[int]:
+    """Processes whose parent is `parent`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_parse_workers_die_with_a_killed_ingest(db, tmp_path, small):
+    """kill -9 of the ingest alone (not its process group, as a user's `kill -9 PID` does):
+    its parse workers, idle on their task queue, end too instead of living on."""
+    proc = _start(db, small, tmp_path, workers=2, pause_at="between_files")
+    _wait_stopped(proc, "between_files")  # the pool is up, its workers idle or parsing
+    workers = _child_pids(proc.pid)
+    try:
+        assert len(workers) >= 2, workers
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for pid in workers if _running(pid)] == []
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _kill(proc)
