@@ -19,17 +19,51 @@ from rlwh.warehouse import connect_read
 class QueryResult:
     columns: list[str]
     rows: list[tuple]
+    statement: str = ""  # the SQL text that produced it (several-statement scripts show it)
+
+
+def _fetch(cursor, statement: str = "") -> QueryResult:
+    description = cursor.description if cursor is not None else None
+    columns = [d[0] for d in description] if description else []
+    return QueryResult(columns, cursor.fetchall() if columns else [], statement)
 
 
 def query(config: Config, sql: str, params: list | None = None) -> QueryResult:
     """Run one SQL statement on a read-only connection to the published warehouse."""
+    if not sql.strip():
+        raise RlwhError("no SQL given")
     con = connect_read(config)
     try:
-        cursor = con.execute(sql, params or [])
-        columns = [d[0] for d in cursor.description] if cursor.description else []
-        return QueryResult(columns, cursor.fetchall() if columns else [])
+        return _fetch(con.execute(sql, params or []), sql)
     except duckdb.Error as exc:
         raise RlwhError(f"query failed: {exc}") from exc
+    finally:
+        con.close()
+
+
+def query_script(config: Config, sql: str, origin: str = "the SQL") -> list[QueryResult]:
+    """Run every statement of `sql` in order on one read-only connection; one result each.
+
+    DuckDB's execute() runs a whole script but returns only the last result, so the
+    script is split with DuckDB's own parser (comments and quoted ';' handled) first.
+    `origin` names where the SQL came from (an argument, a file, stdin) in errors.
+    """
+    con = connect_read(config)
+    try:
+        try:
+            statements = con.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise RlwhError(f"cannot parse {origin}: {exc}") from exc
+        if not statements:
+            raise RlwhError(f"no SQL statement in {origin} (only blanks or comments)")
+        results = []
+        for number, statement in enumerate(statements, 1):
+            where = f"statement {number} of {len(statements)} in {origin}" if len(statements) > 1 else origin
+            try:
+                results.append(_fetch(con.execute(statement.query), statement.query.strip()))
+            except duckdb.Error as exc:
+                raise RlwhError(f"query failed ({where}): {exc}") from exc
+        return results
     finally:
         con.close()
 

@@ -4,15 +4,48 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from pathlib import Path
 
 import click
 
-from rlwh import __version__
+from rlwh import __version__, exitcodes
 from rlwh.errors import RlwhError
 
-EXIT_INGEST_FAILED = 1
+
+class UserError(click.ClickException):
+    """An error the user can fix: printed as one `Error: ...` line, no traceback."""
+
+
+class OneLineUsageError(click.ClickException):
+    """A usage error (exit 2, like click's) that needs no usage block to explain it."""
+
+    exit_code = exitcodes.USAGE
+
+
+def _os_error_text(exc: OSError) -> str:
+    """'cannot write /data/w.duckdb.lock: Permission denied', from any OSError."""
+    where = exc.filename or "a file"
+    hint = ""
+    if isinstance(exc, PermissionError):
+        hint = " (choose a folder you can write with --db or RLWH_DB, or fix its permissions)"
+    return f"{where}: {exc.strerror or exc}{hint}"
+
+
+def user_errors(func):
+    """Turn the errors a user can cause into one line each (exit 1), never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except RlwhError as exc:
+            raise UserError(str(exc)) from exc
+        except OSError as exc:
+            raise UserError(_os_error_text(exc)) from exc
+
+    return wrapper
 
 
 def warehouse_options(func):
@@ -23,20 +56,18 @@ def warehouse_options(func):
     @click.option("--config", "config_path", type=click.Path(dir_okay=False),
                   help="Settings file (default: ./warehouse.toml; env RLWH_CONFIG).")
     @functools.wraps(func)
+    @user_errors
     def wrapper(*args, db=None, config_path=None, **kwargs):
         from rlwh.config import load_config
 
-        try:
-            config = load_config(config_path, db)
-        except RlwhError as exc:
-            raise click.ClickException(str(exc)) from exc
+        config = load_config(config_path, db)
         return func(*args, config=config, **kwargs)
 
     return wrapper
 
 
 def _fail(exc: Exception) -> click.ClickException:
-    return click.ClickException(str(exc))
+    return UserError(str(exc))
 
 
 @click.group()
@@ -130,8 +161,9 @@ def _progress_printer(quiet: bool):
 def ingest(config, profile_dir, run_name, quiet):
     """Load every role's and rank's profiler files under PROFILE_DIR.
 
-    Unchanged files are skipped; a changed file replaces its own rows. Exits 1 when any
-    file failed (the others still load).
+    Unchanged files are skipped; a changed file replaces its own rows. A bad file never
+    stops the others. Exit status: 0 ok, 1 a file failed, 5 a file loaded only in part,
+    6 no profiler file found (the most severe wins).
 
     \b
     Example:
@@ -164,8 +196,7 @@ def ingest(config, profile_dir, run_name, quiet):
         f"{summary.count('unchanged')} unchanged, {summary.count('partial')} partial, "
         f"{summary.failed} failed, {summary.seconds:.1f} s -> {config.db_path}"
     )
-    if summary.failed:
-        sys.exit(EXIT_INGEST_FAILED)
+    sys.exit(exitcodes.for_ingest(summary.failed, summary.count("partial"), len(summary.results)))
 
 
 def _echo_result(result, fmt: str) -> None:
@@ -218,23 +249,66 @@ def sources(config, run_name, status, fmt):
         raise _fail(exc) from exc
 
 
-@cli.command()
-@click.argument("sql")
+_OPTION_LIKE = re.compile(r"--?[A-Za-z][\w-]*(=\S*)?")
+
+
+def _read_sql(parts: tuple[str, ...], sql_file: str | None) -> tuple[str, str]:
+    """(SQL text, where it came from) from the arguments, --file F, or stdin (`-`)."""
+    for part in parts:
+        if _OPTION_LIKE.fullmatch(part):  # an unknown option, not SQL (SQL comments have a space or a newline)
+            raise OneLineUsageError(f"no such option: {part} (see `rlwh query --help`)")
+    if parts and sql_file:
+        raise OneLineUsageError("give the SQL as an argument or with --file, not both")
+    if sql_file is None and parts != ("-",):
+        sql = " ".join(parts)
+        if not sql.strip():
+            raise OneLineUsageError(
+                'no SQL given: rlwh query "select ...", rlwh query --file query.sql, or rlwh query - (stdin)')
+        return sql, "the SQL argument"
+    if sql_file in (None, "-"):
+        return sys.stdin.read(), "stdin"
+    try:
+        return Path(sql_file).read_text(encoding="utf-8"), sql_file
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{sql_file} is not UTF-8 text (byte {exc.start})") from exc
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("sql", nargs=-1)
+@click.option("--file", "-f", "sql_file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Read the SQL from this file ('-': stdin).")
 @format_option
 @warehouse_options
-def query(config, sql, fmt):
-    """Run SQL on the warehouse (read-only) and print the result.
+def query(config, sql, sql_file, fmt):
+    """Run SQL on the warehouse (read-only) and print each statement's result.
+
+    The SQL comes from the argument, from --file F, or from stdin with `-`; it may start
+    with `-- comments` and hold several statements separated by `;` (csv and json
+    output take one).
 
     \b
     Example:
       rlwh query "select role, rank_id, peak_live_mb from memory_peak order by 3 desc"
+      rlwh query --file questions.sql
+      echo "select * from rank_skew" | rlwh query -
     """
-    from rlwh.catalog import query as run_query
+    from rlwh.catalog import query_script
+    from rlwh.formatting import FORMATS
 
-    try:
-        _echo_result(run_query(config, sql), fmt)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    text, origin = _read_sql(sql, sql_file)
+    results = query_script(config, text, origin)
+    if fmt != "table" and len(results) > 1:
+        raise OneLineUsageError(
+            f"--format {fmt} prints one result, and {origin} holds {len(results)} statements: "
+            "run them one at a time, or use --format table")
+    for number, result in enumerate(results, 1):
+        if len(results) > 1:
+            if number > 1:
+                click.echo("")
+            first_line = next((ln for ln in result.statement.splitlines() if ln.strip()
+                               and not ln.strip().startswith("--")), result.statement)
+            click.echo(f"-- statement {number} of {len(results)}: {first_line.strip()}")
+        click.echo(FORMATS[fmt](result))
 
 
 @cli.command()

@@ -1,10 +1,18 @@
-"""Turning query results into text for the terminal: table, CSV or JSON."""
+"""Turning query results into text for the terminal: table, CSV or JSON.
+
+The table is for people: floats are rounded, numbers right-aligned, and a multi-line
+value (a call stack, frames joined by newlines) is printed as lines inside its cell.
+Nothing is ever cut: a path or a frame cut at the end cannot be told from its
+neighbours (144 GMM dumps all read `gmm/step_1/…`). CSV and JSON are for programs and
+keep every value exactly.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 from datetime import date, datetime
 from decimal import Decimal
 
@@ -21,17 +29,61 @@ def _plain(value):
     return value
 
 
-def as_table(result: QueryResult, max_width: int = 60) -> str:
-    def cell(value) -> str:
-        text = "NULL" if value is None else str(_plain(value))
-        text = text.replace("\n", "\\n")
-        return text if len(text) <= max_width else text[: max_width - 1] + "…"
+def format_float(value: float) -> str:
+    """Three decimals at or above 1, four significant digits below; trailing zeros dropped.
 
-    rows = [[cell(v) for v in row] for row in result.rows]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(result.columns)]
-    line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
-    out = [line(result.columns), line(["-" * w for w in widths])] + [line(r) for r in rows]
-    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    0.3551602115841266 -> 0.3552, 1536.12345 -> 1536.123, 2.0 -> 2, 1.5e-07 -> 1.5e-07.
+    """
+    if not math.isfinite(value) or value == 0:
+        return str(value) if value != 0 else "0"
+    magnitude = abs(value)
+    if magnitude < 1e-4:
+        return f"{value:.4g}"
+    if magnitude >= 1:
+        text = f"{value:.3f}"
+    else:
+        decimals = 3 - math.floor(math.log10(magnitude))  # four significant digits
+        text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return format_float(value)
+    return str(_plain(value))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
+
+
+def as_table(result: QueryResult) -> str:
+    """Aligned columns; multi-line values span several lines of their row, rows with
+    such values are separated by a blank line so each row's extent is visible."""
+    cells = [[_cell(v).split("\n") for v in row] for row in result.rows]
+    numeric = [
+        bool(result.rows) and all(row[i] is None or _is_number(row[i]) for row in result.rows)
+        for i in range(len(result.columns))
+    ]
+    widths = [
+        max([len(name)] + [len(line) for row in cells for line in row[i]])
+        for i, name in enumerate(result.columns)
+    ]
+
+    def line(values: list[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "  ".join(parts).rstrip()
+
+    multi_line = any(len(lines) > 1 for row in cells for lines in row)
+    out = [line(list(result.columns)), line(["-" * w for w in widths])]
+    for number, row in enumerate(cells):
+        if multi_line and number:
+            out.append("")
+        for k in range(max((len(lines) for lines in row), default=1)):
+            out.append(line([lines[k] if k < len(lines) else "" for lines in row]))
+    out.append(f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})")
     return "\n".join(out)
 
 

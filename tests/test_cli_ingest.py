@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 from conftest import copy_fixture
 
+from rlwh import exitcodes
 from rlwh.cli import cli
 
 
@@ -50,5 +51,32 @@ def test_empty_dir_warns_and_writes_nothing(tmp_path):
     (tmp_path / "empty").mkdir()
     db = tmp_path / "w.duckdb"
     result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "empty"), "--db", str(db)])
-    assert result.exit_code == 0
+    assert result.exit_code == exitcodes.NOTHING_FOUND == 6
     assert "no profiler files" in result.output and not db.exists()
+
+
+def _cut_trace(profile):
+    """Cut trace_view.json mid-way: the events before the cut are salvaged (partial)."""
+    trace = next(profile.rglob("trace_view.json"))
+    data = trace.read_bytes()
+    trace.write_bytes(data[: len(data) // 2])
+    return trace
+
+
+def test_a_partial_load_exits_5_and_a_failure_wins(tmp_path):
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
+    _cut_trace(profile)
+    db = str(tmp_path / "w.duckdb")
+    partial = CliRunner().invoke(cli, ["ingest", str(profile), "--db", db, "-q"])
+    assert partial.exit_code == exitcodes.PARTIAL == 5, partial.output
+    assert "1 partial, 0 failed" in partial.output
+    next(profile.rglob("operator_memory.csv")).write_text("not,a\nmemory,csv\n")
+    both = CliRunner().invoke(cli, ["ingest", str(profile), "--db", db, "-q"])
+    assert both.exit_code == exitcodes.FAILED == 1, both.output  # failed is more severe than partial
+
+
+def test_the_most_severe_exit_status_wins():
+    assert exitcodes.most_severe([]) == exitcodes.OK
+    assert exitcodes.most_severe([exitcodes.REGRESSION, exitcodes.PARTIAL]) == exitcodes.PARTIAL
+    assert exitcodes.most_severe([exitcodes.NOTHING_FOUND, exitcodes.REGRESSION]) == exitcodes.NOTHING_FOUND
+    assert exitcodes.most_severe([exitcodes.PARTIAL, exitcodes.FAILED, exitcodes.OK]) == exitcodes.FAILED

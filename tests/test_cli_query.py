@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import copy_fixture
 
 from rlwh.cli import cli
+from rlwh.formatting import format_float
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +57,72 @@ def test_runs_and_sources(db):
 def test_missing_warehouse_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["runs", "--db", str(tmp_path / "none.duckdb")])
     assert result.exit_code == 1 and "no warehouse at" in result.output
+
+
+def test_sql_may_start_with_a_comment_and_hold_several_statements(db):
+    sql = "-- Which rank peaked?\nselect rank_id from memory_peak;\n-- and again\nselect 2 as two; select 3 as three"
+    result = CliRunner().invoke(cli, ["query", sql, "--db", db])
+    assert result.exit_code == 0, result.output
+    for number, column in ((1, "rank_id"), (2, "two"), (3, "three")):
+        assert f"-- statement {number} of 3: " in result.output and column in result.output
+    assert result.output.count("(1 row)") == 3
+
+
+def test_sql_from_a_file_or_stdin(db, tmp_path):
+    script = tmp_path / "q.sql"
+    script.write_text("-- from a file\nselect 41 + 1 as answer;\n", encoding="utf-8")
+    from_file = CliRunner().invoke(cli, ["query", "--file", str(script), "--db", db, "--format", "csv"])
+    assert from_file.exit_code == 0 and from_file.output.split() == ["answer", "42"], from_file.output
+    from_stdin = CliRunner().invoke(cli, ["query", "-", "--db", db, "--format", "csv"], input="select 7 as seven")
+    assert from_stdin.exit_code == 0 and from_stdin.output.split() == ["seven", "7"], from_stdin.output
+    missing = CliRunner().invoke(cli, ["query", "--file", str(tmp_path / "none.sql"), "--db", db])
+    assert missing.exit_code == 1 and "none.sql" in missing.output and "Traceback" not in missing.output
+
+
+@pytest.mark.parametrize("args, says", [
+    ([""], "no SQL given"),
+    (["   "], "no SQL given"),
+    (["-- only a comment"], "no SQL statement"),
+    (["--formt", "csv", "select 1"], "no such option: --formt"),
+    (["select 1", "--file", "x.sql"], "not both"),
+    (["select 1; select 2", "--format", "json"], "holds 2 statements"),
+])
+def test_bad_input_is_one_clear_line(db, args, says):
+    result = CliRunner().invoke(cli, ["query", *args, "--db", db])
+    assert result.exit_code in (1, 2) and isinstance(result.exception, SystemExit), result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.output
+
+
+def test_a_syntax_error_names_the_statement(db):
+    result = CliRunner().invoke(cli, ["query", "select 1; selec 2", "--db", db])
+    assert result.exit_code == 1 and "selec" in result.output and "Traceback" not in result.output
+
+
+def test_table_rounds_floats_and_prints_stacks_as_lines(db):
+    sql = ("select 0.3551602115841266::double as share, 1536.123456::double as mb, "
+           "concat('/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1532 _call_impl', "
+           "chr(10), 'train.py:88 step') as call_stack")
+    result = CliRunner().invoke(cli, ["query", sql, "--db", db])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "0.3552" in lines[2] and "1536.123" in lines[2] and "0.35516" not in result.output
+    assert lines[2].endswith("/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1532 _call_impl")
+    assert lines[3].strip() == "train.py:88 step" and "\\n" not in result.output
+    raw = CliRunner().invoke(cli, ["query", sql, "--db", db, "--format", "json"])
+    assert json.loads(raw.output)[0]["share"] == 0.3551602115841266  # machine formats stay exact
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.3551602115841266, "0.3552"), (1536.123456, "1536.123"), (2.0, "2"), (-0.000123456, "-0.0001235"),
+    (1.5e-07, "1.5e-07"), (0.0, "0"), (float("nan"), "nan"), (12345678901.25, "12345678901.25"),
+])
+def test_floats_are_rounded_for_people(value, text):
+    assert format_float(value) == text
+
+
+def test_sources_prints_whole_paths(db):
+    result = CliRunner().invoke(cli, ["sources", "--db", db])
+    paths = [line for line in result.output.splitlines() if "ASCEND_PROFILER_OUTPUT" in line]
+    assert len(paths) == 2 and "…" not in result.output
+    assert any("20260526_085155_ascend_pt/ASCEND_PROFILER_OUTPUT/operator_memory.csv" in p for p in paths)
