@@ -1,0 +1,265 @@
+"""PyTorch memory snapshots (torch.cuda.memory._snapshot(), torch_npu.npu.memory._snapshot()
+pickled) -> snapshot_segments, snapshot_blocks, snapshot_trace_blocks and call_stacks.
+
+A snapshot is untrusted input and a plain pickle of dicts, lists, numbers and strings, so
+the unpickler resolves no global at all: a pickle that asks for any class or function
+(or a persistent id) is refused before anything it names is imported or called.
+
+device_traces are read in trace order per device: an alloc opens a block at its address,
+the next free_completed of that address closes it (free_requested is kept as a note), and
+an alloc at an address still open ends the earlier block, whose free fell outside the
+trace. Newer PyTorch stamps entries with time_us (epoch); the torch_npu snapshots have no
+time, so the entry's position is the only clock and the rows say so.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pyarrow as pa
+
+from rlwh.errors import SourceError
+from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
+
+BATCH_ROWS = 65536
+
+SEGMENTS_SCHEMA = pa.schema([
+    ("segment_index", pa.int64()), ("device", pa.string()), ("device_index", pa.int32()),
+    ("address", pa.int64()), ("total_size_bytes", pa.int64()), ("allocated_bytes", pa.int64()),
+    ("active_bytes", pa.int64()), ("requested_bytes", pa.int64()), ("segment_type", pa.string()),
+    ("stream", pa.int64()), ("is_expandable", pa.bool_()), ("blocks", pa.int64()),
+])
+BLOCKS_SCHEMA = pa.schema([
+    ("segment_index", pa.int64()), ("block_index", pa.int64()), ("device", pa.string()),
+    ("device_index", pa.int32()), ("segment_address", pa.int64()), ("address", pa.int64()),
+    ("size_bytes", pa.int64()), ("requested_bytes", pa.int64()), ("state", pa.string()), ("stack_id", pa.int64()),
+])
+TRACE_SCHEMA = pa.schema([
+    ("device", pa.string()), ("device_index", pa.int32()), ("clock", pa.string()),
+    ("alloc_seq", pa.int64()), ("release_seq", pa.int64()), ("free_requested_seq", pa.int64()),
+    ("alloc_ns", pa.int64()), ("release_ns", pa.int64()), ("free_requested_ns", pa.int64()),
+    ("release_action", pa.string()), ("addr", pa.int64()), ("size_bytes", pa.int64()),
+    ("stream", pa.int64()), ("stack_id", pa.int64()),
+])
+
+
+class _Refused(Exception):
+    """The pickle asked for something beyond plain data."""
+
+
+class _PlainData(pickle.Unpickler):
+    """Builds only what the pickle opcodes build themselves: no global is ever resolved."""
+
+    def find_class(self, module, name):
+        raise _Refused(f"{module}.{name}")
+
+    def persistent_load(self, pid):
+        raise _Refused(f"persistent id {pid!r}")
+
+
+def load_plain(path: Path):
+    """The pickled object, or SourceError naming the file and what went wrong where."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        unpickler = _PlainData(handle)
+        try:
+            return unpickler.load()
+        except _Refused as exc:
+            raise SourceError(
+                f"{path}: refused: the pickle asks for {exc} (near byte {handle.tell()}); a memory snapshot "
+                "is plain dicts and lists, and rlwh runs no pickle code") from None
+        except EOFError as exc:
+            raise SourceError(f"{path}: cut short: the pickle ends at byte {size} before it is complete ({exc})") from None
+        except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+                MemoryError, RecursionError, UnicodeDecodeError, OverflowError) as exc:
+            what = "cut short" if "truncated" in str(exc) else "not a readable pickle"
+            raise SourceError(f"{path}: {what} near byte {handle.tell()} of {size}: "
+                              f"{type(exc).__name__}: {exc}") from None
+
+
+def _device_kind(snapshot: dict) -> str:
+    """NPU when the stacks show torch_npu (the Ascend snapshots), else cuda: the pickle
+    itself does not say which device kind it came from."""
+    for trace in snapshot.get("device_traces") or []:
+        for entry in trace if isinstance(trace, list) else []:
+            for frame in (entry.get("frames") or []) if isinstance(entry, dict) else []:
+                if isinstance(frame, dict) and "torch_npu" in str(frame.get("filename", "")):
+                    return "NPU"
+    return "cuda"
+
+
+class _Stacks:
+    """Frames (innermost first, as PyTorch records them) -> stack_id, each distinct stack once."""
+
+    def __init__(self):
+        self.rows: dict[int, dict] = {}
+        self._ids: dict[tuple, int | None] = {}
+
+    def of(self, frames, where: str) -> int | None:
+        if not frames:
+            return None
+        if not isinstance(frames, list) or not all(isinstance(f, dict) for f in frames):
+            raise SourceError(f"{where}: frames is not a list of dicts")
+        key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames)
+        if key not in self._ids:
+            stack = normalize_stack("\n".join(f"{file}({line}): {name}" for file, line, name in key))
+            if not stack:
+                self._ids[key] = None
+            else:
+                row = call_stack_row(stack)
+                self.rows.setdefault(row["stack_id"], row)
+                self._ids[key] = row["stack_id"]
+        return self._ids[key]
+
+
+def _int(value, where: str, required: bool = True) -> int | None:
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SourceError(f"{where}: expected an integer, found {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def _block_frames(block: dict):
+    """Newer snapshots keep a block's frames; PyTorch 2.0 kept them in its history."""
+    if block.get("frames"):
+        return block["frames"]
+    history = block.get("history")
+    if isinstance(history, list) and history and isinstance(history[-1], dict):
+        return history[-1].get("frames")
+    return None
+
+
+def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> None:
+    segments = snapshot["segments"]
+    if not isinstance(segments, list):
+        raise SourceError(f"{path}: segments is a {type(segments).__name__}, not a list")
+    seg_rows, block_rows = [], []
+    for i, seg in enumerate(segments):
+        where = f"{path}: segments[{i}]"
+        if not isinstance(seg, dict):
+            raise SourceError(f"{where} is a {type(seg).__name__}, not a dict")
+        device = _int(seg.get("device"), f"{where}.device")
+        address = _int(seg.get("address"), f"{where}.address")
+        blocks = seg.get("blocks") or []
+        if not isinstance(blocks, list):
+            raise SourceError(f"{where}.blocks is not a list")
+        seg_rows.append({
+            "segment_index": i, "device": f"{kind}:{device}", "device_index": device, "address": address,
+            "total_size_bytes": _int(seg.get("total_size"), f"{where}.total_size"),
+            "allocated_bytes": _int(seg.get("allocated_size"), f"{where}.allocated_size", False),
+            "active_bytes": _int(seg.get("active_size"), f"{where}.active_size", False),
+            "requested_bytes": _int(seg.get("requested_size"), f"{where}.requested_size", False),
+            "segment_type": seg.get("segment_type"), "stream": _int(seg.get("stream"), f"{where}.stream", False),
+            "is_expandable": seg.get("is_expandable"), "blocks": len(blocks),
+        })
+        offset = address
+        for j, block in enumerate(blocks):
+            bwhere = f"{where}.blocks[{j}]"
+            if not isinstance(block, dict):
+                raise SourceError(f"{bwhere} is a {type(block).__name__}, not a dict")
+            size = _int(block.get("size"), f"{bwhere}.size")
+            block_address = _int(block.get("address"), f"{bwhere}.address", False)
+            block_rows.append({
+                "segment_index": i, "block_index": j, "device": f"{kind}:{device}", "device_index": device,
+                "segment_address": address, "address": offset if block_address is None else block_address,
+                "size_bytes": size,
+                "requested_bytes": _int(block.get("requested_size"), f"{bwhere}.requested_size", False),
+                "state": block.get("state"), "stack_id": stacks.of(_block_frames(block), bwhere),
+            })
+            offset += size
+    _write(sink, "snapshot_segments", seg_rows, SEGMENTS_SCHEMA)
+    _write(sink, "snapshot_blocks", block_rows, BLOCKS_SCHEMA)
+
+
+def _has_time(traces: list) -> bool:
+    """True when every entry carries a time_us (then times are epoch ns)."""
+    entries = [e for trace in traces for e in trace]
+    return bool(entries) and all(isinstance(e.get("time_us"), int) and not isinstance(e.get("time_us"), bool)
+                                 for e in entries)
+
+
+def pair_trace(trace: list, where: str, stacks: _Stacks, epoch: bool) -> list[dict]:
+    """Blocks of one device's trace: alloc paired with the next free_completed of its address."""
+    live: dict[int, dict] = {}
+    done: list[dict] = []
+    for i, entry in enumerate(trace):
+        ewhere = f"{where}[{i}]"
+        if not isinstance(entry, dict):
+            raise SourceError(f"{ewhere} is a {type(entry).__name__}, not a dict")
+        action = entry.get("action")
+        if action not in ("alloc", "free_requested", "free_completed"):
+            continue  # segment_alloc/free/map/unmap, snapshot, oom: not blocks
+        addr = _int(entry.get("addr"), f"{ewhere}.addr")
+        ns = entry["time_us"] * 1000 if epoch else None
+        if action == "alloc":
+            earlier = live.pop(addr, None)
+            if earlier is not None:
+                earlier.update(release_seq=i, release_ns=ns, release_action="alloc")
+                done.append(earlier)
+            live[addr] = {
+                "alloc_seq": i, "release_seq": None, "free_requested_seq": None, "alloc_ns": ns,
+                "release_ns": None, "free_requested_ns": None, "release_action": None, "addr": addr,
+                "size_bytes": _int(entry.get("size"), f"{ewhere}.size"),
+                "stream": _int(entry.get("stream"), f"{ewhere}.stream", False),
+                "stack_id": stacks.of(entry.get("frames"), ewhere),
+            }
+        elif action == "free_requested":
+            block = live.get(addr)
+            if block is None:  # allocated before the trace began: its free_completed follows
+                block = live[addr] = {
+                    "alloc_seq": None, "release_seq": None, "free_requested_seq": None, "alloc_ns": None,
+                    "release_ns": None, "free_requested_ns": None, "release_action": None, "addr": addr,
+                    "size_bytes": _int(entry.get("size"), f"{ewhere}.size", False),
+                    "stream": _int(entry.get("stream"), f"{ewhere}.stream", False), "stack_id": None,
+                }
+            if block["free_requested_seq"] is None:
+                block.update(free_requested_seq=i, free_requested_ns=ns)
+        else:
+            block = live.pop(addr, None)
+            if block is None:
+                block = {
+                    "alloc_seq": None, "free_requested_seq": None, "alloc_ns": None, "free_requested_ns": None,
+                    "addr": addr, "size_bytes": _int(entry.get("size"), f"{ewhere}.size", False),
+                    "stream": _int(entry.get("stream"), f"{ewhere}.stream", False), "stack_id": None,
+                }
+            block.update(release_seq=i, release_ns=ns, release_action="free_completed")
+            done.append(block)
+    done.extend(live.values())
+    done.sort(key=lambda b: b["alloc_seq"] if b["alloc_seq"] is not None else b["release_seq"])
+    return done
+
+
+def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> str:
+    traces = snapshot.get("device_traces") or []
+    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+        raise SourceError(f"{path}: device_traces is not a list of lists")
+    epoch = _has_time(traces)
+    clock = "epoch" if epoch else "sequence"
+    rows: list[dict] = []
+    for device, trace in enumerate(traces):
+        for block in pair_trace(trace, f"{path}: device_traces[{device}]", stacks, epoch):
+            rows.append({"device": f"{kind}:{device}", "device_index": device, "clock": clock, **block})
+    _write(sink, "snapshot_trace_blocks", rows, TRACE_SCHEMA)
+    return clock
+
+
+def _write(sink: TableSink, table: str, rows: list[dict], schema: pa.Schema) -> None:
+    for start in range(0, len(rows), BATCH_ROWS):
+        sink.write(table, pa.RecordBatch.from_pylist(rows[start:start + BATCH_ROWS], schema=schema))
+
+
+def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    snapshot = load_plain(path)
+    if not isinstance(snapshot, dict) or "segments" not in snapshot:
+        found = f"a dict with keys {sorted(map(str, snapshot))[:6]}" if isinstance(snapshot, dict) else \
+            f"a {type(snapshot).__name__}"
+        raise SourceError(f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}")
+    kind = _device_kind(snapshot)
+    stacks = _Stacks()
+    _segments(path, snapshot, kind, stacks, sink)
+    _traces(path, snapshot, kind, stacks, sink)
+    rows = list(stacks.rows.values())
+    _write(sink, "call_stacks", rows, CALL_STACKS_SCHEMA)
+    return ReadOutcome()

@@ -1,0 +1,185 @@
+"""PyTorch memory snapshots: the two real torch_npu pickles against a reading written here
+(pickletools proves they hold no global, so the standard loader is safe for the test), and
+pickles that ask for code, are cut short or are no snapshot."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import pickletools
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from rlwh.errors import SourceError
+from rlwh.readers import torch_snapshot
+from rlwh.readers.base import TableSink
+from tests.conftest import FIXTURES
+
+SNAPSHOTS = FIXTURES / "real/ascend/memory-snapshots"
+SINGLE = SNAPSHOTS / "snapshot_1768383987920985470.pkl"
+MULTI = SNAPSHOTS / "snapshot_with_multi_devices.pkl"
+GLOBAL_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD", "EXT1", "EXT2",
+                  "EXT4", "PERSID", "BINPERSID"}
+
+
+def plain_load(path: Path):
+    data = path.read_bytes()
+    assert not {op.name for op, _, _ in pickletools.genops(data)} & GLOBAL_OPCODES
+    return pickle.loads(data)
+
+
+def read(path: Path, tmp_path: Path) -> dict[str, list[dict]]:
+    sink = TableSink(tmp_path / "parts")
+    outcome = torch_snapshot.read(path, sink, {})
+    sink.close()
+    assert outcome.status == "ok"
+    return {table: pq.read_table(parts).to_pylist() for table, parts in sink.tables().items()}
+
+
+def frame_text(frames) -> str | None:
+    return "\n".join(f"{f['filename']}({f['line']}): {f['name']}" for f in frames) or None
+
+
+@pytest.mark.parametrize("path", [SINGLE, MULTI], ids=["single", "multi"])
+def test_segments_and_blocks_as_pickled(path, tmp_path):
+    snapshot = plain_load(path)
+    rows = read(path, tmp_path)
+    stacks = {r["stack_id"]: r["stack"] for r in rows["call_stacks"]}
+    assert [(r["device"], r["address"], r["total_size_bytes"], r["allocated_bytes"], r["active_bytes"],
+             r["segment_type"], r["stream"], r["blocks"]) for r in rows["snapshot_segments"]] == [
+        (f"NPU:{s['device']}", s["address"], s["total_size"], s["allocated_size"], s["active_size"],
+         s["segment_type"], s["stream"], len(s["blocks"])) for s in snapshot["segments"]]
+    expected_blocks = [(f"NPU:{s['device']}", b["address"], b["size"], b["requested_size"], b["state"],
+                        frame_text(b["frames"])) for s in snapshot["segments"] for b in s["blocks"]]
+    assert [(r["device"], r["address"], r["size_bytes"], r["requested_bytes"], r["state"],
+             stacks.get(r["stack_id"])) for r in rows["snapshot_blocks"]] == expected_blocks
+    # Each segment's blocks tile it exactly.
+    for seg in rows["snapshot_segments"]:
+        blocks = [b for b in rows["snapshot_blocks"] if b["segment_index"] == seg["segment_index"]]
+        assert sum(b["size_bytes"] for b in blocks) == seg["total_size_bytes"]
+
+
+def independent_pairs(trace: list[dict]) -> list[tuple]:
+    """(alloc position, release position or None, size, frames) from each address's own events."""
+    by_addr = defaultdict(list)
+    for i, e in enumerate(trace):
+        if e["action"] in ("alloc", "free_completed"):
+            by_addr[e["addr"]].append((i, e))
+    pairs = []
+    for events in by_addr.values():
+        for k, (i, e) in enumerate(events):
+            if e["action"] != "alloc":
+                continue
+            following = events[k + 1] if k + 1 < len(events) else None
+            pairs.append((i, following[0] if following else None, e["size"], frame_text(e["frames"])))
+    return sorted(pairs)
+
+
+@pytest.mark.parametrize("path", [SINGLE, MULTI], ids=["single", "multi"])
+def test_trace_blocks_pair_alloc_with_free_completed(path, tmp_path):
+    snapshot = plain_load(path)
+    rows = read(path, tmp_path)
+    stacks = {r["stack_id"]: r["stack"] for r in rows["call_stacks"]}
+    for device, trace in enumerate(snapshot["device_traces"]):
+        mine = [r for r in rows.get("snapshot_trace_blocks", []) if r["device"] == f"NPU:{device}"]
+        assert [(r["alloc_seq"], r["release_seq"], r["size_bytes"], stacks.get(r["stack_id"])) for r in mine] == \
+            independent_pairs(trace)
+        frees = sum(1 for e in trace if e["action"] == "free_completed")
+        # A freed block always has its release; the torch_npu traces carry no time.
+        assert sum(1 for r in mine if r["release_seq"] is not None) == frees
+        assert all(r["release_action"] == "free_completed" for r in mine if r["release_seq"] is not None)
+        assert all(r["clock"] == "sequence" and r["alloc_ns"] is None and r["release_ns"] is None for r in mine)
+
+
+def test_several_devices_stay_apart(tmp_path):
+    rows = read(MULTI, tmp_path)
+    assert {r["device"] for r in rows["snapshot_segments"]} == {"NPU:0", "NPU:1"}
+    trace = defaultdict(list)
+    for r in rows["snapshot_trace_blocks"]:
+        trace[r["device"]].append(r)
+    assert {d: len(v) for d, v in trace.items()} == {"NPU:0": 2899, "NPU:1": 3216}
+    # What device 0's trace leaves live is allocated in device 0's segments at snapshot time.
+    live = {r["addr"] for r in trace["NPU:0"] if r["release_seq"] is None}
+    allocated = {b["address"] for b in rows["snapshot_blocks"]
+                 if b["device"] == "NPU:0" and b["state"] == "active_allocated"}
+    assert len(live) == 325 and live <= allocated
+    assert not [r for r in trace["NPU:1"] if r["release_seq"] is None]
+
+
+def test_stacks_innermost_first(tmp_path):
+    snapshot = plain_load(SINGLE)
+    rows = read(SINGLE, tmp_path)
+    first_alloc = next(e for e in snapshot["device_traces"][0] if e["action"] == "alloc")
+    stack = next(s for s in rows["call_stacks"] if s["stack_id"] == rows["snapshot_trace_blocks"][0]["stack_id"])
+    inner = first_alloc["frames"][0]
+    assert stack["top_frame"] == f"{inner['filename']}({inner['line']}): {inner['name']}"
+    assert stack["stack"].splitlines()[-1].endswith("<module>")
+
+
+def write_pickle(path: Path, obj) -> Path:
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    return path
+
+
+def test_time_us_becomes_epoch_ns_and_realloc_ends_a_block(tmp_path):
+    frames = [{"filename": "train.py", "line": 3, "name": "step"}]
+    trace = [
+        {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "frames": frames, "time_us": 1700000000000001},
+        {"action": "free_requested", "addr": 4096, "size": 512, "stream": 0, "frames": [], "time_us": 1700000000000005},
+        {"action": "free_completed", "addr": 4096, "size": 512, "stream": 0, "frames": [], "time_us": 1700000000000009},
+        {"action": "alloc", "addr": 8192, "size": 64, "stream": 0, "frames": frames, "time_us": 1700000000000010},
+        {"action": "alloc", "addr": 8192, "size": 32, "stream": 0, "frames": frames, "time_us": 1700000000000020},
+        {"action": "free_completed", "addr": 99, "size": 16, "stream": 0, "frames": [], "time_us": 1700000000000030},
+    ]
+    rows = read(write_pickle(tmp_path / "s.pickle", {"segments": [], "device_traces": [[], trace]}), tmp_path)
+    blocks = rows["snapshot_trace_blocks"]
+    assert {r["clock"] for r in blocks} == {"epoch"} and {r["device"] for r in blocks} == {"cuda:1"}
+    assert [(r["alloc_ns"], r["release_ns"], r["free_requested_ns"], r["release_action"], r["size_bytes"])
+            for r in blocks] == [
+        (1700000000000001000, 1700000000000009000, 1700000000000005000, "free_completed", 512),
+        (1700000000000010000, 1700000000000020000, None, "alloc", 64),
+        (1700000000000020000, None, None, None, 32),
+        (None, 1700000000000030000, None, "free_completed", 16),  # allocated before the trace began
+    ]
+    assert rows["call_stacks"][0]["stack"] == "train.py(3): step"
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch ran-pickle-code",))
+
+
+@pytest.mark.parametrize("obj, asked", [
+    ({"segments": [], "device_traces": [], "x": _RunsCode()}, "system"),
+    ({"segments": [], "device_traces": [], "x": Path("/tmp")}, "pathlib"),
+    ({"segments": [], "device_traces": [], "x": {1, 2}}, None),  # a set is an opcode, not a global
+])
+def test_a_pickle_asking_for_code_is_refused_and_runs_nothing(obj, asked, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_pickle(tmp_path / "evil.pkl", obj)
+    if asked is None:
+        read(path, tmp_path)
+        return
+    with pytest.raises(SourceError, match=rf"evil\.pkl: refused: the pickle asks for \S*{asked}") as info:
+        read(path, tmp_path)
+    assert "near byte" in str(info.value)
+    assert not (tmp_path / "ran-pickle-code").exists()
+
+
+def test_cut_pickle_fails_naming_the_file_and_size(tmp_path):
+    data = SINGLE.read_bytes()
+    cut = tmp_path / "cut.pkl"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SourceError, match=rf"cut\.pkl: cut short.*{len(data) // 2}"):
+        read(cut, tmp_path)
+
+
+def test_not_a_snapshot_fails(tmp_path):
+    with pytest.raises(SourceError, match=r"not a memory snapshot .* found a list"):
+        read(write_pickle(tmp_path / "list.pkl", [1, 2]), tmp_path)
+    with pytest.raises(SourceError, match=r"segments\[0\]\.address: expected an integer"):
+        read(write_pickle(tmp_path / "bad.pkl", {"segments": [{"device": 0, "address": "x", "total_size": 1}],
+                                                 "device_traces": []}), tmp_path)
