@@ -362,8 +362,9 @@ def report(config, run_name, out):
 def nightly(config, root, out, baseline):
     """Ingest new or changed run dirs under ROOT, render their reports, flag regressions.
 
-    Exit status: 0 clean, 3 a regression was found, 4 an ingest failed (4 wins), so cron
-    and CI can act on it. ROOT defaults to [nightly] root in warehouse.toml.
+    Exit status, as for ingest: 0 clean, 1 an ingest failed, 5 a file loaded only in
+    part, 6 a run dir (or ROOT) held nothing, 3 a regression was found; the most severe
+    wins, in that order. ROOT defaults to [nightly] root in warehouse.toml.
 
     \b
     Example:
@@ -379,6 +380,8 @@ def nightly(config, root, out, baseline):
         line = f"{outcome.run}: {outcome.status}"
         if outcome.failed_files:
             line += f", {outcome.failed_files} files failed"
+        if outcome.partial_files:
+            line += f", {outcome.partial_files} files partial"
         if outcome.baseline:
             line += f", compared with {outcome.baseline}"
         click.echo(line + (f" ({outcome.message})" if outcome.message else ""))

@@ -1,12 +1,14 @@
 """`rlwh nightly`: ingest the new or changed run dirs under a root, render their
 reports, compare each with a baseline run, and rewrite the runs index.
 
-Exit codes (NightlyResult.exit_code), so cron and CI can act on the outcome:
+Exit codes (NightlyResult.exit_code) are rlwh.exitcodes', the same as `rlwh ingest`'s,
+so cron and CI can act on the outcome:
   0  clean: every run dir ingested, no regression
+  1  a run dir could not be ingested, or a file in it failed
+  5  a file loaded only in part (nothing failed)
+  6  a run dir held no profiler file, or the root held no run dir
   3  regression: a (role, rank) of a run processed tonight rose beyond a threshold
-  4  ingest failed: a run dir could not be ingested, or a file in it failed; this wins
-     over 3, because a run missing files cannot be compared fairly
-(1 and 2 stay with the CLI: errors such as a missing root, and usage errors.)
+The most severe wins, in that order: a run missing data cannot be compared fairly.
 
 What was found is kept beside the index (nightly.json), so the index lists the
 regressions of earlier nights without recomputing them, and a baseline's metrics are
@@ -21,16 +23,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rlwh import report
+from rlwh import exitcodes, report
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest import ingest
 from rlwh.report_queries import RUNS
 from rlwh.warehouse import connect_read
 
-EXIT_CLEAN = 0
-EXIT_REGRESSION = 3
-EXIT_INGEST_FAILED = 4
+EXIT_CLEAN = exitcodes.OK
+EXIT_REGRESSION = exitcodes.REGRESSION
+EXIT_INGEST_FAILED = exitcodes.FAILED
+EXIT_PARTIAL = exitcodes.PARTIAL
+EXIT_NOTHING_FOUND = exitcodes.NOTHING_FOUND
 STATE_NAME = "nightly.json"
 
 
@@ -111,6 +115,7 @@ class RunOutcome:
     status: str  # ingested | unchanged | empty | error (ingest raised)
     failed_files: int = 0
     message: str | None = None
+    partial_files: int = 0
     pages: list[Path] = field(default_factory=list)
     baseline: str | None = None
     regressions: list[Regression] = field(default_factory=list)
@@ -119,6 +124,34 @@ class RunOutcome:
     @property
     def ingest_failed(self) -> bool:
         return self.status == "error" or self.failed_files > 0
+
+    @property
+    def incomplete(self) -> bool:
+        """Data is missing for this run: a failure, a partial file, or no file at all."""
+        return self.ingest_failed or self.partial_files > 0 or self.status == "empty"
+
+    @property
+    def exit_code(self) -> int:
+        if self.ingest_failed:
+            return exitcodes.FAILED
+        if self.partial_files:
+            return exitcodes.PARTIAL
+        if self.status == "empty":
+            return exitcodes.NOTHING_FOUND
+        return exitcodes.REGRESSION if self.regressions else exitcodes.OK
+
+    def problem(self) -> str:
+        """One line for the index and the log: what is missing and why."""
+        parts = []
+        if self.status == "error":
+            parts.append("could not be ingested")
+        if self.failed_files:
+            parts.append(f"{self.failed_files} file(s) failed")
+        if self.partial_files:
+            parts.append(f"{self.partial_files} file(s) loaded only in part")
+        if self.status == "empty":
+            parts.append("no profiler file found")
+        return f"{self.run}: {', '.join(parts)}" + (f" ({self.message})" if self.message else "")
 
 
 @dataclass
@@ -136,13 +169,15 @@ class NightlyResult:
         return [r for r in self.runs if r.ingest_failed]
 
     @property
+    def incomplete(self) -> list[RunOutcome]:
+        return [r for r in self.runs if r.incomplete]
+
+    @property
     def exit_code(self) -> int:
-        """0 clean, 3 regression found, 4 ingest failed (4 wins over 3)."""
-        if self.ingest_failures:
-            return EXIT_INGEST_FAILED
-        if self.regressions:
-            return EXIT_REGRESSION
-        return EXIT_CLEAN
+        """The most severe of the runs' codes (rlwh.exitcodes); 6 when the root held no run dir."""
+        if not self.runs:
+            return exitcodes.NOTHING_FOUND
+        return exitcodes.most_severe(r.exit_code for r in self.runs)
 
 
 def load_state(index: Path) -> dict:
@@ -180,8 +215,10 @@ def _ingest_dir(path: Path, config: Config) -> RunOutcome:
         return RunOutcome(summary.run, path, "empty", message="no profiler output found")
     changed = any(r.status != "unchanged" for r in summary.results)
     failed = [r for r in summary.results if r.status == "failed"]
-    message = "; ".join(r.message or r.rel_path for r in failed[:3]) or None
-    return RunOutcome(summary.run, path, "ingested" if changed else "unchanged", len(failed), message)
+    partial = [r for r in summary.results if r.status == "partial"]
+    message = "; ".join(r.message or r.rel_path for r in (failed + partial)[:3]) or None
+    return RunOutcome(summary.run, path, "ingested" if changed else "unchanged", len(failed), message,
+                      partial_files=len(partial))
 
 
 def _metrics(rows: list[dict]) -> dict[tuple[str, int], RankMetrics]:
@@ -236,15 +273,17 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
         summary = {
             "at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
             "regressions_found": sum(len(o.regressions) for o in outcomes),
-            "ingest_failures": sum(1 for o in outcomes if o.ingest_failed),
+            # Failed, partial and empty run dirs alike: the index must not look green over lost data.
+            "ingest_failures": sum(1 for o in outcomes if o.incomplete),
             "rule": _rule_text(config, baseline),
         }
-        summary["failures"] = [f"{o.run}: {o.message or 'ingest failed'}" for o in outcomes if o.ingest_failed]
+        summary["failures"] = [o.problem() for o in outcomes if o.incomplete]
         state["last_nightly"] = summary
         for o in outcomes:
             if o.run in state["runs"]:
                 failed = f", {o.failed_files} file(s) failed" if o.failed_files else ""
-                state["runs"][o.run]["status"] = o.status + failed
+                partial = f", {o.partial_files} file(s) partial" if o.partial_files else ""
+                state["runs"][o.run]["status"] = o.status + failed + partial
         _save_state(index, state)
         report.write_index(s, index, reports, state)
     finally:

@@ -39,4 +39,4 @@ def test_nightly_exit_codes(tmp_path):
     trace = next(root.rglob("trace_view.json"))
     trace.write_text("{broken")
     failed = CliRunner().invoke(cli, ["nightly", str(root), "--db", db, "--out", str(out)])
-    assert failed.exit_code == 4, failed.output
+    assert failed.exit_code == 1, failed.output

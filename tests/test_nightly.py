@@ -14,6 +14,8 @@ from rlwh.errors import RlwhError
 from rlwh.nightly import (
     EXIT_CLEAN,
     EXIT_INGEST_FAILED,
+    EXIT_NOTHING_FOUND,
+    EXIT_PARTIAL,
     EXIT_REGRESSION,
     NightlyResult,
     RankMetrics,
@@ -79,8 +81,15 @@ def test_exit_codes():
     result = lambda *runs: NightlyResult(Path("."), Path("index.html"), list(runs))  # noqa: E731
     assert result(clean).exit_code == EXIT_CLEAN == 0
     assert result(clean, regressed).exit_code == EXIT_REGRESSION == 3
-    assert result(regressed, failed).exit_code == EXIT_INGEST_FAILED == 4
-    assert result(RunOutcome("d", Path("d"), "error", message="busy")).exit_code == 4
+    assert result(regressed, failed).exit_code == EXIT_INGEST_FAILED == 1
+    assert result(RunOutcome("d", Path("d"), "error", message="busy")).exit_code == 1
+    partial = RunOutcome("e", Path("e"), "ingested", partial_files=2)
+    empty = RunOutcome("f", Path("f"), "empty")
+    assert result(regressed, partial).exit_code == EXIT_PARTIAL == 5  # missing data wins over a regression
+    assert result(partial, failed).exit_code == 1
+    assert result(clean, regressed, empty).exit_code == EXIT_NOTHING_FOUND == 6
+    assert result().exit_code == 6  # no run dir at all
+    assert partial.problem() == "e: 2 file(s) loaded only in part"
 
 
 def test_state_file_is_only_a_cache(tmp_path):
@@ -171,9 +180,22 @@ def test_missing_root_is_an_error(config, tmp_path):
 def test_nothing_ingestible_is_an_ingest_failure_or_clean(config, tmp_path):
     root = tmp_path / "nightly"
     root.mkdir()
-    assert run_nightly(config, root, None, None).exit_code == EXIT_CLEAN  # an empty root
+    assert run_nightly(config, root, None, None).exit_code == EXIT_NOTHING_FOUND  # an empty root
     (root / "grpo-0001" / "rank0").mkdir(parents=True)
     (root / "grpo-0001" / "rank0" / "prof_rank-0.pt.trace.json").write_text("{", encoding="utf-8")
     night = run_nightly(config, root, None, None)
     assert night.exit_code == EXIT_INGEST_FAILED
     assert night.ingest_failures[0].run == "grpo-0001"
+
+
+def test_a_partial_run_is_loud_in_the_exit_status_and_the_index(config, tmp_path):
+    root = tmp_path / "nightly"
+    run = _profile(root / "grpo-0001")
+    trace = next(run.rglob("trace_view.json"))
+    trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])  # salvaged up to the cut
+    night = run_nightly(config, root, None, None)
+    assert night.exit_code == EXIT_PARTIAL
+    assert [(o.run, o.partial_files, o.failed_files) for o in night.runs] == [("grpo-0001", 1, 0)]
+    index = night.index.read_text(encoding="utf-8")
+    assert "Data is missing: 1 run dir(s)" in index and "grpo-0001: 1 file(s) loaded only in part" in index
+    assert "banner good" not in index and "No regression in tonight" not in index
