@@ -28,8 +28,9 @@ def _fetch(cursor, statement: str = "") -> QueryResult:
     return QueryResult(columns, cursor.fetchall() if columns else [], statement)
 
 
-def query(config: Config, sql: str, params: list | None = None) -> QueryResult:
-    """Run one SQL statement on a read-only connection to the published warehouse."""
+def query(config: Config, sql: str, params: list | dict | None = None) -> QueryResult:
+    """Run one SQL statement (parameters: ? with a list, $name with a dict) on a read-only
+    connection to the published warehouse."""
     if not sql.strip():
         raise RlwhError("no SQL given")
     con = connect_read(config)

@@ -312,6 +312,72 @@ def query(config, sql, sql_file, fmt):
 
 
 @cli.command()
+@click.argument("run_name", metavar="[RUN]", required=False)
+@warehouse_options
+def summary(config, run_name):
+    """Per role and rank of RUN (default: the run ingested last): peak memory and time in
+    role against the median, stragglers and outliers, the call stacks at each peak, and
+    the files that failed or loaded only in part.
+
+    \b
+    Example:
+      rlwh summary grpo-0412
+    """
+    from rlwh.formatting import as_table
+    from rlwh.summary import summarize
+
+    result = summarize(config, run_name)
+    click.echo(result.header)
+    for section in result.sections:
+        click.echo(f"\n{section.title}:")
+        click.echo(as_table(section.result) if section.result.rows else f"  {section.when_empty}")
+
+
+@cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@format_option
+@warehouse_options
+def compare(config, run_a, run_b, fmt):
+    """Compare RUN_B with RUN_A per (role, rank): peak memory and time in role side by side,
+    the change in %, and the regressions by nightly's thresholds ([thresholds] in
+    warehouse.toml).
+
+    \b
+    Example:
+      rlwh compare grpo-0411 grpo-0412
+    """
+    from rlwh.compare import compare_runs
+
+    result = compare_runs(config, run_a, run_b)
+    if fmt == "table":
+        click.echo(f"a = {run_a}, b = {run_b}")
+    _echo_result(result.table, fmt)
+    if fmt == "table":
+        click.echo(f"{len(result.regressions)} regression(s) of {run_b} against {run_a}")
+        for regression in result.regressions:
+            click.echo(f"  regression: {regression}")
+
+
+@cli.command()
+@click.argument("run_name", metavar="RUN")
+@warehouse_options
+def forget(config, run_name):
+    """Remove RUN and every row it brought from the warehouse, published atomically as an
+    ingest is (readers see the run until it is gone, never half of it).
+
+    \b
+    Example:
+      rlwh forget grpo-0412-retry
+    """
+    from rlwh.forget import forget_run
+
+    removed = forget_run(config, run_name)
+    click.echo(f"forgot run {run_name}: {sum(removed.values()):,} rows from {len(removed)} tables "
+               f"-> {config.db_path}")
+
+
+@cli.command()
 @click.option("--write", is_flag=True, help="Open read-write (blocks ingest while open).")
 @warehouse_options
 def shell(config, write):

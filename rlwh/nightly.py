@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlwh import exitcodes, report
+from rlwh.compare import RankMetrics, Regression, find_regressions  # noqa: F401 (re-exported)
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest import ingest
@@ -36,57 +37,6 @@ EXIT_INGEST_FAILED = exitcodes.FAILED
 EXIT_PARTIAL = exitcodes.PARTIAL
 EXIT_NOTHING_FOUND = exitcodes.NOTHING_FOUND
 STATE_NAME = "nightly.json"
-
-
-@dataclass(frozen=True)
-class RankMetrics:
-    """What a run is compared on, per (role, rank): from rank_skew."""
-
-    peak_live_bytes: int | None
-    span_ns: int | None
-
-
-@dataclass(frozen=True)
-class Regression:
-    role: str
-    rank_id: int
-    metric: str  # peak_live_bytes | span_ns
-    baseline: int
-    value: int
-    change_pct: float
-    threshold_pct: float
-
-    def __str__(self) -> str:
-        def unit(v: int) -> str:
-            return f"{v / 1048576:,.1f} MiB" if self.metric == "peak_live_bytes" else f"{v / 1e6:,.3f} ms"
-
-        return (f"{self.role} rank {self.rank_id}: {self.metric} {unit(self.baseline)} -> {unit(self.value)} "
-                f"(+{self.change_pct:.1f}%, threshold {self.threshold_pct:g}%)")
-
-
-def find_regressions(current: dict[tuple[str, int], RankMetrics], baseline: dict[tuple[str, int], RankMetrics],
-                     peak_memory_pct: float, role_span_pct: float) -> list[Regression]:
-    """The regression rule.
-
-    A (role, rank) of the current run regresses when its peak live memory
-    (rank_skew.peak_live_bytes) is more than peak_memory_pct percent above the same
-    (role, rank) of the baseline run, or its role span (rank_skew.span_ns: earliest start
-    to latest end of its spans in the role) more than role_span_pct percent above it.
-    Pairs missing on either side, or with a NULL or zero baseline, are not compared.
-    """
-    found = []
-    for key in sorted(current, key=lambda k: (k[0], k[1])):
-        before = baseline.get(key)
-        if before is None:
-            continue
-        for metric, pct in (("peak_live_bytes", peak_memory_pct), ("span_ns", role_span_pct)):
-            old, new = getattr(before, metric), getattr(current[key], metric)
-            if old is None or new is None or old <= 0:
-                continue
-            change = (new - old) / old * 100.0
-            if change > pct:
-                found.append(Regression(key[0], key[1], metric, int(old), int(new), change, pct))
-    return found
 
 
 def run_prefix(run: str) -> str:

@@ -1,0 +1,116 @@
+"""`rlwh compare RUN_A RUN_B`: two runs side by side, per (role, rank): peak live memory
+and time in the role, with the change in percent and the regressions by nightly's rule.
+
+The regression rule lives here (nightly imports it), so an on-demand comparison and the
+nightly index can never disagree about what counts as a regression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlwh.catalog import QueryResult, query
+from rlwh.config import Config
+from rlwh.errors import RlwhError
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """What a run is compared on, per (role, rank): from rank_skew."""
+
+    peak_live_bytes: int | None
+    span_ns: int | None
+
+
+@dataclass(frozen=True)
+class Regression:
+    role: str
+    rank_id: int
+    metric: str  # peak_live_bytes | span_ns
+    baseline: int
+    value: int
+    change_pct: float
+    threshold_pct: float
+
+    def __str__(self) -> str:
+        def unit(v: int) -> str:
+            return f"{v / 1048576:,.1f} MiB" if self.metric == "peak_live_bytes" else f"{v / 1e6:,.3f} ms"
+
+        return (f"{self.role} rank {self.rank_id}: {self.metric} {unit(self.baseline)} -> {unit(self.value)} "
+                f"(+{self.change_pct:.1f}%, threshold {self.threshold_pct:g}%)")
+
+
+def find_regressions(current: dict[tuple[str, int], RankMetrics], baseline: dict[tuple[str, int], RankMetrics],
+                     peak_memory_pct: float, role_span_pct: float) -> list[Regression]:
+    """The regression rule.
+
+    A (role, rank) of the current run regresses when its peak live memory
+    (rank_skew.peak_live_bytes) is more than peak_memory_pct percent above the same
+    (role, rank) of the baseline run, or its role span (rank_skew.span_ns: earliest start
+    to latest end of its spans in the role) more than role_span_pct percent above it.
+    Pairs missing on either side, or with a NULL or zero baseline, are not compared.
+    """
+    found = []
+    for key in sorted(current, key=lambda k: (k[0], k[1])):
+        before = baseline.get(key)
+        if before is None:
+            continue
+        for metric, pct in (("peak_live_bytes", peak_memory_pct), ("span_ns", role_span_pct)):
+            old, new = getattr(before, metric), getattr(current[key], metric)
+            if old is None or new is None or old <= 0:
+                continue
+            change = (new - old) / old * 100.0
+            if change > pct:
+                found.append(Regression(key[0], key[1], metric, int(old), int(new), change, pct))
+    return found
+
+
+SIDE_BY_SIDE = """
+with a as (select role, rank_id, peak_live_bytes, span_ns from rank_skew where run = $a),
+     b as (select role, rank_id, peak_live_bytes, span_ns from rank_skew where run = $b)
+select
+  role, rank_id,
+  round(a.peak_live_bytes / 1048576, 1) as a_peak_mib,
+  round(b.peak_live_bytes / 1048576, 1) as b_peak_mib,
+  round(100.0 * (b.peak_live_bytes - a.peak_live_bytes) / nullif(a.peak_live_bytes, 0), 1) as peak_change_pct,
+  round(a.span_ns / 1e6, 3) as a_time_in_role_ms,
+  round(b.span_ns / 1e6, 3) as b_time_in_role_ms,
+  round(100.0 * (b.span_ns - a.span_ns) / nullif(a.span_ns, 0), 1) as time_change_pct,
+  a.peak_live_bytes as a_peak_bytes, b.peak_live_bytes as b_peak_bytes, a.span_ns as a_span_ns, b.span_ns as b_span_ns
+from a full join b using (role, rank_id)
+order by role, rank_id
+"""
+
+
+@dataclass
+class Comparison:
+    run_a: str
+    run_b: str
+    table: QueryResult  # per (role, rank): both runs' figures and the change; `regression` last
+    regressions: list[Regression]
+
+
+def _metrics(rows: list[dict], side: str) -> dict[tuple[str, int], RankMetrics]:
+    return {(r["role"], r["rank_id"]): RankMetrics(r[f"{side}_peak_bytes"], r[f"{side}_span_ns"])
+            for r in rows if r[f"{side}_peak_bytes"] is not None or r[f"{side}_span_ns"] is not None}
+
+
+def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
+    """Run B against run A (the baseline), per (role, rank) present in either."""
+    known = {r[0] for r in query(config, "select run from runs where run in (?, ?)", [run_a, run_b]).rows}
+    for run in (run_a, run_b):
+        if run not in known:
+            raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
+    result = query(config, SIDE_BY_SIDE, {"a": run_a, "b": run_b})
+    rows = [dict(zip(result.columns, row)) for row in result.rows]
+    regressions = find_regressions(_metrics(rows, "b"), _metrics(rows, "a"), config.peak_memory_pct,
+                                   config.role_span_pct)
+    flagged: dict[tuple[str, int], list[str]] = {}
+    for g in regressions:
+        flagged.setdefault((g.role, g.rank_id), []).append("peak memory" if g.metric == "peak_live_bytes" else "time")
+    shown = [c for c in result.columns if not c.endswith(("_bytes", "_span_ns"))]
+    table = QueryResult(shown + ["regression"], [
+        tuple(r[c] for c in shown) + (", ".join(flagged.get((r["role"], r["rank_id"]), [])) or None,)
+        for r in rows
+    ])
+    return Comparison(run_a, run_b, table, regressions)

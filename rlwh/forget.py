@@ -1,0 +1,51 @@
+"""`rlwh forget RUN`: remove a run and every row it brought, in every table.
+
+It goes through the same write path as ingest (lock, working copy, atomic publish), so
+readers see the run until the forget is done and never half of it. Every base table
+with a `run` column is cleared of the run, private derived tables included
+(`_memory_record_ops`, `_memory_timeline`): the list is read from the warehouse, so a
+table added by a later migration is covered without a change here. `call_stacks` is
+shared by all runs and keyed by the stack's text, so its rows stay.
+"""
+
+from __future__ import annotations
+
+from rlwh.config import Config
+from rlwh.errors import RlwhError
+from rlwh.warehouse import write_session
+
+
+def tables_with_runs(con) -> list[str]:
+    """Base tables (public and private) that carry a `run` column, by name."""
+    rows = con.execute(
+        """select distinct c.table_name from duckdb_columns() c
+           join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name
+             and t.table_name = c.table_name
+           where c.database_name = current_database() and c.schema_name = 'main' and not t.temporary
+             and c.column_name = 'run'
+           order by 1"""
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def forget_run(config: Config, run: str) -> dict[str, int]:
+    """Delete run `run` from the warehouse; returns the rows removed per table (non-zero only)."""
+    if not config.db_path.exists():
+        raise RlwhError(f"no warehouse at {config.db_path}: nothing to forget")
+    removed: dict[str, int] = {}
+    with write_session(config) as session:
+        con = session.con
+        known = con.execute(
+            "select (select count(*) from runs where run = ?) + (select count(*) from sources where run = ?)",
+            [run, run],
+        ).fetchone()[0]
+        if not known:
+            raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
+        con.execute("begin transaction")
+        for table in tables_with_runs(con):
+            count = con.execute(f'delete from "{table}" where run = ?', [run]).fetchone()[0]
+            if count:
+                removed[table] = int(count)
+        con.execute("commit")
+        session.changed = True
+    return removed

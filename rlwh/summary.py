@@ -1,0 +1,103 @@
+"""`rlwh summary [RUN]`: the answer to "how did this run go" in the terminal.
+
+Per role and rank: peak live memory and time in the role against the role's median
+(stragglers and memory outliers flagged, from rank_skew), the call stacks holding the
+most memory at each rank's peak (memory_peak_breakdown), and every file that failed or
+loaded only in part. Each section is one query over the public views, so what it
+prints can be reproduced with `rlwh query`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlwh.catalog import QueryResult, query
+from rlwh.config import Config
+from rlwh.errors import RlwhError
+
+TOP_STACKS_PER_RANK = 3
+
+RUN_FACTS = """
+select r.run, r.profile_dir, r.last_ingested_at,
+  (select count(*) from sources s where s.run = r.run) as files,
+  (select count(*) from sources s where s.run = r.run and s.status = 'failed') as failed,
+  (select count(*) from sources s where s.run = r.run and s.status = 'partial') as partial
+from runs r where r.run = $run
+"""
+
+PER_RANK = """
+select role, rank_id,
+  round(peak_live_bytes / 1048576, 1) as peak_live_mib,
+  round(peak_vs_median, 2) as peak_vs_median,
+  round(span_ns / 1e6, 3) as time_in_role_ms,
+  round(span_vs_median, 2) as time_vs_median,
+  nullif(concat_ws(', ', case when is_straggler then 'straggler' end,
+                         case when is_memory_outlier then 'memory outlier' end), '') as flags
+from rank_skew where run = $run
+order by role, rank_id
+"""
+
+# {frame}: user_frame once memory_peak_breakdown has it (the innermost frame outside
+# library code, the line a user would change), else call_stack_top.
+TOP_STACKS = """
+select role, rank_id, round(live_bytes / 1048576, 1) as live_mib,
+  round(100 * share_of_peak, 1) as pct_of_peak, name as op, {frame} as {frame}
+from memory_peak_breakdown where run = $run
+qualify row_number() over (partition by role, rank_id order by live_bytes desc, name) <= {top}
+order by role, rank_id, live_bytes desc, name
+"""
+
+BAD_FILES = """
+select status, role, rank_id, path, rows, message
+from sources where run = $run and status in ('failed', 'partial')
+order by status, path
+"""
+
+LATEST_RUN = "select run from runs order by last_ingested_at desc, run limit 1"
+
+HAS_USER_FRAME = """
+select count(*) from duckdb_columns()
+where database_name = current_database() and table_name = 'memory_peak_breakdown' and column_name = 'user_frame'
+"""
+
+
+@dataclass
+class Section:
+    title: str
+    result: QueryResult
+    when_empty: str
+
+
+@dataclass
+class RunSummary:
+    run: str
+    header: str
+    sections: list[Section]
+
+
+def summarize(config: Config, run: str | None = None) -> RunSummary:
+    """The summary of `run`, or of the run ingested last when None."""
+    if run is None:
+        latest = query(config, LATEST_RUN).rows
+        if not latest:
+            raise RlwhError(f"{config.db_path} holds no run yet: run `rlwh ingest PROFILE_DIR` first")
+        run = latest[0][0]
+    facts = query(config, RUN_FACTS, {"run": run})
+    if not facts.rows:
+        raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
+    name, profile_dir, ingested_at, files, failed, partial = facts.rows[0]
+    header = (f"run {name}: {files} files ({failed} failed, {partial} partial), "
+              f"last ingested {str(ingested_at)[:19]} UTC from {profile_dir}")
+    frame = "user_frame" if query(config, HAS_USER_FRAME).rows[0][0] else "call_stack_top"
+    params = {"run": run}
+    return RunSummary(run, header, [
+        Section("Per role and rank: peak live memory and time in role, against the role's median",
+                query(config, PER_RANK, params), "no memory or role spans for this run"),
+        Section("Stragglers (time > 1.1 x median) and memory outliers (peak outside 0.9-1.1 x median)",
+                query(config, f"select * from ({PER_RANK}) where flags is not null", params), "none"),
+        Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, by {frame})",
+                query(config, TOP_STACKS.format(frame=frame, top=TOP_STACKS_PER_RANK), params),
+                "no memory records for this run"),
+        Section("Files that failed or loaded only in part", query(config, BAD_FILES, params),
+                "none: every file loaded whole"),
+    ])

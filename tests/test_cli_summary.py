@@ -1,0 +1,122 @@
+"""`rlwh summary`, `rlwh compare` and `rlwh forget` on real warehouses built by ingest."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from rlwh import synth
+from rlwh.cli import cli
+from rlwh.forget import tables_with_runs
+
+
+def _profile(path: Path) -> Path:
+    synth.write_ascend_profile(path, roles=("actor_update", "rollout"), ranks=2, n_ops=300, n_allocs=300)
+    return path
+
+
+def _scaled(source: Path, target: Path, factor: float) -> Path:
+    """A copy whose allocations are `factor` times larger (a memory regression)."""
+    shutil.copytree(source, target)
+    for csv in target.rglob("operator_memory.csv"):
+        lines = csv.read_text(encoding="utf-8").splitlines(keepends=True)
+        out = [lines[0]]
+        for line in lines[1:]:
+            name, size, rest = line.split(",", 2)
+            out.append(f"{name},{float(size) * factor:.1f},{rest}")
+        csv.write_text("".join(out), encoding="utf-8")
+    return target
+
+
+def _invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """run-1 and run-2 (50% more memory), and run-2's trace of one rank cut (partial)."""
+    tmp = tmp_path_factory.mktemp("summary")
+    first = _profile(tmp / "run-1")
+    second = _scaled(first, tmp / "run-2", 1.5)
+    trace = sorted(second.rglob("trace_view.json"))[-1]
+    trace.write_bytes(trace.read_bytes()[: trace.stat().st_size * 3 // 4])
+    db = tmp / "w.duckdb"
+    assert _invoke("ingest", first, "--db", db, "-q").exit_code == 0
+    assert _invoke("ingest", second, "--db", db, "-q").exit_code == 5  # partial
+    return db, trace.relative_to(second)
+
+
+def _scalar(db: Path, sql: str, params=()):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, list(params)).fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_summary_of_a_run(two_runs):
+    db, cut = two_runs
+    result = _invoke("summary", "run-2", "--db", db)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.startswith("run run-2: ") and "1 partial" in out
+    for role in ("actor_update", "rollout"):
+        for rank in (0, 1):
+            assert any(line.split()[:2] == [role, str(rank)] for line in out.splitlines())
+    longest = _scalar(db, "select call_stack_top from memory_peak_breakdown where run = 'run-2' "
+                          "and call_stack_top is not null order by length(call_stack_top) desc limit 1")
+    assert longest and longest in out  # frames printed whole
+    files = out[out.index("Files that failed or loaded only in part"):]
+    assert "partial" in files and str(cut) in files
+
+
+def test_summary_defaults_to_the_run_ingested_last(two_runs):
+    db, _ = two_runs
+    assert _invoke("summary", "--db", db).output.startswith("run run-2: ")
+    missing = _invoke("summary", "nope", "--db", db)
+    assert missing.exit_code == 1 and "no run 'nope'" in missing.output
+
+
+def test_compare_shows_both_runs_and_the_change(two_runs):
+    db, _ = two_runs
+    result = _invoke("compare", "run-1", "run-2", "--db", db, "--format", "csv")
+    assert result.exit_code == 0, result.output
+    header, *rows = [line.split(",") for line in result.output.strip().splitlines()]
+    assert header[:5] == ["role", "rank_id", "a_peak_mib", "b_peak_mib", "peak_change_pct"]
+    by_key = {(r[0], r[1]): dict(zip(header, r)) for r in rows}
+    assert set(by_key) == {(role, rank) for role in ("actor_update", "rollout") for rank in ("0", "1")}
+    for row in by_key.values():
+        assert float(row["peak_change_pct"]) == pytest.approx(50.0, abs=1.0)
+        assert float(row["b_peak_mib"]) == pytest.approx(1.5 * float(row["a_peak_mib"]), rel=0.02)
+        assert "peak memory" in row["regression"]
+    table = _invoke("compare", "run-1", "run-2", "--db", db)
+    assert "a = run-1, b = run-2" in table.output and "regression: actor_update rank 0: peak_live_bytes" in table.output
+    unknown = _invoke("compare", "run-1", "nope", "--db", db)
+    assert unknown.exit_code == 1 and "no run 'nope'" in unknown.output
+
+
+def test_forget_removes_every_row_of_the_run_and_only_those(two_runs, tmp_path):
+    db = tmp_path / "w.duckdb"
+    shutil.copy(two_runs[0], db)
+    con = duckdb.connect(str(db), read_only=True)
+    tables = tables_with_runs(con)
+    before = {t: con.execute(f'select count(*) filter (where run = $r), count(*) filter (where run <> $r) '
+                             f'from "{t}"', {"r": "run-1"}).fetchone() for t in tables}
+    con.close()
+    assert {"_memory_record_ops", "_memory_timeline", "memory_records", "cpu_ops", "sources"} <= set(tables)
+    assert before["_memory_record_ops"][0] > 0 and before["_memory_timeline"][0] > 0
+    result = _invoke("forget", "run-1", "--db", db)
+    assert result.exit_code == 0, result.output
+    assert f"{sum(mine for mine, _ in before.values()):,} rows from" in result.output
+    con = duckdb.connect(str(db), read_only=True)
+    after = {t: con.execute(f'select count(*) filter (where run = $r), count(*) filter (where run <> $r) '
+                            f'from "{t}"', {"r": "run-1"}).fetchone() for t in tables}
+    con.close()
+    assert after == {t: (0, others) for t, (_, others) in before.items()}
+    assert not (db.parent / (db.name + ".ingest")).exists()
+    again = _invoke("forget", "run-1", "--db", db)
+    assert again.exit_code == 1 and "no run 'run-1'" in again.output
