@@ -1,9 +1,16 @@
-"""Find the source files of a profile dir and say what each one is.
+"""Find every file of a profile dir, say what it is, and where it belongs.
 
-Walks the dir once (following symlinks, but never into a loop) and classifies files by
-the conventions of each profiler. Role and rank come from the path here; a reader may
-refine them from inside the file (a PyTorch trace's distributedInfo, an NVTX export's
-RANK= capture). Unknown files are ignored; unreadable entries become warnings.
+One walk of the tree (following symlinks, never into a loop). Every regular file gets
+a SourceFile: a kind an ingest job reads, or IGNORED with the reason. What a file is
+comes from the RULES table, first match wins: a name in its place (the Ascend exports
+in ASCEND_PROFILER_OUTPUT), else its content (a PyTorch trace is any JSON object with
+traceEvents, plain or gzip, whatever its name), else a documented name rule. Content
+is judged from the first bytes only (`rlwh.sniff`), so a 3 GB trace costs one small read.
+
+Where a file belongs comes from its path (`place`): the capture is the Ascend capture
+dir, the GMM dump folder, or the file itself (its path relative to the profile dir, so
+two captures never merge); rank, step and role come from the folders as DESIGN.md says.
+A reader may refine rank and role from inside the file (distributedInfo, RANK=).
 """
 
 from __future__ import annotations
@@ -11,32 +18,95 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlwh.sniff import head_kind
+
 ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
-RANK_DIR_SUFFIX = "_ascend_pt"
-_CAPTURE_TIME = re.compile(r"(\d{8})_?(\d{6})")
-_RANK_SEGMENT = re.compile(r"^rank[_-]?(\d+)$", re.IGNORECASE)
-_PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
-_TORCH_TRACE = re.compile(r"(\.pt\.trace\.json(\.gz)?$)|(^prof_.*\.json(\.gz)?$)")
-_NVTX_EXPORT = re.compile(r"\.jsonl$")
-_GMM_DUMP = re.compile(r"group_list\.pt$")
+IGNORED = "ignored"
+NOT_LOADED_YET = "a known profiler export rlwh does not load yet"
+
+_ASCEND_CAPTURE = re.compile(r".*_ascend_(pt|ms)$")
+_RANK = re.compile(r"(?<![a-z0-9])rank[_-]?(\d+)(?![0-9])", re.IGNORECASE)
+_RANK_FOLDER = re.compile(r"rank[_-]?\d+", re.IGNORECASE)
+_STEP_FOLDER = re.compile(r"(?:step[_-]?)?(\d+)", re.IGNORECASE)
+_PROFILER_INFO = re.compile(r"profiler_info_(\d+)\.json")
+# Folders inside a capture, never a role: Ascend's own, msprof's raw data, msprobe's dump.
+_INNER_FOLDER = re.compile(r"ASCEND_PROFILER_OUTPUT|FRAMEWORK|PROF_.*|dump_tensor_data|mindstudio_profiler_.*|"
+                           r"logs?|profiler_output")
+_CAPTURE_TIME = re.compile(r"(?<!\d)(\d{8})_?(\d{6})")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One line of the discovery table.
+
+    kind: the ingest job that reads the file, or IGNORED. name: a regex the file name
+    must fullmatch. place: 'output' (inside ASCEND_PROFILER_OUTPUT), 'capture' (directly
+    in an Ascend capture dir) or 'any'. content: what sniff.head_kind must say, if set.
+    reason: why an IGNORED file is not loaded (the sources message).
+    """
+
+    kind: str
+    name: str = ".*"
+    place: str = "any"
+    content: str | None = None
+    reason: str | None = None
+
+
+# First match wins. A reader for a new format is one line here (and its ingest job).
+RULES: tuple[Rule, ...] = (
+    Rule("ascend_info", r"profiler_info_\d+\.json", "capture"),
+    Rule(IGNORED, r"profiler_metadata\.json", "capture",
+         reason="read together with profiler_info_<rank>.json (role, parallel groups)"),
+    Rule("ascend_memory_csv", r"operator_memory\.csv", "output"),
+    Rule("ascend_trace", r"trace_view\.json", "output"),
+    Rule(IGNORED, r"memory_record\.csv", "output", reason=f"{NOT_LOADED_YET} (allocator totals)"),
+    Rule(IGNORED, r"npu_module_mem\.csv", "output", reason=f"{NOT_LOADED_YET} (NPU module memory)"),
+    Rule(IGNORED, r"step_trace_time\.csv", "output", reason=f"{NOT_LOADED_YET} (step times)"),
+    Rule(IGNORED, r".*\.db", "output", reason=f"{NOT_LOADED_YET} (Ascend db export)"),
+    Rule(IGNORED, r"(kernel_details|operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
+         r"task_time|communication|communication_matrix|data_preprocess|dataset)\.(csv|json)", "output",
+         reason="an Ascend analysis export rlwh does not load (per-kernel and summary tables)"),
+    Rule("gmm_group_list", r".*group_list\.pt"),
+    Rule(IGNORED, r".*\.(pkl|pickle)", reason=f"{NOT_LOADED_YET} (PyTorch memory snapshot pickle)"),
+    Rule("torch_trace", content="chrome_object"),
+    Rule("ascend_trace", r"trace_view\.json", content="chrome_array"),
+    Rule("nvtx_jsonl", content="nsys_jsonl"),
+    Rule("nvtx_jsonl", content="nsys_legacy_json"),  # the reader fails it, saying how to export jsonlines
+    # Name rules: a damaged file named like a source is read and failed with a message.
+    Rule("torch_trace", r".*\.pt\.trace\.json(\.gz)?|prof_.*\.json(\.gz)?"),
+    Rule("nvtx_jsonl", r".*\.jsonl"),
+    Rule(IGNORED, r".*\.(log|out|err)", reason="a log file"),
+    Rule(IGNORED, r".*\.(py|sh|yaml|yml|toml|cfg|ini|md|txt)", reason="a script, config or text file"),
+)
+UNKNOWN_REASON = "unknown file: not a format rlwh reads"
+# The loose-file kinds whose rank falls back to 0 (a single-process trace).
+SINGLE_PROCESS_KINDS = ("torch_trace", "ascend_trace")
 
 
 @dataclass
 class SourceFile:
-    """One file to ingest, with what its path says about it."""
+    """One file under the profile dir, with what its path and first bytes say about it."""
 
     kind: str
     path: Path
     rel_path: str
     role: str | None
     rank_id: int | None
-    capture: str
+    capture: str | None
     capture_started_ns: int | None = None
-    problem: str | None = None  # set when the path breaks its format's convention
+    problem: str | None = None  # set when the file cannot be read as its kind (it will fail)
+    step: int | None = None
+    reason: str | None = None  # why an ignored file is not loaded
+    note: str | None = None  # a guess ingest made and the sources message should say
+    single_process_rank0: bool = False  # no rank anywhere: the reader takes rank 0 unless the file names one
+    content: str | None = None  # what the first bytes looked like (sniff.head_kind)
+
+    @property
+    def ignored(self) -> bool:
+        return self.kind == IGNORED
 
 
 @dataclass
@@ -44,9 +114,106 @@ class Discovery:
     files: list[SourceFile]
     warnings: list[str]
 
+    @property
+    def loadable(self) -> list[SourceFile]:
+        return [f for f in self.files if not f.ignored]
 
-def _capture_started_ns(name: str) -> int | None:
-    """`20260526_085155_ascend_pt` -> ns since the epoch (the name's time, read as UTC)."""
+
+@dataclass
+class _Capture:
+    """What an Ascend capture dir (<...>_ascend_pt / _ascend_ms) says about its files."""
+
+    dir: Path
+    rel: str
+    role: str | None
+    rank_id: int | None
+    step: int | None
+    started_ns: int | None
+    problem: str | None
+    rank_files: list[str] = field(default_factory=list)
+
+
+def rank_in_name(name: str) -> int | None:
+    """`prof_rank-3.json.gz`, `bs_32_rank0.json.gz`, `rank_2` -> the rank; else None."""
+    match = _RANK.search(name)
+    return int(match.group(1)) if match else None
+
+
+def _is_step_folder(name: str) -> bool:
+    return _STEP_FOLDER.fullmatch(name) is not None
+
+
+def _is_rank_folder(name: str) -> bool:
+    return _RANK_FOLDER.fullmatch(name) is not None
+
+
+def _is_capture_folder(name: str) -> bool:
+    return _ASCEND_CAPTURE.fullmatch(name) is not None or _INNER_FOLDER.fullmatch(name) is not None
+
+
+def place(folders: tuple[str, ...]) -> tuple[int | None, int | None, str | None]:
+    """(rank, step, role) from the folders above a capture, innermost last.
+
+    Rank: the nearest folder holding rank<k>/rank_<k>/rank-<k>. Step: the nearest
+    step_<n>, step<n> or all-digit folder (VeRL's <save_path>/<step>/). Role: the nearest
+    folder that is none of these and no capture folder; None when there is none.
+    """
+    rank = step = role = None
+    for name in reversed(folders):
+        if _is_rank_folder(name) or (_ASCEND_CAPTURE.fullmatch(name) and rank_in_name(name) is not None):
+            rank = rank_in_name(name) if rank is None else rank
+        elif _is_step_folder(name):
+            step = int(_STEP_FOLDER.fullmatch(name).group(1)) if step is None else step
+        elif not _is_capture_folder(name) and role is None:
+            role = name
+    return rank, step, role
+
+
+def _read_json_quietly(path: Path) -> dict:
+    try:
+        if path.stat().st_size > 1 << 20:  # profiler_info/metadata are a few KB
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def profiler_start_ns(info: dict) -> int | None:
+    """When the Ascend profiler started, epoch ns, from profiler_info's own clocks.
+
+    end_info holds the end on both the epoch (collectionTimeEnd) and the monotonic clock
+    (MonotonicTimeEnd); start_info holds the start on the monotonic clock. No time zone
+    is involved, unlike the local time in a capture dir's name.
+    """
+    start, end = info.get("start_info"), info.get("end_info")
+    if not isinstance(start, dict) or not isinstance(end, dict):
+        return None
+    values = [_as_int(end.get("collectionTimeEnd")), _as_int(end.get("MonotonicTimeEnd")),
+              _as_int(start.get("start_monotonic"))]
+    if None in values:
+        return None
+    epoch_end, mono_end, mono_start = values
+    if not 0 <= mono_end - mono_start < 10**15:  # over 11 days: not one capture's clocks
+        return None
+    return epoch_end - (mono_end - mono_start)
+
+
+def _as_int(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def name_time_ns(name: str, utc_offset_s: int) -> int | None:
+    """The local time in a capture dir's name (`..._20260526085155123_ascend_pt`), as
+    epoch ns, read in the time zone `utc_offset_s` seconds east of UTC."""
+    from datetime import datetime, timezone
+
     match = _CAPTURE_TIME.search(name)
     if not match:
         return None
@@ -54,23 +221,20 @@ def _capture_started_ns(name: str) -> int | None:
         moment = datetime.strptime(match.group(1) + match.group(2), "%Y%m%d%H%M%S")
     except ValueError:
         return None
-    return int(moment.replace(tzinfo=timezone.utc).timestamp()) * 1_000_000_000
+    return (int(moment.replace(tzinfo=timezone.utc).timestamp()) - utc_offset_s) * 1_000_000_000
 
 
-def _rank_from_segments(rel_parts: tuple[str, ...]) -> int | None:
-    for part in reversed(rel_parts):
-        match = _RANK_SEGMENT.match(part)
-        if match:
-            return int(match.group(1))
+def _zone_offset_s(captures: list[_Capture], infos: dict[str, dict]) -> int | None:
+    """The profiler's time zone, learnt from a capture with both a time in its name and
+    profiler_info clocks: their difference, rounded to a quarter hour."""
+    for c in captures:
+        start = profiler_start_ns(infos.get(c.rel, {}))
+        named = name_time_ns(c.dir.name, 0)
+        if start is not None and named is not None:
+            offset = (named - start) / 1e9
+            if abs(offset) <= 14 * 3600 + 60:
+                return int(round(offset / 900) * 900)
     return None
-
-
-def _read_json_quietly(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _printable(path: str | os.PathLike) -> str:
@@ -90,72 +254,60 @@ def _not_regular(path: Path) -> str:
     return f"skipping {path}: named like a source file, but not a regular file (a folder, FIFO or broken link)"
 
 
-def _ascend_rank_files(rank_dir: Path, root: Path, warnings: list[str]) -> list[SourceFile]:
-    """The files of one Ascend rank dir (<date>_<time>_ascend_pt)."""
-    rel = rank_dir.relative_to(root)
-    metadata = _read_json_quietly(rank_dir / "profiler_metadata.json")
-    role = metadata.get("role") if isinstance(metadata.get("role"), str) and metadata.get("role") else None
-    if role is None:
-        role = rank_dir.parent.name or root.name
-    try:
-        entries = sorted(p.name for p in rank_dir.iterdir())
-    except OSError as exc:
-        warnings.append(f"cannot list {rank_dir}: {exc.strerror}")
-        return []
-    rank_id = None
-    info_name = None
-    for name in entries:
-        match = _PROFILER_INFO.match(name)
-        if match:
-            info_name, rank_id = name, int(match.group(1))
-            break
-    if rank_id is None:
-        rank_id = _rank_from_segments(rel.parts)
-    capture = rank_dir.name
-    started = _capture_started_ns(capture)
-    problem = None if rank_id is not None else (
-        f"{rel}: no profiler_info_<rank>.json and no rank<k> folder, so the rank is unknown"
-    )
-
-    def source(kind: str, path: Path) -> SourceFile:
-        return SourceFile(kind, path, str(path.relative_to(root)), role, rank_id, capture, started, problem)
-
-    files = []
-    if info_name and (rank_dir / info_name).is_file():
-        files.append(source("ascend_info", rank_dir / info_name))
-    elif info_name:
-        warnings.append(_not_regular(rank_dir / info_name))
-    output = rank_dir / ASCEND_OUTPUT
-    for name, kind in (("operator_memory.csv", "ascend_memory_csv"), ("trace_view.json", "ascend_trace")):
-        if (output / name).is_file():
-            files.append(source(kind, output / name))
-        elif (output / name).exists() or (output / name).is_symlink():
-            warnings.append(_not_regular(output / name))
-    return files
+def match_rule(name: str, where: str, path: Path | None) -> tuple[Rule | None, str | None]:
+    """The first rule for a file named `name` found in `where` ('output', 'capture' or
+    'any'); its content is sniffed (from `path`) only when a content rule is reached."""
+    content: str | None = None
+    sniffed = False
+    for rule in RULES:
+        if rule.place != "any" and rule.place != where:
+            continue
+        if not re.fullmatch(rule.name, name, re.IGNORECASE if rule.place == "any" else 0):
+            continue
+        if rule.content is not None:
+            if path is None:
+                continue
+            if not sniffed:
+                content, sniffed = head_kind(path), True
+            if content != rule.content:
+                continue
+        return rule, content
+    return None, content
 
 
-def _classify_loose_file(path: Path, root: Path) -> SourceFile | None:
-    """Files outside Ascend rank dirs: PyTorch traces, NVTX exports, GMM dumps."""
-    rel = path.relative_to(root)
-    name = path.name
-    folder_role = rel.parts[-2] if len(rel.parts) > 1 else None
-    if _GMM_DUMP.search(name):
-        return SourceFile("gmm_group_list", path, str(rel), None, _rank_from_segments(rel.parts[:-1]), name)
-    if _TORCH_TRACE.search(name):
-        return SourceFile("torch_trace", path, str(rel), folder_role or root.name, None, name)
-    if _NVTX_EXPORT.search(name):
-        return SourceFile("nvtx_jsonl", path, str(rel), None, _rank_from_segments(rel.parts[:-1]), name)
-    return None
+def _named_like_source(name: str, where: str) -> bool:
+    rule, _ = match_rule(name, where, None)
+    return rule is not None and rule.kind != IGNORED
+
+
+def _ascend_capture(here: Path, root: Path, entries: list[str], warnings: list[str]) -> _Capture:
+    rel = here.relative_to(root)
+    rank, step, role = place(rel.parts[:-1])
+    own = rank_in_name(here.name)
+    rank = own if own is not None else rank
+    metadata = _read_json_quietly(here / "profiler_metadata.json")
+    if isinstance(metadata.get("role"), str) and metadata["role"].strip():
+        role = metadata["role"]
+    infos = [n for n in entries if _PROFILER_INFO.fullmatch(n)]
+    if infos:
+        rank = int(_PROFILER_INFO.fullmatch(infos[0]).group(1))
+    capture = _Capture(here, rel.as_posix(), role or root.name, rank, step, None, None, infos)
+    if rank is None:
+        capture.problem = (f"{rel.as_posix()}: no profiler_info_<rank>.json and no rank<k> folder, "
+                           "so the rank is unknown")
+    return capture
 
 
 def discover(root: str | os.PathLike) -> Discovery:
-    """Every source file under `root`, in a stable order."""
+    """Every file under `root`, in a stable order, each with its kind and keys."""
     root = Path(root).resolve()
     warnings: list[str] = []
     files: list[SourceFile] = []
     if not root.is_dir():
         raise FileNotFoundError(f"profile dir not found: {root}")
     seen_dirs: set[tuple[int, int]] = set()
+    capture_of: dict[Path, _Capture | None] = {}
+    captures: list[_Capture] = []
 
     def on_error(exc: OSError) -> None:
         warnings.append(f"cannot read {exc.filename}: {exc.strerror}")
@@ -178,19 +330,92 @@ def discover(root: str | os.PathLike) -> Discovery:
             continue
         seen_dirs.add((st.st_dev, st.st_ino))
         dirnames.sort()
-        if here.name.endswith(RANK_DIR_SUFFIX) or (here / ASCEND_OUTPUT).is_dir():
-            files += _ascend_rank_files(here, root, warnings)
-            dirnames[:] = []  # nothing else inside a rank dir is ours (PROF_*, FRAMEWORK, logs)
+        capture = capture_of.get(here.parent) if here != root else None
+        if capture is None and (_ASCEND_CAPTURE.fullmatch(here.name) or ASCEND_OUTPUT in dirnames):
+            capture = _ascend_capture(here, root, sorted(filenames), warnings)
+            captures.append(capture)
+        capture_of[here] = capture
+        where = _where(here, capture)
+        for name in list(dirnames):
+            if _named_like_source(name, where):
+                warnings.append(_not_regular(here / name))
+                dirnames.remove(name)
         for name in sorted(filenames):
             path = here / name
             if not _is_utf8(name):
                 warnings.append(f"skipping {_printable(path)}: its name is not UTF-8 text")
                 continue
             if not path.is_file():
-                if _classify_loose_file(path, root) is not None:
+                if _named_like_source(name, where):
                     warnings.append(_not_regular(path))
                 continue
-            found = _classify_loose_file(path, root)
-            if found is not None:
-                files.append(found)
+            files.append(_classify(path, root, where, capture))
+    _set_capture_starts(files, captures)
     return Discovery(files, warnings)
+
+
+def _where(here: Path, capture: _Capture | None) -> str:
+    if capture is None:
+        return "any"
+    if here == capture.dir:
+        return "capture"
+    if here == capture.dir / ASCEND_OUTPUT:
+        return "output"
+    return "any"
+
+
+def _classify(path: Path, root: Path, where: str, capture: _Capture | None) -> SourceFile:
+    """One regular file: its kind by RULES, its keys by its capture or its path."""
+    rel = path.relative_to(root)
+    rel_text = rel.as_posix()
+    rule, content = match_rule(path.name, where, path)
+    kind = rule.kind if rule else IGNORED
+    reason = (rule.reason if rule else None) or (UNKNOWN_REASON if kind == IGNORED else None)
+    if capture is not None and (where != "any" or kind in (IGNORED, "ascend_trace")):
+        return SourceFile(kind, path, rel_text, capture.role, capture.rank_id, capture.rel,
+                          problem=None if kind == IGNORED else capture.problem, step=capture.step,
+                          reason=reason, content=content)
+    if kind == IGNORED:
+        return SourceFile(kind, path, rel_text, None, None, None, reason=reason, content=content)
+    if kind == "gmm_group_list":
+        return _gmm_file(path, rel, content)
+    rank, step, role = place(rel.parts[:-1])
+    own = rank_in_name(path.name)
+    rank = own if own is not None else rank
+    found = SourceFile(kind, path, rel_text, role or root.name, rank, rel_text, step=step, content=content)
+    if kind == "nvtx_jsonl":
+        found.role = None  # an NVTX range's role is its own name
+    elif rank is None and kind in SINGLE_PROCESS_KINDS:
+        found.single_process_rank0 = True
+        if kind == "ascend_trace":  # its reader takes the rank from discovery alone
+            found.rank_id = 0
+            found.note = (f"{rel_text}: no profiler_info_<rank>.json and no rank in its path: "
+                          "read as rank 0 (a single-process trace)")
+    return found
+
+
+def _gmm_file(path: Path, rel: Path, content: str | None) -> SourceFile:
+    """A group_list dump: its capture is the folder holding dump_tensor_data (one rank's
+    dump of one step); the reader checks the layout and names what breaks it."""
+    folders = rel.parts[:-1]
+    top = folders.index("dump_tensor_data") if "dump_tensor_data" in folders else len(folders)
+    rank, step, role = place(folders[:top])
+    capture = "/".join(folders[:top]) or rel.as_posix()
+    return SourceFile("gmm_group_list", path, rel.as_posix(), role, rank, capture, step=step, content=content)
+
+
+def _set_capture_starts(files: list[SourceFile], captures: list[_Capture]) -> None:
+    """Ascend captures start when profiler_info's clocks say; else at the local time in
+    the dir's name, read in the zone another capture of the run reveals. Ingest replaces
+    both with the capture's earliest event once its rows are loaded."""
+    infos = {c.rel: _read_json_quietly(c.dir / c.rank_files[0]) for c in captures if c.rank_files}
+    offset = _zone_offset_s(captures, infos)
+    for c in captures:
+        c.started_ns = profiler_start_ns(infos.get(c.rel, {}))
+        if c.started_ns is None and offset is not None:
+            c.started_ns = name_time_ns(c.dir.name, offset)
+    by_rel = {c.rel: c for c in captures}
+    for f in files:
+        c = by_rel.get(f.capture) if f.capture else None
+        if c is not None:
+            f.capture_started_ns = c.started_ns

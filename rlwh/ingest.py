@@ -31,8 +31,12 @@ from rlwh.parse import failed_result, parse_source
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import connect_read, pause_for_test, write_session
 
-KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id")
-KEY_TYPES = {"run": "varchar", "role": "varchar", "rank_id": "integer", "capture": "varchar", "source_id": "bigint"}
+KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id", "step")
+KEY_TYPES = {"run": "varchar", "role": "varchar", "rank_id": "integer", "capture": "varchar", "source_id": "bigint",
+             "step": "integer"}
+# Tables whose captures start at their earliest event: (table, time column).
+_EVENT_TIMES = (("cpu_ops", "ts_ns"), ("memory_records", "alloc_ns"), ("ranges", "start_ns"),
+                ("memory_usage", "ts_ns"), ("npu_module_memory", "ts_ns"))
 
 
 @dataclass
@@ -41,7 +45,7 @@ class FileResult:
 
     kind: str
     rel_path: str
-    status: str  # ok | partial | failed | skipped | unchanged
+    status: str  # ok | partial | failed | ignored | skipped | unchanged
     rows: int = 0
     message: str | None = None
     seconds: float = 0.0
@@ -139,18 +143,34 @@ def _context(p: _Planned, config: Config) -> dict:
         "role": s.role,
         "rank_id": s.rank_id,
         "capture": s.capture,
+        "step": s.step,
         "capture_started_ns": s.capture_started_ns,
+        "single_process_rank0": s.single_process_rank0,
         "memory_limit": config.worker_memory_limit,
     }
 
 
-def _staged_select(table: str, parts: list[str], columns: list[str]) -> str:
+def _ignored_result(reason: str) -> dict:
+    """What an ignored file 'parses' to: no rows, the reason as its message."""
+    return {**failed_result(reason), "status": "ignored"}
+
+
+def _tables_with_step(con) -> frozenset[str]:
+    """Base tables that have a step column (a table added by a later migration may not)."""
+    rows = con.execute(
+        "select table_name from duckdb_columns() where schema_name = 'main' and column_name = 'step'"
+    ).fetchall()
+    return frozenset(r[0] for r in rows)
+
+
+def _staged_select(table: str, parts: list[str], columns: list[str], has_step: bool = True) -> str:
     """SELECT over a reader's Parquet parts, adding the key columns it does not carry
     from the one-row _rlwh_keys table (values bound as parameters, never pasted)."""
     paths = "[" + ", ".join(sql_literal(p) for p in parts) + "]"
     if table in SHARED_TABLES:
         return f"select * from read_parquet({paths})"
-    keys = [f"coalesce(f.{k}, k.{k}) as {k}" if k in columns else f"k.{k}" for k in KEY_COLUMNS]
+    wanted = [k for k in KEY_COLUMNS if k != "step" or has_step or k in columns]
+    keys = [f"coalesce(f.{k}, k.{k}) as {k}" if k in columns else f"k.{k}" for k in wanted]
     rest = [f'f."{c}"' for c in columns if c not in KEY_COLUMNS]
     return f"select {', '.join(keys + rest)} from read_parquet({paths}) as f cross join _rlwh_keys as k"
 
@@ -161,14 +181,20 @@ def _upsert_source(con, run: str, p: _Planned, status: str, rows: int, message, 
         con.execute("delete from sources where source_id = ?", [p.source_id])
     con.execute(
         """insert into sources
-           (source_id, run, role, rank_id, capture, kind, path, bytes, mtime, fingerprint,
+           (source_id, run, role, rank_id, capture, step, kind, path, bytes, mtime, fingerprint,
             status, rows, message, seconds, ingested_at)
-           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
-            p.source_id, run, rank.get("role", s.role), rank.get("rank_id", s.rank_id), s.capture, s.kind,
-            s.rel_path, p.size, utc(p.mtime), p.fingerprint, status, rows, message, seconds, utc(),
+            p.source_id, run, rank.get("role", s.role), rank.get("rank_id", s.rank_id), s.capture, s.step,
+            s.kind, s.rel_path, p.size, utc(p.mtime), p.fingerprint, status, rows, message, seconds, utc(),
         ],
     )
+
+
+def _with_notes(message: str | None, *notes: str | None) -> str | None:
+    """The reader's message, then the guesses discovery or the reader made, in one text."""
+    parts = [m for m in (message, *notes) if m]
+    return "; ".join(parts) if parts else None
 
 
 def _set_keys(con, run: str, p: _Planned, rank: dict) -> None:
@@ -179,6 +205,7 @@ def _set_keys(con, run: str, p: _Planned, rank: dict) -> None:
         "rank_id": rank.get("rank_id", s.rank_id),
         "capture": s.capture,
         "source_id": p.source_id,
+        "step": s.step,
     }
     columns = ", ".join(f"?::{KEY_TYPES[k]} as {k}" for k in values)
     con.execute(f"create or replace temp table _rlwh_keys as select {columns}", list(values.values()))
@@ -187,11 +214,11 @@ def _set_keys(con, run: str, p: _Planned, rank: dict) -> None:
 def _insert_rank(con, run: str, p: _Planned, rank: dict) -> None:
     s = p.source
     con.execute(
-        """insert into ranks (run, role, rank_id, capture, source_id, capture_started_ns, device,
+        """insert into ranks (run, role, rank_id, capture, step, source_id, capture_started_ns, device,
              world_size, versions, profiler_config, parallel_groups, metadata)
-           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
-            run, rank.get("role", s.role), rank["rank_id"], s.capture, p.source_id,
+            run, rank.get("role", s.role), rank["rank_id"], s.capture, s.step, p.source_id,
             rank.get("capture_started_ns", s.capture_started_ns), rank.get("device"), rank.get("world_size"),
             *(json.dumps(rank.get(k)) if rank.get(k) is not None else None
               for k in ("versions", "profiler_config", "parallel_groups", "metadata")),
@@ -211,19 +238,24 @@ def _delete_rows_of(con, p: _Planned) -> None:
 def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
     """Land one parsed file in one transaction; on any error nothing of it lands."""
     s = p.source
-    job = jobs()[s.kind]
     rank = dict(parsed.get("rank") or {})
     rank = {k: v for k, v in rank.items() if v is not None}
+    reader_note = rank.pop("note", None)
     status, message = parsed["status"], parsed["message"]
+    if status in ("ok", "partial"):
+        message = _with_notes(message, s.note, reader_note)
     rows = sum(n for t, n in parsed["rows"].items() if t in FACT_TABLES)
     role, rank_id = rank.get("role", s.role), rank.get("rank_id", s.rank_id)
     con.execute("begin transaction")
     try:
         _delete_rows_of(con, p)
-        if status == "failed":
+        if status in ("failed", "ignored"):
             rows = 0
         else:
-            staged = {t: _staged_select(t, parts, parsed["columns"][t]) for t, parts in parsed["tables"].items()}
+            job = jobs()[s.kind]
+            with_step = _tables_with_step(con)
+            staged = {t: _staged_select(t, parts, parsed["columns"][t], t in with_step)
+                      for t, parts in parsed["tables"].items()}
             if rank_id is None and any(
                 "rank_id" not in parsed["columns"][t] for t in parsed["tables"] if t not in SHARED_TABLES
             ):
@@ -269,6 +301,38 @@ def _refresh_derived(con, progress: Progress | None, files: int, total_bytes: in
     con.execute("begin transaction")
     try:
         derive.refresh(con, on_key)
+        con.execute("commit")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("rollback")
+        raise
+
+
+def _set_capture_starts(con, run: str, captures: set) -> None:
+    """An Ascend capture starts at its earliest recorded event (on the epoch clock).
+
+    Its files load in separate transactions and any order, so this runs once all of them
+    have: the ranks row from profiler_info holds the profiler's own start until then.
+    """
+    captures = sorted(c for c in captures if c)
+    if not captures:
+        return
+    tables = con.execute("select table_name from duckdb_tables() where schema_name = 'main'").fetchall()
+    present = {r[0] for r in tables}
+    epoch_only = {"ranges": "and clock = 'epoch' "}
+    firsts = " union all ".join(
+        f"select capture, min({column}) as first_ns from {table} where run = $run and capture in "
+        f"(select unnest($captures)) {epoch_only.get(table, '')}group by capture"
+        for table, column in _EVENT_TIMES if table in present
+    )
+    con.execute("begin transaction")
+    try:
+        con.execute(
+            f"""update ranks set capture_started_ns = e.first_ns
+                from (select capture, min(first_ns) as first_ns from ({firsts}) group by capture) as e
+                where ranks.run = $run and ranks.capture = e.capture and e.first_ns is not null""",
+            {"run": run, "captures": captures},
+        )
         con.execute("commit")
     except BaseException:
         with contextlib.suppress(duckdb.Error):
@@ -323,7 +387,7 @@ def ingest(
     found = discover(root)
     summary = IngestSummary(run, str(root), warnings=list(found.warnings))
     planned = _plan(found.files)
-    if not planned:
+    if not any(not p.source.ignored for p in planned):
         summary.warnings.append(
             f"no profiler files under {root}: expected *_ascend_pt rank dirs, PyTorch traces, "
             "NVTX .jsonl exports or group_list.pt dumps; nothing was written"
@@ -348,6 +412,10 @@ def ingest(
                 continue
             p.loaded_before = source_id is not None
             p.source_id = source_id or con.execute("select nextval('_source_ids')").fetchone()[0]
+            if p.source.ignored:
+                summary.results.append(_load(con, run, p, _ignored_result(p.source.reason)))
+                done_files, done_bytes = done_files + 1, done_bytes + p.size
+                continue
             if p.source.problem:
                 summary.results.append(_load(con, run, p, failed_result(p.source.problem)))
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
@@ -372,6 +440,7 @@ def ingest(
                     progress(done_files, len(planned), done_bytes, total_bytes, p.source.rel_path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        _set_capture_starts(con, run, {p.source.capture for p in todo if p.source.kind.startswith("ascend_")})
         _refresh_derived(con, progress, len(planned), total_bytes)
         _record_run(con, run, root)
         session.changed = True

@@ -85,7 +85,8 @@ def test_trace_ops_stacks_and_rank(memory_profile, config):
     rank = con.execute("select role, rank_id, device, world_size, versions->>'cann_version' from ranks").fetchall()
     assert rank == [("memory_data", 0, "NPU:0", 16, "8.5.0")]
     statuses = con.execute("select kind, status, rows from sources order by kind").fetchall()
-    assert statuses == [("ascend_info", "ok", 1), ("ascend_memory_csv", "ok", 49), ("ascend_trace", "ok", 13)]
+    assert statuses == [("ascend_info", "ok", 1), ("ascend_memory_csv", "ok", 49), ("ascend_trace", "ok", 13),
+                        ("ignored", "ignored", 0)]  # profiler_metadata.json, read with profiler_info
 
 
 def _counts(config):
@@ -104,7 +105,7 @@ def test_reingest_unchanged_is_a_skip(memory_profile, config):
     before = _counts(config)
     mtime = config.db_path.stat().st_mtime_ns
     summary = ingest(memory_profile, config)
-    assert summary.count("unchanged") == 3 and summary.rows == 0
+    assert summary.count("unchanged") == 4 and summary.rows == 0  # profiler_metadata.json too
     assert _counts(config) == before
     assert config.db_path.stat().st_mtime_ns == mtime  # not even rewritten
 
@@ -119,7 +120,7 @@ def test_changed_file_replaces_exactly_its_rows(memory_profile, config):
     assert changed[f"{RANK_DIR}/ASCEND_PROFILER_OUTPUT/operator_memory.csv"].status == "ok"
     assert changed[f"{RANK_DIR}/ASCEND_PROFILER_OUTPUT/trace_view.json"].status == "unchanged"
     counts = _counts(config)
-    assert counts["memory_records"] == 10 and counts["cpu_ops"] == 13 and counts["sources"] == 3
+    assert counts["memory_records"] == 10 and counts["cpu_ops"] == 13 and counts["sources"] == 4
 
 
 MEMORY_VIEWS = ("memory_alloc_stack", "memory_event_rows", "memory_blocks", "memory_timeline", "memory_peak",

@@ -527,6 +527,9 @@ def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) ->
         rank_id = int(m.group(1))
     if rank_id is None:
         rank_id = context.get("rank_id")
+    if rank_id is None and context.get("single_process_rank0"):
+        note = f"{path.name}: no distributedInfo.rank and no rank in its path: read as rank 0 (a single-process trace)"
+        return {**_rank_facts(path, meta, scan, base, {**context, "rank_id": 0}), "note": note}
     if rank_id is None:
         raise SourceError(f"{path}: no rank: the trace has no distributedInfo.rank and the file "
                           "name has no rank<k> (e.g. prof_rank-0_031904.json.gz)")

@@ -1,0 +1,82 @@
+"""What a file is, from its first bytes: the content half of discovery.
+
+Real PyTorch traces carry any name (`rank-0.json.gz`, `trace.json.gz`, `worker0.<ms>.pt
+.trace.json.gz`), so a name rule misses most of them; the content never lies. Only the
+head is read (gunzipped when the gzip magic says so, never by name): a multi-GB trace
+costs one 64 KiB read, and a tree of thousands of small raw files stays cheap because a
+head that starts with neither `{`, `[` nor the gzip magic is settled from 512 bytes.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from pathlib import Path
+
+HEAD_BYTES = 65536
+_FIRST_READ = 512
+# Top-level keys Kineto and the Chrome trace format write before (or instead of) traceEvents.
+TRACE_HEADER_KEYS = frozenset((
+    "traceEvents", "schemaVersion", "deviceProperties", "distributedInfo", "displayTimeUnit", "traceName",
+    "record_shapes", "with_stack", "profile_memory", "with_flops", "with_modules", "baseTimeNanoseconds",
+    "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "trace_id", "cupti_version",
+))
+_FIRST_KEY = re.compile(r'\{\s*"([^"\\]{1,64})"\s*:')
+_NSYS_TABLE = re.compile(r'^\{[^\n]*"table"\s*:\s*"[A-Za-z_]+"')
+_NSYS_LEGACY = re.compile(r'^\{\s*"Type"\s*:\s*\d+')
+
+
+def read_head(path: Path, limit: int = HEAD_BYTES) -> bytes:
+    """Up to `limit` bytes of the file's content, gunzipped when it is gzip.
+
+    A gzip stream cut or damaged within the head gives what inflated before the damage.
+    """
+    with open(path, "rb") as f:
+        raw = f.read(_FIRST_READ)
+        if raw[:2] != b"\x1f\x8b":
+            if raw.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] not in (b"{", b"["):
+                return raw
+            return raw + f.read(limit - len(raw))
+        inflate = zlib.decompressobj(31)
+        out = b""
+        try:
+            while len(out) < limit and raw:
+                out += inflate.decompress(raw, limit - len(out))
+                raw = inflate.unconsumed_tail or f.read(16384)
+        except zlib.error:
+            pass
+        return out[:limit]
+
+
+def classify_head(head: bytes, complete: bool) -> str | None:
+    """'chrome_object' (a PyTorch/Kineto trace), 'chrome_array' (a trace_view.json-like
+    array of events), 'nsys_jsonl', 'nsys_legacy_json', or None.
+
+    `complete` says the head is the whole file; a head cut at HEAD_BYTES whose first key
+    is a Kineto header key counts as a trace even before traceEvents shows (a trace of
+    a 64-GPU host spends more than 64 KiB on deviceProperties).
+    """
+    text = head.decode("utf-8", "replace").lstrip(" \t\r\n\ufeff")
+    if text.startswith("{"):
+        first_line = text.split("\n", 1)[0]
+        if _NSYS_LEGACY.match(first_line):
+            return "nsys_legacy_json"
+        if _NSYS_TABLE.match(first_line):
+            return "nsys_jsonl"
+        key = _FIRST_KEY.match(text)
+        if key and key.group(1) in TRACE_HEADER_KEYS:
+            if key.group(1) == "traceEvents" or '"traceEvents"' in text or not complete:
+                return "chrome_object"
+        return None
+    if text.startswith("[") and re.match(r'\[\s*\{', text) and '"ph"' in text[:4096]:
+        return "chrome_array"
+    return None
+
+
+def head_kind(path: Path) -> str | None:
+    """classify_head of the file's first bytes; None when it cannot be read."""
+    try:
+        head = read_head(path)
+    except OSError:
+        return None
+    return classify_head(head, len(head) < HEAD_BYTES)
