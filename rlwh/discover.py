@@ -395,13 +395,22 @@ def _classify(path: Path, root: Path, where: str, capture: _Capture | None) -> S
 
 
 def _gmm_file(path: Path, rel: Path, content: str | None) -> SourceFile:
-    """A group_list dump: its capture is the folder holding dump_tensor_data (one rank's
-    dump of one step); the reader checks the layout and names what breaks it."""
+    """A group_list dump: keys by the reader's own layout rules (rlwh.readers.gmm), its
+    capture the folder holding dump_tensor_data (one rank's dump of one step)."""
+    from rlwh.errors import SourceError
+    from rlwh.readers.gmm import parse_gmm_path
+
     folders = rel.parts[:-1]
     top = folders.index("dump_tensor_data") if "dump_tensor_data" in folders else len(folders)
-    rank, step, role = place(folders[:top])
     capture = "/".join(folders[:top]) or rel.as_posix()
-    return SourceFile("gmm_group_list", path, rel.as_posix(), role, rank, capture, step=step, content=content)
+    found = SourceFile("gmm_group_list", path, rel.as_posix(), None, None, capture, content=content)
+    try:
+        where = parse_gmm_path(rel.as_posix())
+    except SourceError as exc:
+        found.problem = str(exc)
+        return found
+    found.role, found.rank_id, found.step = where.role, where.rank_id, where.step
+    return found
 
 
 def _set_capture_starts(files: list[SourceFile], captures: list[_Capture]) -> None:

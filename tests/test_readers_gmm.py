@@ -72,6 +72,14 @@ def insert_calls(con, role: str, rank_id: int, loads: dict[int, list[int]], step
          GmmPath(1, "actor_update", 3, 2)),
         # the last step folder counts: an outer "step_9" is part of where the run lives
         ("step_9/run/step_2/actor_update/rank0/" + DUMP.format(op=4), GmmPath(2, "actor_update", 0, 4)),
+        # RL-Insight's rank-first layout
+        ("rank3/step_1/actor_update/" + DUMP.format(op=5), GmmPath(1, "actor_update", 3, 5)),
+        ("gmm/rank-1/step_2/ref/" + DUMP.format(op=0), GmmPath(2, "ref", 1, 0)),
+        # msprobe's own layout has no role folder: NULL, never the step, rank or dump folder
+        ("step1/rank0/" + DUMP.format(op=2), GmmPath(1, None, 0, 2)),
+        ("rank0/step_1/" + DUMP.format(op=2), GmmPath(1, None, 0, 2)),
+        # ... unless a folder above it names the role
+        ("critic/step1/rank_4/" + DUMP.format(op=2), GmmPath(1, "critic", 4, 2)),
     ],
 )
 def test_parse_gmm_path(rel_path, want):
@@ -82,8 +90,7 @@ def test_parse_gmm_path(rel_path, want):
     "rel_path, why",
     [
         ("actor_update/rank0/" + DUMP.format(op=0), "no step_<n> folder"),
-        ("step_1/actor_update/" + DUMP.format(op=0), "no rank<k> folder after step_1/actor_update"),
-        ("step_1/rank0/" + DUMP.format(op=0), "no role folder after step_1"),
+        ("step_1/actor_update/" + DUMP.format(op=0), "no rank<k> folder in step_1/actor_update/dump_tensor_data"),
         ("step_1/actor_update/rank0/dump_tensor_data/NPU.npu_grouped_matmul.forward.kwargs.group_list.pt",
          "the file name has no grouped_matmul.<op>."),
         ("step_1/actor_update/rank0/dump_tensor_data/NPU.npu_grouped_matmul.0.forward.kwargs.weight.pt",

@@ -1,17 +1,22 @@
 """Reader for MoE expert loads: msprobe dumps of npu_grouped_matmul's group_list.
 
 VeRL with msprobe dumps the group_list argument of every grouped-matmul call, the tokens
-routed to each expert, as one torch.save file per call:
+routed to each expert, as one torch.save file per call. Three real layouts:
 
-    .../step_<n>/<role>/rank<k>/dump_tensor_data/NPU.npu_grouped_matmul.<op>.forward.kwargs.group_list.pt
+    step_<n>/<role>/rank<k>/dump_tensor_data/NPU.npu_grouped_matmul.<op>.forward.kwargs.group_list.pt
+    rank<k>/step_<n>/<role>/dump_tensor_data/...      (RL-Insight's own, rank first)
+    step<n>/rank<k>/dump_tensor_data/...              (msprobe's, no role folder: role NULL)
 
-Step, role and rank come from the folders, the op index (the call's position in the
-step, counted by msprobe) from the file name. Any name that ends in "group_list.pt" and
-holds "grouped_matmul.<op>." is accepted, so other API prefixes (Functional., GPU.) or a
-plain grouped_matmul read too; a ".backward." dump is refused, since it would share its
-op index with the forward call. Folders: the last step_<n> (or step<n>) folder, the role
-folder right after it, then rank<k> (or rank_<k>); anything may sit between the rank
-folder and the file. The file is read by torch_pickle, which runs no pickle code.
+Step and rank are the last step_<n>/step<n> and rank<k>/rank_<k>/rank-<k> folders. The
+role is the folder right after the step when the rank comes first, else the nearest
+folder above them that is neither; NULL where there is none (msprobe's layout directly
+under the profile dir), never a step, rank or dump folder's name. Anything may sit
+between the last of these folders and the file. The op index (the call's position in
+the step, counted by msprobe) comes from the file name: any name that ends in
+"group_list.pt" and holds "grouped_matmul.<op>." is accepted, so other API prefixes
+(Functional., GPU.) or a plain grouped_matmul read too; a ".backward." dump is refused,
+since it would share its op index with the forward call. The file is read by
+torch_pickle, which runs no pickle code.
 
 npu_grouped_matmul's group_list_type is not in the dump: with type 0 the values are
 cumulative counts, not per-expert counts. VeRL's MoE layers pass counts (type 1).
@@ -40,10 +45,12 @@ SCHEMA = pa.schema(
         ("tokens", pa.int64()),
     ]
 )
-CONVENTION = ".../step_<n>/<role>/rank<k>/dump_tensor_data/NPU.npu_grouped_matmul.<op>.forward.kwargs.group_list.pt"
+CONVENTION = (".../step_<n>/<role>/rank<k>/dump_tensor_data/NPU.npu_grouped_matmul.<op>.forward.kwargs.group_list.pt"
+              " (or rank<k>/step_<n>/<role>/..., or step<n>/rank<k>/...)")
 
 _STEP = re.compile(r"step_?(\d+)")
-_RANK = re.compile(r"rank_?(\d+)")
+_RANK = re.compile(r"rank[_-]?(\d+)")
+_DUMP_FOLDER = "dump_tensor_data"
 _OP = re.compile(r"(?:^|[._])grouped_matmul\.(\d+)\.")
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -54,7 +61,7 @@ class GmmPath:
     """What a dump's path says about it."""
 
     step: int
-    role: str
+    role: str | None
     rank_id: int
     op_index: int
 
@@ -80,16 +87,22 @@ def parse_gmm_path(rel_path: str) -> GmmPath:
     if not steps:
         raise fail("no step_<n> folder")
     i = steps[-1]
-    if i + 1 >= len(folders) or _RANK.fullmatch(folders[i + 1]):
-        raise fail(f"no role folder after {folders[i]}")
-    rank = _RANK.fullmatch(folders[i + 2]) if i + 2 < len(folders) else None
-    if rank is None:
-        raise fail(f"no rank<k> folder after {folders[i]}/{folders[i + 1]}")
+    ranks = [j for j, folder in enumerate(folders) if _RANK.fullmatch(folder)]
+    if not ranks:
+        raise fail(f"no rank<k> folder in {'/'.join(folders)}")
+    r = ranks[-1]
+    rank = _RANK.fullmatch(folders[r])
+    role = None
+    if r < i and i + 1 < len(folders) and folders[i + 1] != _DUMP_FOLDER:
+        role = folders[i + 1]  # rank first: the role follows the step
+    else:  # the nearest folder above the rank (and step) that is neither
+        role = next((f for f in reversed(folders[:max(i, r)]) if not _STEP.fullmatch(f) and not _RANK.fullmatch(f)),
+                    None)
     numbers = {"step": _STEP.fullmatch(folders[i])[1], "rank": rank[1], "op index": op[1]}
     for what, digits in numbers.items():
         if int(digits) > _INT32_MAX:
             raise fail(f"{what} {digits} does not fit an INTEGER")
-    return GmmPath(int(numbers["step"]), folders[i + 1], int(numbers["rank"]), int(numbers["op index"]))
+    return GmmPath(int(numbers["step"]), role, int(numbers["rank"]), int(numbers["op index"]))
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
