@@ -470,25 +470,25 @@ def export():
 @export.command("parquet")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--run", "run_name", help="Only this run's rows (call_stacks stays whole).")
+@click.option("--views", is_flag=True, help="Also write every public view's rows (memory_peak, rank_skew, ...).")
 @warehouse_options
-def export_parquet(config, out, run_name):
+def export_parquet(config, out, run_name, views):
     """Write every public table as hive-partitioned Parquet: OUT/<table>/run=<run>/role=<role>/*.parquet.
 
-    OUT is replaced when it holds an earlier export; any other non-empty folder is refused.
+    With --views, every public view's rows too, in the same layout under the view's name,
+    for engines that cannot run the views' DuckDB SQL. OUT is replaced when it holds an
+    earlier export; any other non-empty folder is refused.
 
     \b
     Example:
-      rlwh export parquet /shared/exports/rl --run grpo-0412
+      rlwh export parquet /shared/exports/rl --run grpo-0412 --views
     """
     from rlwh.export import export_parquet as run_export
 
-    try:
-        counts = run_export(config, out, run=run_name)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    counts = run_export(config, out, run=run_name, views=views)
     for table, rows in counts.items():
-        click.echo(f"{table:<22} {rows:>12,} rows")
-    click.echo(f"{sum(counts.values()):,} rows in {len(counts)} tables -> {out}")
+        click.echo(f"{table:<26} {rows:>12,} rows")
+    click.echo(f"{sum(counts.values()):,} rows in {len(counts)} {'tables and views' if views else 'tables'} -> {out}")
 
 
 def main():

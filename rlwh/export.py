@@ -1,7 +1,11 @@
-"""`rlwh export parquet OUT`: every public table as hive-partitioned Parquet.
+"""`rlwh export parquet OUT`: every public table (and with --views every public view) as
+hive-partitioned Parquet.
 
 Spark, Trino, Polars or another DuckDB read the warehouse without opening the .duckdb
-file. Layout:
+file. The views' rows matter to engines that cannot run DuckDB SQL (the ASOF join of
+memory_alloc_stack, the window of memory_timeline): with --views each view is
+materialized from the same snapshot as the tables, in the same layout, under its own
+name (OUT/memory_peak/run=.../role=.../data_0.parquet). Layout:
 
     OUT/_rlwh_export.json                          what was exported, rows per table
     OUT/<table>/run=<run>/role=<role>/data_0.parquet   tables keyed by (run, role, ...)
@@ -59,6 +63,17 @@ def public_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
            where database_name = current_database() and schema_name = 'main'
              and not temporary and not starts_with(table_name, '_')
            order by table_name"""
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def public_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The warehouse's public views (the `_` ones are private helpers), by name."""
+    rows = con.execute(
+        """select view_name from duckdb_views()
+           where database_name = current_database() and schema_name = 'main'
+             and not internal and not temporary and not starts_with(view_name, '_')
+           order by view_name"""
     ).fetchall()
     return [r[0] for r in rows]
 
@@ -140,10 +155,11 @@ def _remove_stale_temps(parent: Path) -> None:
             pass  # alive, someone else's
 
 
-def export_parquet(config: Config, out: Path, run: str | None = None) -> dict[str, int]:
-    """Write every public table (only run `run`'s rows, when given) as Parquet under `out`.
+def export_parquet(config: Config, out: Path, run: str | None = None, views: bool = False) -> dict[str, int]:
+    """Write every public table, and every public view when `views`, (only run `run`'s
+    rows, when given) as Parquet under `out`.
 
-    Returns rows written per table. `out` ends up holding exactly this export: an earlier
+    Returns rows written per table or view. `out` ends up holding exactly this export: an earlier
     export there is replaced whole; any other existing, non-empty folder is refused.
     """
     out = Path(out).absolute()
@@ -161,14 +177,15 @@ def export_parquet(config: Config, out: Path, run: str | None = None) -> dict[st
         con.execute("begin transaction")  # one snapshot for every table
         if run is not None and not con.execute("select count(*) from runs where run = ?", [run]).fetchone()[0]:
             raise RlwhError(f"no run {run!r} in {config.db_path}")
-        for table in public_tables(con):
+        kinds = {t: "table" for t in public_tables(con)} | {v: "view" for v in (public_views(con) if views else [])}
+        for table, kind in kinds.items():
             try:
                 counts[table] = _copy_table(con, table, tmp / table, run)
             except duckdb.Error as exc:
                 first = str(exc).strip().splitlines()[0]
                 if "too long" in first.lower():
                     first += " (a run or role value too long for a folder name)"
-                raise RlwhError(f"export of table {table} failed: {first}") from exc
+                raise RlwhError(f"export of {kind} {table} failed: {first}") from exc
         con.execute("commit")
         _check_contained(tmp)
         marker = {
@@ -176,6 +193,7 @@ def export_parquet(config: Config, out: Path, run: str | None = None) -> dict[st
             "warehouse": str(config.db_path),
             "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "run": run,
+            "views": public_views(con) if views else [],
             "partition_by": {t: [k for k in PARTITION_KEYS if k in _columns(con, t)] for t in counts},
             "rows": counts,
         }
