@@ -62,15 +62,18 @@ RULES: tuple[Rule, ...] = (
          reason="read together with profiler_info_<rank>.json (role, parallel groups)"),
     Rule("ascend_memory_csv", r"operator_memory\.csv", "output"),
     Rule("ascend_trace", r"trace_view\.json", "output"),
-    Rule(IGNORED, r"memory_record\.csv", "output", reason=f"{NOT_LOADED_YET} (allocator totals)"),
-    Rule(IGNORED, r"npu_module_mem\.csv", "output", reason=f"{NOT_LOADED_YET} (NPU module memory)"),
-    Rule(IGNORED, r"step_trace_time\.csv", "output", reason=f"{NOT_LOADED_YET} (step times)"),
+    Rule("ascend_memory_record_csv", r"memory_record\.csv", "output"),
+    Rule("ascend_npu_module_mem_csv", r"npu_module_mem\.csv", "output"),
+    Rule("ascend_step_trace_csv", r"step_trace_time\.csv", "output"),
+    Rule("ascend_db", r"ascend_pytorch_profiler(_\d+)?\.db", "output"),
+    Rule(IGNORED, r"analysis\.db", "output",
+         reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages)"),
     Rule(IGNORED, r".*\.db", "output", reason=f"{NOT_LOADED_YET} (Ascend db export)"),
     Rule(IGNORED, r"(kernel_details|operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
          r"task_time|communication|communication_matrix|data_preprocess|dataset)\.(csv|json)", "output",
          reason="an Ascend analysis export rlwh does not load (per-kernel and summary tables)"),
     Rule("gmm_group_list", r".*group_list\.pt"),
-    Rule(IGNORED, r".*\.(pkl|pickle)", reason=f"{NOT_LOADED_YET} (PyTorch memory snapshot pickle)"),
+    Rule("torch_snapshot", r".*\.(pkl|pickle)"),  # the reader ignores a pickle that is no snapshot
     Rule("torch_trace", content="chrome_object"),
     Rule("ascend_trace", r"trace_view\.json", content="chrome_array"),
     Rule("nvtx_jsonl", content="nsys_jsonl"),
@@ -83,7 +86,7 @@ RULES: tuple[Rule, ...] = (
 )
 UNKNOWN_REASON = "unknown file: not a format rlwh reads"
 # The loose-file kinds whose rank falls back to 0 (a single-process trace).
-SINGLE_PROCESS_KINDS = ("torch_trace", "ascend_trace")
+SINGLE_PROCESS_KINDS = ("torch_trace", "ascend_trace", "torch_snapshot")
 
 
 @dataclass

@@ -50,12 +50,16 @@ def test_rl_insight_fixture_ranges(tmp_path):
     outcome, rows = run_reader(tmp_path / "nvtx" / "worker_process_70000.1.jsonl", tmp_path)
     assert outcome.status == "ok" and outcome.message is None
     assert outcome.rank["rank_id"] == 0
-    assert outcome.rank["capture_started_ns"] == 6589107243593703
+    # The export does not say when its session clock began in UTC: no epoch start is made up.
+    assert outcome.rank["capture_started_ns"] is None
+    assert outcome.rank["metadata"]["clock"] == {"clock": "nsys_session", "session_start_ns": 6589107243593703,
+                                                 "utc_epoch_ns": None}
     assert rows == [{
         "role": "compute_log_prob", "rank_id": 0, "source": "nvtx", "domain": "default",
         "name": "compute_log_prob",
         "start_ns": 6589107243593703 + 20979323, "end_ns": 6589107243593703 + 21019655556,
         "pid": (282747880941798 >> 24) & 0xFFFFFF, "tid": 282747880941798 & 0xFFFFFF, "thread": None,
+        "clock": "nsys_session",
     }]
 
 
@@ -96,7 +100,7 @@ def generated_records():
 
 def expected_rows():
     base = 1_000_000_000_000
-    common = {"rank_id": 3, "source": "nvtx", "pid": 4242, "tid": 4243, "thread": None}
+    common = {"rank_id": 3, "source": "nvtx", "pid": 4242, "tid": 4243, "thread": None, "clock": "nsys_session"}
     return sorted([
         dict(common, role="actor_update", name="actor_update", domain="default",
              start_ns=base + 100, end_ns=base + 900),
@@ -166,3 +170,39 @@ def test_garbage_file_is_an_error(tmp_path, monkeypatch):
     path.write_text("\n".join(["not json"] * 50))
     with pytest.raises(SourceError, match="not an nsys jsonlines export"):
         run_reader(path, tmp_path)
+
+
+def test_session_start_in_utc_makes_epoch_times(tmp_path):
+    utc = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
+    recs = generated_records() + [{"table": "TARGET_INFO_SESSION_START_TIME", "utcEpochNs": utc,
+                                   "utcTime": "2026-01-01T00:00:00Z"}]
+    outcome, rows = run_reader(write_jsonl(tmp_path / "w.jsonl", recs, shuffle_seed=4), tmp_path)
+    assert outcome.rank["capture_started_ns"] == utc
+    by_name = {r["name"]: r for r in rows}
+    assert (by_name["rollout"]["start_ns"], by_name["rollout"]["end_ns"]) == (utc + 100, utc + 900)
+    assert {r["clock"] for r in rows} == {"epoch"}
+
+
+def test_legacy_json_export_fails_saying_how_to_export_jsonlines(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text('{"Type":59,"NvtxEvent":{"Type":59,"Timestamp":"100","Text":"actor_update","EndTimestamp":"900"}}\n'
+                    '{"Type":48,"CompositeEvent":{}}\n')
+    with pytest.raises(SourceError) as err:
+        run_reader(path, tmp_path, {"rank_id": 0})
+    assert str(path) in str(err.value) and "line 1" in str(err.value)
+    assert "nsys export --type jsonlines" in str(err.value)
+
+
+def test_an_export_without_nvtx_events_says_so(tmp_path):
+    recs = [r for r in generated_records() if r["table"] != "NVTX_EVENTS"]
+    outcome, rows = run_reader(write_jsonl(tmp_path / "w.jsonl", recs), tmp_path)
+    assert rows == []
+    assert outcome.status == "ok" and str(tmp_path / "w.jsonl") in outcome.message
+    assert "no NVTX ranges or marks" in outcome.message
+
+
+def test_no_rank_anywhere_is_rank_0_when_discovery_says_single_process(tmp_path):
+    recs = [r for r in generated_records() if r["table"] != "META_DATA_CAPTURE"]
+    outcome, rows = run_reader(write_jsonl(tmp_path / "w.jsonl", recs), tmp_path, {"single_process_rank0": True})
+    assert outcome.rank["rank_id"] == 0 and {r["rank_id"] for r in rows} == {0}
+    assert "read as rank 0" in outcome.message

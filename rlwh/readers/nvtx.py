@@ -11,8 +11,13 @@ Why it is built this way:
 - pid/tid come from globalTid as the nsys stats scripts decode it:
   pid = (globalTid >> 24) & 0xFFFFFF, tid = globalTid & 0xFFFFFF. Domain ids are per
   process, so a domain is keyed by (globalTid >> 24, domainId).
-- Times are exact ints: ANALYSIS_DETAILS.startTime + start/end, on the nsys session
-  clock (not necessarily the epoch).
+- One clock per axis: event start/end count ns from the session start. Where the export
+  says when that was in UTC (TARGET_INFO_SESSION_START_TIME.utcEpochNs), rows are epoch
+  ns (clock 'epoch'). Otherwise they are ANALYSIS_DETAILS.startTime + start/end on the
+  nsys session clock (clock 'nsys_session', often boot time: 1970-03 as a date), and the
+  capture start is left unknown rather than put among epoch times.
+- A legacy `nsys export --type json` file ({"Type":59,"NvtxEvent":...} lines) fails with
+  the command that writes jsonlines; a jsonlines export without NVTX events says so.
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ MARK = 34
 RANGE_TYPES = frozenset((59, 60, 70, 71))  # NVTX push/pop, start/end, and their NVTXT twins
 DOMAIN_CREATE = 75
 # Lines worth a full parse in each pass (the table is checked again after parsing).
-_LOOKUP_LINE = re.compile(r'"(?:StringIds|ANALYSIS_DETAILS|META_DATA_CAPTURE)"|"eventType"\s*:\s*75\b')
+_LOOKUP_LINE = re.compile(
+    r'"(?:StringIds|ANALYSIS_DETAILS|META_DATA_CAPTURE|TARGET_INFO_SESSION_START_TIME)"|"eventType"\s*:\s*75\b')
+_LEGACY_LINE = re.compile(r'^\s*\{\s*"Type"\s*:\s*\d+')
+LEGACY_HELP = ("a legacy `nsys export --type json` file, which rlwh does not read; export jsonlines instead: "
+               "nsys export --type jsonlines --output <name>.jsonl <report>.nsys-rep")
+EPOCH, SESSION = "epoch", "nsys_session"
 _EVENT_LINE = re.compile(r'"NVTX_EVENTS"')
 _OBJECT_SHAPE = re.compile(r"\s*\{.*\}\s*$", re.DOTALL)
 _ENV = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)=(.*)$', re.DOTALL)
@@ -41,37 +51,57 @@ _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
 RANGES_SCHEMA = pa.schema([("role", pa.string()), ("rank_id", pa.int32()), ("source", pa.string()),
                            ("domain", pa.string()), ("name", pa.string()), ("start_ns", pa.int64()),
                            ("end_ns", pa.int64()), ("pid", pa.int64()), ("tid", pa.int64()),
-                           ("thread", pa.string())])
+                           ("thread", pa.string()), ("clock", pa.string())])
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     """Parse one nsys jsonlines export into ranges rows (source 'nvtx')."""
     path = Path(path)
+    _refuse_legacy(path)
     look = _Lookups()
     bad: dict[int, str] = {}
     for rec in _records(path, _LOOKUP_LINE, bad):
         look.add(rec)
     rank_id = look.env.get("RANK")
     rank_id = int(rank_id) if rank_id is not None and rank_id.isdigit() else context.get("rank_id")
+    notes = []
+    if rank_id is None and context.get("single_process_rank0"):
+        rank_id = 0
+        notes.append(f"{path}: no RANK=<k> in the export and no rank in its path: read as rank 0 (one process)")
     if rank_id is None:
         raise SourceError(f"{path}: no rank: no RANK=<k> in META_DATA_CAPTURE and none from discovery")
     rows: list[tuple] = []
+    found = 0
     for rec in _records(path, _EVENT_LINE, bad):
         row = _range_row(rec, look, rank_id)
         if row is not None:
             rows.append(row)
+            found += 1
             if len(rows) >= BATCH_ROWS:
                 _write(sink, rows)
     _write(sink, rows)
-    facts = {"rank_id": rank_id, "capture_started_ns": look.start_ns, "metadata": look.metadata()}
+    facts = {"rank_id": rank_id, "capture_started_ns": look.utc_start_ns, "metadata": look.metadata()}
+    if not found:
+        notes.append(f"{path}: no NVTX ranges or marks (NVTX_EVENTS of type 34, 59, 60, 70 or 71) in the export, "
+                     "so nothing to load; was nsys run with --trace=nvtx?")
     if look.env.get("WORLD_SIZE", "").isdigit():
         facts["world_size"] = int(look.env["WORLD_SIZE"])
     if bad:
         first = sorted(bad)[:5]
         where = ", ".join(f"line {n} ({bad[n]})" for n in first)
         more = f" and {len(bad) - len(first)} more" if len(bad) > len(first) else ""
-        return ReadOutcome("partial", f"{path}: skipped bad JSON at {where}{more}", facts)
-    return ReadOutcome("ok", None, facts)
+        return ReadOutcome("partial", "; ".join([f"{path}: skipped bad JSON at {where}{more}", *notes]), facts)
+    return ReadOutcome("ok", "; ".join(notes) or None, facts)
+
+
+def _refuse_legacy(path: Path) -> None:
+    """Fail a legacy `--type json` export at once, saying how to write jsonlines."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                if _LEGACY_LINE.match(line[:4096]) and '"table"' not in line[:4096]:
+                    raise SourceError(f"{path}: line {lineno} starts {line[:24].strip()}...: {LEGACY_HELP}")
+                return
 
 
 def _records(path: Path, wanted: re.Pattern, bad: dict[int, str]):
@@ -107,6 +137,7 @@ class _Lookups:
         self.domains: dict[tuple, dict] = {}
         self.domains_by_id: dict[int, list[dict]] = {}
         self.start_ns: int | None = None
+        self.utc_start_ns: int | None = None
         self.analysis: dict = {}
         self.env: dict[str, str] = {}
         self.captures: dict[str, str] = {}
@@ -119,6 +150,8 @@ class _Lookups:
             self.analysis = {k: v for k, v in rec.items() if k != "table"}
             if isinstance(rec.get("startTime"), int):
                 self.start_ns = rec["startTime"]
+        elif table == "TARGET_INFO_SESSION_START_TIME" and isinstance(rec.get("utcEpochNs"), int):
+            self.utc_start_ns = rec["utcEpochNs"]
         elif table == "META_DATA_CAPTURE":
             name, value = str(rec.get("name")), str(rec.get("value"))
             m = _ENV.match(value) if name.endswith("ENVIRONMENT_VARIABLE") else None
@@ -154,7 +187,9 @@ class _Lookups:
 
     def metadata(self) -> dict:
         env = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in self.env.items()}
-        return {"analysis": self.analysis, "environment": env, "captures": self.captures}
+        clock = {"clock": EPOCH if self.utc_start_ns is not None else SESSION, "session_start_ns": self.start_ns,
+                 "utc_epoch_ns": self.utc_start_ns}
+        return {"analysis": self.analysis, "environment": env, "captures": self.captures, "clock": clock}
 
 
 def _range_row(rec: dict, look: _Lookups, rank_id: int) -> tuple | None:
@@ -165,13 +200,15 @@ def _range_row(rec: dict, look: _Lookups, rank_id: int) -> tuple | None:
     start, end = rec.get("start"), rec.get("end")
     if not isinstance(start, int):
         return None
-    base = look.start_ns or 0
+    # Event times count from the session start: UTC when the export says when that was.
+    clock = EPOCH if look.utc_start_ns is not None else SESSION
+    base = look.utc_start_ns if clock == EPOCH else (look.start_ns or 0)
     start_ns = base + start
     end_ns = start_ns if kind == MARK else (base + end if isinstance(end, int) else None)
     gtid = rec.get("globalTid")
     pid, tid = ((gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF) if isinstance(gtid, int) else (None, None)
     name = look.text(rec)
-    return (name, rank_id, "nvtx", look.domain(rec), name, start_ns, end_ns, pid, tid, None)
+    return (name, rank_id, "nvtx", look.domain(rec), name, start_ns, end_ns, pid, tid, None, clock)
 
 
 def _write(sink: TableSink, rows: list[tuple]) -> None:
