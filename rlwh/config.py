@@ -7,12 +7,14 @@ started from anywhere finds the same warehouse.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tomllib
 
 from rlwh.errors import ConfigError
+from rlwh.stacks import DEFAULT_LIBRARY_FRAMES, library_pattern
 
 CONFIG_NAME = "warehouse.toml"
 
@@ -32,12 +34,40 @@ class Config:
     peak_memory_pct: float = 10.0
     role_span_pct: float = 10.0
     ops_per_layer: int = 3
+    library_frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES
+    stdlib_is_library: bool = True
     source: Path | None = field(default=None, compare=False)
+
+    @property
+    def library_pattern(self) -> str:
+        """The [stacks] rule as one regular expression (see rlwh.stacks)."""
+        return library_pattern(self.library_frames, self.stdlib_is_library)
 
     def with_db(self, db: str | os.PathLike | None) -> "Config":
         """This config with another warehouse file (a --db flag), when one is given."""
         return replace(self, db_path=Path(db).resolve()) if db else self
 
+
+def _patterns(raw) -> tuple[str, ...]:
+    """A list of regular expressions, each checked to compile."""
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise ValueError("expected a list of strings")
+    for pattern in raw:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from exc
+    return tuple(raw)
+
+
+def _boolean(raw) -> bool:
+    if not isinstance(raw, bool):
+        raise ValueError("expected true or false")
+    return raw
+
+
+_patterns.__name__ = "list of regular expressions"
+_boolean.__name__ = "boolean"
 
 _KEYS = {
     ("warehouse", "path"): ("db_path", Path),
@@ -53,6 +83,8 @@ _KEYS = {
     ("thresholds", "peak_memory_pct"): ("peak_memory_pct", float),
     ("thresholds", "role_span_pct"): ("role_span_pct", float),
     ("gmm", "ops_per_layer"): ("ops_per_layer", int),
+    ("stacks", "library_frames"): ("library_frames", _patterns),
+    ("stacks", "stdlib_is_library"): ("stdlib_is_library", _boolean),
 }
 
 

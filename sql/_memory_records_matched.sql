@@ -1,6 +1,7 @@
 -- Every memory_records row beside the cpu_op ingest matched it to (_memory_record_ops):
 -- the one join memory_alloc_stack and memory_event_rows share. op_* and stack_id follow
--- the nearest-op rule, stacked_stack_id RL-Insight's. Private helper.
+-- the nearest-op rule, stacked_stack_id RL-Insight's, attributed_stack_id and stack_source
+-- memory_alloc_stack's. Private helper.
 create or replace view _memory_records_matched as
 with records as (
   select * from memory_records
@@ -18,6 +19,8 @@ final as (
     m.op_tid,
     m.stack_id,
     m.stacked_stack_id,
+    m.attributed_stack_id,
+    m.stack_source,
   from records as r
   left join matches as m
     on r.run = m.run

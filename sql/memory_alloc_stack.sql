@@ -2,11 +2,24 @@
 -- same (run, role, rank_id, capture, name) that started last at or before the allocation
 -- (ts_ns <= alloc_ns), found by ASOF JOIN whether or not that op carries a stack. An
 -- allocation with no such op (its name is absent from the trace, or it comes before the
--- first op) stays, with NULL op columns and NULL stack. When several same-name ops start
--- in the same ns, the one with a stack wins, then the longest. RL-Insight's rule (only ops
--- with a stack) is memory_event_rows. The match is computed once at ingest
--- (ingest/derived/memory.sql, private table _memory_record_ops); this view joins it back.
--- depends: _memory_records_matched
+-- first op) stays, with NULL op columns. When several same-name ops start in the same ns,
+-- the one with a stack wins, then the longest, then the lowest tid.
+-- The stack (stack_id, call_stack, call_stack_top, user_frame) is the best one the trace
+-- justifies, and stack_source says which rule gave it:
+--   'forward_op'   the matched op runs inside an autograd node (a backward op: seq_no >= 0,
+--                  fwd_tid > 0, enclosing it on its thread): the stack of the node's forward
+--                  op, the op with the same seq_no and fwd_tid 0 that started last at or
+--                  before the node (Kineto's fwdbwd flow links the same pairs);
+--   'op'           else the matched op's own stack;
+--   'enclosing_op' else the innermost op with such a stack whose [ts, ts + dur] holds the
+--                  allocation, on any thread of the rank (of the threads' innermost ops the
+--                  one that started last, then the lowest tid): cann::* rows, whose names
+--                  are GE's and never cpu_ops, get their stack this way;
+--   NULL           none of these.
+-- op_stack_id is the matched op's own stack. RL-Insight's rule (only ops with a stack) is
+-- memory_event_rows. The match is computed once at ingest (ingest/derived/memory.sql,
+-- private table _memory_record_ops); this view joins it back.
+-- depends: _memory_records_matched, _stack_frames
 create or replace view memory_alloc_stack (
   -- Run name.
   run,
@@ -38,12 +51,18 @@ create or replace view memory_alloc_stack (
   gap_ns,
   -- True when the allocation falls inside the op: alloc_ns <= op_ts_ns + op_dur_ns.
   in_op,
-  -- Stack of the matched op (call_stacks.stack_id); NULL when the op has none.
+  -- The attributed call stack (call_stacks.stack_id); NULL when no rule gives one.
   stack_id,
-  -- The full call stack, frames separated by newlines; NULL when the op has none.
+  -- The attributed call stack, frames separated by newlines, innermost first.
   call_stack,
-  -- First frame of the call stack.
+  -- Innermost frame of the attributed call stack.
   call_stack_top,
+  -- Innermost frame of the attributed stack outside library code ([stacks] in warehouse.toml).
+  user_frame,
+  -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op', or NULL (see the view's comment).
+  stack_source,
+  -- The matched op's own call stack (call_stacks.stack_id); NULL when it carries none.
+  op_stack_id,
   -- Allocator's total allocated bytes right after the allocation (memory_records).
   alloc_total_allocated_bytes,
   -- Allocator's total reserved bytes right after the allocation.
@@ -64,13 +83,17 @@ final as (
     m.alloc_ns, m.release_ns, m.op_ts_ns, m.op_dur_ns, m.op_tid,
     m.alloc_ns - m.op_ts_ns as gap_ns,
     m.alloc_ns <= m.op_ts_ns + coalesce(m.op_dur_ns, 0) as in_op,
-    m.stack_id,
+    m.attributed_stack_id as stack_id,
     s.stack as call_stack,
     s.top_frame as call_stack_top,
+    f.user_frame,
+    m.stack_source,
+    m.stack_id as op_stack_id,
     m.alloc_total_allocated_bytes, m.alloc_total_reserved_bytes,
     m.release_total_allocated_bytes, m.release_total_reserved_bytes,
   from matched as m
-  left join call_stacks as s on m.stack_id = s.stack_id
+  left join call_stacks as s on m.attributed_stack_id = s.stack_id
+  left join _stack_frames as f on m.attributed_stack_id = f.stack_id
 )
 
 select * from final

@@ -1,10 +1,14 @@
 -- One row per allocated block of device memory, from both sources: Ascend
 -- operator_memory.csv allocation rows as they are (release rows, with a negative size,
--- are not blocks), and PyTorch "[memory]" events paired alloc -> next free of the same
--- (capture, device, addr) in event order. A PyTorch allocation with no later free is
+-- are not blocks), and PyTorch "[memory]" events with an address paired alloc -> the next
+-- event at the same (capture, device, addr) in time order across threads
+-- (_torch_memory_pairs, paired once at ingest). A PyTorch allocation followed by another
+-- allocation at its address ends there (release_inferred); one with no later event is
 -- unreleased (release_ns NULL); a free with no earlier allocation is counted in
--- torch_memory_orphan_frees instead.
--- depends: memory_alloc_stack, _torch_memory_pairs
+-- torch_memory_orphan_frees instead. Stacks follow memory_alloc_stack's rules for both
+-- sources (for PyTorch the matched op is the innermost cpu_op enclosing the event on its
+-- thread).
+-- depends: memory_alloc_stack, _stack_frames
 create or replace view memory_blocks (
   -- Run name.
   run,
@@ -28,9 +32,9 @@ create or replace view memory_blocks (
   release_ns,
   -- Block size in bytes.
   size_bytes,
-  -- Call stack of the allocating op (call_stacks.stack_id); NULL when unknown.
+  -- Attributed call stack of the allocation (call_stacks.stack_id); NULL when unknown.
   stack_id,
-  -- First frame of that call stack.
+  -- Innermost frame of that call stack.
   call_stack_top,
   -- Allocator's total allocated bytes right after the allocation, when recorded.
   allocated_after_alloc_bytes,
@@ -39,7 +43,15 @@ create or replace view memory_blocks (
   -- Allocator's total allocated bytes right after the release, when recorded.
   allocated_after_release_bytes,
   -- Allocator's total reserved bytes right after the release, when recorded.
-  reserved_after_release_bytes
+  reserved_after_release_bytes,
+  -- The allocator that made the block: 'PTA' (torch_npu), 'GE' (cann::* rows) or 'torch'.
+  allocator,
+  -- True when the release was not recorded but inferred: another allocation reused the address.
+  release_inferred,
+  -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op' or NULL (see memory_alloc_stack).
+  stack_source,
+  -- Innermost frame of the stack outside library code ([stacks] in warehouse.toml).
+  user_frame
 ) as
 with ascend_allocations as (
   select * from memory_alloc_stack
@@ -53,25 +65,21 @@ ascend_blocks as (
     alloc_total_reserved_bytes as reserved_after_alloc_bytes,
     release_total_allocated_bytes as allocated_after_release_bytes,
     release_total_reserved_bytes as reserved_after_release_bytes,
+    if(starts_with(name, 'cann::'), 'GE', 'PTA') as allocator,
+    false as release_inferred,
+    stack_source, user_frame,
   from ascend_allocations
-),
-
-torch_pairs as (
-  select * from _torch_memory_pairs
 ),
 
 torch_blocks as (
   select
-    p.run, p.role, p.rank_id, p.capture, p.device, 'torch' as source, p.event_index as origin_row,
-    p.op_name as name, p.ts_ns as alloc_ns,
-    case when p.next_bytes < 0 then p.next_ts_ns end as release_ns,
-    p.bytes as size_bytes, p.stack_id, s.top_frame as call_stack_top,
-    p.total_allocated_bytes, p.total_reserved_bytes,
-    case when p.next_bytes < 0 then p.next_total_allocated_bytes end,
-    case when p.next_bytes < 0 then p.next_total_reserved_bytes end,
-  from torch_pairs as p
-  left join call_stacks as s on p.stack_id = s.stack_id
-  where p.bytes > 0
+    b.run, b.role, b.rank_id, b.capture, b.device, 'torch' as source, b.origin_row,
+    b.name, b.alloc_ns, b.release_ns, b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
+    b.allocated_after_alloc_bytes, b.reserved_after_alloc_bytes,
+    b.allocated_after_release_bytes, b.reserved_after_release_bytes,
+    'torch' as allocator, b.release_inferred, b.stack_source, f.user_frame,
+  from _torch_memory_blocks as b
+  left join _stack_frames as f on b.stack_id = f.stack_id
 ),
 
 final as (

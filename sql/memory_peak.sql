@@ -1,7 +1,8 @@
 -- One row per (run, role, rank_id, capture, device): the peak of live bytes from
 -- memory_timeline (its rows as stored at ingest) and when it was first reached, beside the
 -- allocator's own reported peak (which includes memory the profiler could not attribute
--- to an operator).
+-- to an operator). The allocator figures are the framework allocator's (PyTorch's, or
+-- torch_npu's PTA); GE's cann::* totals are a separate pool and are not mixed in.
 create or replace view memory_peak (
   -- Run name.
   run,
@@ -17,11 +18,11 @@ create or replace view memory_peak (
   peak_live_bytes,
   -- First time live bytes reached the peak, ns since the epoch.
   peak_at_ns,
-  -- Highest total allocated bytes the allocator reported.
+  -- Highest total allocated bytes the framework allocator reported (PyTorch's or PTA; not GE's).
   allocator_peak_bytes,
   -- First time the allocator reported that total, ns since the epoch.
   allocator_peak_at_ns,
-  -- Highest total reserved bytes the allocator reported.
+  -- Highest total reserved bytes the framework allocator reported (PyTorch's or PTA; not GE's).
   allocator_reserved_peak_bytes,
   -- peak_live_bytes in MiB, for people.
   peak_live_mb,
@@ -39,10 +40,11 @@ peaks as (
     run, role, rank_id, capture, device,
     max_by(ts_ns, [live_bytes, -ts_ns, -(delta_bytes > 0)::bigint, -origin_row]) as peak_at_ns,
     max(live_bytes) as peak_live_bytes,
-    max(allocator_allocated_bytes) as allocator_peak_bytes,
+    max(allocator_allocated_bytes) filter (where allocator is distinct from 'GE') as allocator_peak_bytes,
     max_by(ts_ns, [allocator_allocated_bytes, -ts_ns])
-      filter (where allocator_allocated_bytes is not null) as allocator_peak_at_ns,
-    max(allocator_reserved_bytes) as allocator_reserved_peak_bytes,
+      filter (where allocator_allocated_bytes is not null and allocator is distinct from 'GE')
+      as allocator_peak_at_ns,
+    max(allocator_reserved_bytes) filter (where allocator is distinct from 'GE') as allocator_reserved_peak_bytes,
   from timeline
   group by run, role, rank_id, capture, device
 ),

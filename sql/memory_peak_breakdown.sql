@@ -1,4 +1,4 @@
--- One row per (run, role, rank_id, capture, device, call_stack_top, name): the blocks live
+-- One row per (run, role, rank_id, capture, device, call_stack_top, user_frame, name): the blocks live
 -- at that rank's peak (allocated at or before peak_at_ns, released after it or never),
 -- so "which call stack holds the memory at the peak" is one query. live_bytes adds up to
 -- memory_peak.peak_live_bytes over a rank's rows.
@@ -14,7 +14,7 @@ create or replace view memory_peak_breakdown (
   capture,
   -- Device, e.g. NPU:0 or cuda:0.
   device,
-  -- First frame of the allocating call stack; NULL when unknown.
+  -- Innermost frame of the allocating call stack; NULL when unknown.
   call_stack_top,
   -- Operator that allocated the blocks.
   name,
@@ -29,7 +29,9 @@ create or replace view memory_peak_breakdown (
   -- Share of the rank's peak_live_bytes held by the group, 0..1.
   share_of_peak,
   -- Time of the peak, ns since the epoch.
-  peak_at_ns
+  peak_at_ns,
+  -- Innermost frame of the stack outside library code: the line of the user's code.
+  user_frame
 ) as
 with peaks as (
   select * from memory_peak
@@ -56,8 +58,9 @@ final as (
     round(sum(size_bytes) / 1048576.0, 3) as live_mb,
     sum(size_bytes) / nullif(any_value(peak_live_bytes), 0) as share_of_peak,
     any_value(peak_at_ns) as peak_at_ns,
+    user_frame,
   from live_at_peak
-  group by run, role, rank_id, capture, device, call_stack_top, name
+  group by run, role, rank_id, capture, device, call_stack_top, user_frame, name
 )
 
 select * from final

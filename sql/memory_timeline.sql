@@ -1,9 +1,15 @@
 -- One row per allocation or release event of a block, per (run, role, rank_id, capture,
 -- device), with the live bytes after it: +size at alloc, -size at release, summed in time
 -- order. At equal times releases apply first (a block freed and another allocated in the
--- same ns never count together). The allocator's own totals ride along where recorded.
+-- same ns never count together). The allocator's own totals ride along where recorded:
+-- they are the totals of the allocator that made the block (an Ascend device has two, the
+-- PyTorch allocator 'PTA' and GE's for cann::* rows), so compare allocator_live_bytes, the
+-- running sum of that allocator's blocks alone, with them: it never exceeds
+-- allocator_allocated_bytes. PyTorch events without an address (PyTorch 1.8) form no
+-- blocks; their rows are the running sum of their Bytes.
 -- The running sum is computed once at ingest (private table _memory_timeline, from
 -- ingest/derived/memory.sql); this view adds each Ascend block's name and call stack.
+-- depends: _stack_frames
 create or replace view memory_timeline (
   -- Run name.
   run,
@@ -38,14 +44,24 @@ create or replace view memory_timeline (
   -- First frame of that call stack.
   call_stack_top,
   -- Provenance of the block (memory_blocks.origin_row).
-  origin_row
+  origin_row,
+  -- The allocator that made the block: 'PTA', 'GE' (Ascend cann::* rows) or 'torch'.
+  allocator,
+  -- Bytes live right after this event in blocks of this row's allocator alone.
+  allocator_live_bytes,
+  -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op' or NULL (see memory_alloc_stack).
+  stack_source,
+  -- Innermost frame of the stack outside library code ([stacks] in warehouse.toml).
+  user_frame,
+  -- True on a release that was inferred: another allocation reused the block's address.
+  release_inferred
 ) as
 with timeline as (
   select * from _memory_timeline
 ),
 
 ascend_matches as (
-  select source_id, source_row, name, stack_id from _memory_record_ops
+  select source_id, source_row, name, attributed_stack_id as stack_id, stack_source from _memory_record_ops
 ),
 
 final as (
@@ -57,10 +73,15 @@ final as (
     coalesce(t.stack_id, m.stack_id) as stack_id,
     s.top_frame as call_stack_top,
     t.origin_row,
+    t.allocator,
+    t.allocator_live_bytes,
+    coalesce(t.stack_source, m.stack_source) as stack_source,
+    s.user_frame,
+    coalesce(t.release_inferred, false) as release_inferred,
   from timeline as t
   left join ascend_matches as m  -- PyTorch rows carry their own name and stack_id, no source_id
     on t.source_id = m.source_id and t.origin_row = m.source_row
-  left join call_stacks as s on coalesce(t.stack_id, m.stack_id) = s.stack_id
+  left join _stack_frames as s on coalesce(t.stack_id, m.stack_id) = s.stack_id
 )
 
 select * from final

@@ -1,4 +1,4 @@
--- One row per (run, role, rank_id, capture, device, source, call_stack_top, name): blocks
+-- One row per (run, role, rank_id, capture, device, source, call_stack_top, user_frame, name): blocks
 -- never released within the capture, grouped by where they were allocated. Leak suspects,
 -- or memory that simply outlived the profiling window.
 -- depends: memory_blocks
@@ -15,7 +15,7 @@ create or replace view memory_unreleased (
   device,
   -- 'ascend' or 'torch'.
   source,
-  -- First frame of the allocating call stack; NULL when unknown.
+  -- Innermost frame of the allocating call stack; NULL when unknown.
   call_stack_top,
   -- Operator that allocated the blocks.
   name,
@@ -30,7 +30,9 @@ create or replace view memory_unreleased (
   -- First such allocation, ns since the epoch.
   first_alloc_ns,
   -- Last such allocation, ns since the epoch.
-  last_alloc_ns
+  last_alloc_ns,
+  -- Innermost frame of the stack outside library code: the line of the user's code.
+  user_frame
 ) as
 with blocks as (
   select * from memory_blocks where release_ns is null
@@ -45,8 +47,9 @@ final as (
     round(sum(size_bytes) / 1048576.0, 3) as unreleased_mb,
     min(alloc_ns) as first_alloc_ns,
     max(alloc_ns) as last_alloc_ns,
+    user_frame,
   from blocks
-  group by run, role, rank_id, capture, device, source, call_stack_top, name
+  group by run, role, rank_id, capture, device, source, call_stack_top, user_frame, name
 )
 
 select * from final

@@ -25,7 +25,7 @@ with pairs as (
 final as (
   select run, role, rank_id, capture, device, count(*) as orphan_frees, (-sum(bytes))::bigint as orphan_freed_bytes
   from pairs
-  where bytes < 0 and (previous_bytes is null or previous_bytes < 0)
+  where bytes < 0 and addr is not null and (previous_bytes is null or previous_bytes < 0)
   group by all
 )
 

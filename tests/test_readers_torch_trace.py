@@ -116,15 +116,23 @@ def reference(path: Path):
     for start, _, tid, name in ops:
         around = [f for f in frames if f[2] == tid and f[0] <= start <= f[1]]
         text = None
-        if around and around[0][3] is None:  # no Python ids: nesting by time
-            text = "\n".join(f[5] for f in sorted(around, key=lambda f: (f[0], f[0] - f[1])))
-        elif around:
-            f = max(around, key=lambda f: (f[0], f[0] - f[1], f[3]))
+        if around:
+            # Innermost frame first. A frame's parent: its "Python parent id" frame when that
+            # one encloses it in time, else the innermost frame that encloses it in time.
+            order = sorted(frames, key=lambda f: (f[2], f[0], f[0] - f[1], f[3] if f[3] is not None else -1))
+            rank = {id(f): i for i, f in enumerate(order)}
+            f = max(around, key=lambda f: (f[0], f[0] - f[1], f[3] if f[3] is not None else -1))
             chain = []
             while f is not None:
                 chain.append(f[5])
-                f = by_id.get(f[4])
-            text = "\n".join(reversed(chain))
+                named = by_id.get(f[4])
+                if named is not None and named[0] <= f[0] and named[1] >= f[1] and named[2] == f[2]:
+                    f = named
+                else:
+                    outer = [g for g in frames if g[2] == f[2] and rank[id(g)] < rank[id(f)]
+                             and g[0] <= f[0] and g[1] >= f[1]]
+                    f = max(outer, key=lambda g: rank[id(g)]) if outer else None
+            text = "\n".join(chain)
         stacks.setdefault((name, base + start, tid), []).append(text)
     memory = []
     for i, m in enumerate(e for e in events if e.get("name") == "[memory]"):
@@ -163,9 +171,11 @@ def test_real_trace_values(tmp_path):
     assert len(stacks) == len(tables["call_stacks"])  # each stack once
     stack = stacks[op["stack_id"]]
     frames = stack["stack"].split("\n")
-    assert frames[0] == "<string>(1): <module>" == stack["top_frame"]
-    assert frames[-3:] == ["make_torch_fixtures.py(24): _work", "torch/nn/modules/linear.py(96): __init__",
-                           "<built-in method empty of type object at 0x7fab7e4cea40>"]
+    # Innermost frame first, as Ascend writes stacks.
+    assert frames[0] == "<built-in method empty of type object at 0x7fab7e4cea40>" == stack["top_frame"]
+    assert frames[:3] == ["<built-in method empty of type object at 0x7fab7e4cea40>",
+                          "torch/nn/modules/linear.py(96): __init__", "make_torch_fixtures.py(24): _work"]
+    assert frames[-1] == "<string>(1): <module>"
     assert stack["depth"] == len(frames) == 10
     assert stack["stack_id"] == stack_id(stack["stack"])
 
@@ -173,7 +183,7 @@ def test_real_trace_values(tmp_path):
     assert first == {"event_index": 0, "ts_ns": BASE + 5138299381094911, "bytes": 131072,
                      "addr": 94412369700736, "total_allocated_bytes": 131072, "total_reserved_bytes": 0,
                      "device_type": 0, "device_id": -1, "tid": 4189, "op_name": "aten::empty",
-                     "stack_id": op["stack_id"]}
+                     "stack_id": op["stack_id"], "op_ts_ns": op["ts_ns"]}
     assert len(tables["torch_memory_events"]) == 316
 
     ranges = {(r["name"], r["start_ns"]): r for r in tables["ranges"]}
@@ -181,7 +191,12 @@ def test_real_trace_values(tmp_path):
     assert step == {"source": "torch_annotation", "domain": "default", "name": "actor_update_step_0",
                     "start_ns": BASE + 5138299384669635, "end_ns": BASE + 5138299384669635 + 32591342,
                     "pid": 4189, "tid": 4189, "thread": None}
-    assert len(ranges) == 8
+    # The profiler's own window: the capture's span, beyond the first and last op.
+    window, = [r for r in tables["ranges"] if r["source"] == "profiler"]
+    assert window["name"].startswith("PyTorch Profiler")
+    assert window["start_ns"] <= min(r["ts_ns"] for r in tables["cpu_ops"])
+    assert window["end_ns"] >= max(r["ts_ns"] + (r["dur_ns"] or 0) for r in tables["cpu_ops"])
+    assert len(ranges) == 9
 
 
 @pytest.mark.parametrize("name", ["actor_update/prof_rank-1.pt.trace.json.gz",
@@ -214,8 +229,10 @@ def test_rl_insight_gpu_traces(tmp_path):
     assert outcome.rank["versions"]["nccl_version"] == "2.27.3"
     assert outcome.rank["device"] == "cuda"  # two GPUs visible, none used by an event
     assert tables["cpu_ops"] == [{"name": "aten::lift_fresh", "ts_ns": 1767189312000000000 + 4540970808621755,
-                                  "dur_ns": 1987, "pid": 372640, "tid": 372640, "stack_id": None}]
-    assert "call_stacks" not in tables and "ranges" not in tables
+                                  "dur_ns": 1987, "pid": 372640, "tid": 372640, "stack_id": None,
+                                  "seq_no": None, "fwd_tid": None}]
+    assert "call_stacks" not in tables
+    assert [r["source"] for r in tables["ranges"]] == ["profiler"]  # the profiler's window only
 
 
 # --- generated traces ----------------------------------------------------------------
@@ -315,13 +332,13 @@ def test_stacks_follow_python_ids_and_ties(tmp_path):
     outcome, tables = run_reader(path, tmp_path)
     got = stacks_by_op(tables)
     ns = lambda us: BASE + int(Decimal(us) * 1000)  # noqa: E731
-    forward = "main.py(1): <module>\nmain.py(5): step\nmodel.py(20): forward\n<built-in method addmm>"
+    forward = "<built-in method addmm>\nmodel.py(20): forward\nmain.py(5): step\nmain.py(1): <module>"
     assert got == {
         ("aten::linear", ns("100"), 10): [forward],
         ("aten::addmm", ns("100"), 10): [forward],
-        ("aten::add", ns("200"), 10): ["main.py(1): <module>\nmain.py(9): log"],
+        ("aten::add", ns("200"), 10): ["main.py(9): log\nmain.py(1): <module>"],
         ("aten::outside", ns("500"), 10): [None],
-        ("aten::other_thread", ns("100"), 11): ["worker.py(3): run\nworker.py(8): body"],
+        ("aten::other_thread", ns("100"), 11): ["worker.py(8): body\nworker.py(3): run"],
     }
     assert got == reference(path)[0]
     rows = sorted(tables["torch_memory_events"], key=lambda r: r["event_index"])
@@ -358,7 +375,7 @@ def test_times_exact_and_ids_coerced(tmp_path):
     assert (ops["a"]["ts_ns"], ops["a"]["dur_ns"], ops["a"]["pid"], ops["a"]["tid"]) == (
         BASE + 9007199254740993, 1, 7, 8)
     assert (ops["b"]["ts_ns"], ops["b"]["dur_ns"], ops["b"]["pid"], ops["b"]["tid"]) == (BASE + 12000, 3000, None, None)
-    ranges = {r["domain"]: r for r in tables["ranges"]}
+    ranges = {r["domain"]: r for r in tables["ranges"] if r["source"] == "torch_annotation"}
     assert (ranges["default"]["start_ns"], ranges["default"]["end_ns"]) == (
         BASE + 9007199254740993, BASE + 9007199254742493)
     assert (ranges["gpu"]["pid"], ranges["gpu"]["tid"], ranges["gpu"]["start_ns"]) == (0, 7, BASE + 9007199254741000)

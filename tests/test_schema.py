@@ -53,7 +53,7 @@ def test_every_public_object_and_column_has_a_comment(fresh_db):
 
 
 # Private derived tables (migrations/0003) count as tables the views may read.
-BASE_TABLES = {"_rlwh_settings", "_memory_record_ops", "_memory_timeline", "runs", "sources", "ranks",
+BASE_TABLES = {"_rlwh_settings", "_memory_record_ops", "_memory_timeline", "_torch_memory_blocks", "runs", "sources", "ranks",
                "memory_records", "cpu_ops", "call_stacks", "ranges",
                "torch_memory_events", "gmm_expert_load"}
 
@@ -103,12 +103,56 @@ def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     want = con.execute("select * from memory_peak order by all").fetchall()
     stacks = con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0]
     assert want and stacks > 0
-    # Back to the state before 0003: no derived tables, no record of the migration.
-    con.execute("drop view memory_alloc_stack cascade")
-    con.execute("drop table _memory_record_ops cascade")
-    con.execute("drop table _memory_timeline cascade")
-    con.execute("delete from _rlwh_migrations where version = 3")
+    # Back to the state before 0003: no derived tables, none of 0004's columns, no record
+    # of either migration.
+    _downgrade_to_0002(con)
     applied = migrate(con)
-    assert applied == ["0003_create_derived_memory.sql"]
+    assert applied == ["0003_create_derived_memory.sql", "0004_stacks_innermost_first_and_autograd_links.sql"]
     assert con.execute("select * from memory_peak order by all").fetchall() == want
     assert con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0] == stacks
+
+
+def _downgrade_to_0002(con) -> None:
+    """Undo migrations 0003 and 0004 (views go first; migrate() re-creates them)."""
+    for view in con.execute("select view_name from duckdb_views() where not internal").fetchall():
+        con.execute(f"drop view if exists {view[0]}")
+    for table in ("_memory_record_ops", "_memory_timeline", "_torch_memory_blocks"):
+        con.execute(f"drop table if exists {table}")
+    con.execute("alter table cpu_ops drop column seq_no")
+    con.execute("alter table cpu_ops drop column fwd_tid")
+    con.execute("alter table torch_memory_events drop column op_ts_ns")
+    con.execute("delete from _rlwh_migrations where version in (3, 4)")  # later ones touch other tables
+
+
+def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
+    """A warehouse that stored PyTorch stacks outermost first reads like a fresh ingest after 0004."""
+    from conftest import copy_fixture
+
+    from rlwh.config import Config
+    from rlwh.ingest import ingest
+
+    profile = copy_fixture("torch_profile", tmp_path / "profile")
+    db = tmp_path / "w.duckdb"
+    ingest(profile, Config(db_path=db))
+    con = duckdb.connect(str(db))
+    own_stacks = ("select b.capture, b.origin_row, s.stack from _torch_memory_blocks b"
+                  " join call_stacks s on b.op_stack_id = s.stack_id order by all")
+    fresh = con.execute(own_stacks).fetchall()
+    stacks = con.execute("select o.name, o.ts_ns, s.stack from cpu_ops o join call_stacks s using (stack_id)"
+                         " order by all").fetchall()
+    assert fresh and stacks
+    # What rlwh wrote before 0004: the same frames, outermost first, under their own ids.
+    con.execute("""create temp table old as select stack_id as new_id,
+        array_to_string(list_reverse(string_split(stack, chr(10))), chr(10)) as stack from call_stacks""")
+    con.execute("""create temp table old_ids as select new_id, stack, (md5_number_lower(stack) >> 1)::bigint as old_id,
+        split_part(stack, chr(10), 1) as top, len(string_split(stack, chr(10)))::integer as depth from old""")
+    con.execute("insert or ignore into call_stacks select old_id, stack, top, depth from old_ids")
+    con.execute("update cpu_ops set stack_id = o.old_id from old_ids o where cpu_ops.stack_id = o.new_id")
+    con.execute("update torch_memory_events set stack_id = o.old_id from old_ids o"
+                " where torch_memory_events.stack_id = o.new_id")
+    con.execute("delete from call_stacks where stack_id in (select new_id from old_ids)")
+    _downgrade_to_0002(con)
+    migrate(con)
+    assert con.execute("select o.name, o.ts_ns, s.stack from cpu_ops o join call_stacks s using (stack_id)"
+                       " order by all").fetchall() == stacks
+    assert con.execute(own_stacks).fetchall() == fresh  # each block's op stack, innermost first again

@@ -3,56 +3,82 @@
 -- filters its inputs on the key itself, so a refresh reads only that rank's rows.
 -- Statements are separated by a line holding only ';'. They run once every file of an
 -- ingest is loaded and the parse workers have exited (the window sorts take ~500 MB).
+--
+-- Order: the rank's ops and the stack each one justifies (_key_op_stacks, a temp table),
+-- the Ascend match and timeline, then the PyTorch blocks and timeline.
 
-delete from _memory_timeline
-where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
-;
-
--- The Ascend live-memory timeline: +size at each allocation row's alloc, -size at its
--- release, summed in time order per device. At equal times releases come first, then the
--- CSV row. Only numbers ride through the window (a name column makes its sort ~50%
--- slower) and the keys are added after it; the memory_timeline view joins each block's
--- name and call stack back.
-insert into _memory_timeline by name
-with blocks as (
-  select
-    source_id, device, alloc_ns, release_ns, size_bytes, source_row,
-    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
-    release_total_allocated_bytes, release_total_reserved_bytes,
-  from memory_records
-  where size_bytes > 0
+-- Every cpu_op of the key with the stack its allocations get. An autograd node is a
+-- backward op with seq_no >= 0 and fwd_tid > 0; its forward op is the op with the same
+-- seq_no and fwd_tid 0 that started last at or before the node (the pairs of Kineto's
+-- fwdbwd flow events). An op inside a node on its thread (the node included) gets the
+-- forward op's stack: 'forward_op' (the code that made the tensor the backward pass works
+-- on; Ascend writes no stack on backward threads). Otherwise its own stack: 'op'.
+create or replace temp table _key_op_stacks as
+with ops as (
+  select pid, tid, name, ts_ns, dur_ns, stack_id, seq_no, fwd_tid
+  from cpu_ops
+  where ts_ns is not null
     and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
-events as (
-  -- One scan of the blocks, two rows per released block: its alloc and its release.
+nodes as (
+  select tid, ts_ns, coalesce(dur_ns, 0) as dur_ns, seq_no from ops where seq_no >= 0 and fwd_tid > 0
+),
+
+forward_ops as (
+  select seq_no, ts_ns, stack_id from ops where seq_no >= 0 and coalesce(fwd_tid, 0) = 0
+),
+
+node_stacks as (
+  select n.tid, n.ts_ns, n.dur_ns, f.stack_id as forward_stack_id
+  from nodes as n
+  asof join forward_ops as f
+    on n.seq_no = f.seq_no
+    and n.ts_ns >= f.ts_ns
+),
+
+ops_in_nodes as (
+  -- The node that started last at or before the op on its thread, if it encloses the op.
   select
-    b.source_id, b.device,
-    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
-    e.event,
-    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
-    if(e.event = 'alloc', b.alloc_total_allocated_bytes, b.release_total_allocated_bytes)
-      as allocator_allocated_bytes,
-    if(e.event = 'alloc', b.alloc_total_reserved_bytes, b.release_total_reserved_bytes)
-      as allocator_reserved_bytes,
-    b.size_bytes, b.source_row as origin_row,
-  from blocks as b
-  cross join (values ('alloc'), ('release')) as e (event)
-  where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
+    o.*,
+    if(o.ts_ns + coalesce(o.dur_ns, 0) <= n.ts_ns + n.dur_ns, n.forward_stack_id, null) as forward_stack_id,
+  from ops as o
+  asof left join node_stacks as n
+    on o.tid = n.tid
+    and o.ts_ns >= n.ts_ns
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'ascend' as source,
-  source_id, device, ts_ns, event, delta_bytes,
-  (sum(delta_bytes) over (
-    partition by device
-    -- ts_ns, then releases first, then the row, as one key: DuckDB's window sorts one
-    -- HUGEINT several times faster than three columns (source_row < 2^40).
-    order by ts_ns::hugeint * 2199023255552 + (event = 'alloc')::hugeint * 1099511627776 + origin_row
-    rows between unbounded preceding and current row
-  ))::bigint as live_bytes,
-  allocator_allocated_bytes, allocator_reserved_bytes, size_bytes, origin_row,
-from events
+  pid, tid, name, ts_ns, dur_ns, stack_id, seq_no, fwd_tid,
+  coalesce(forward_stack_id, stack_id) as attributed_stack_id,
+  case when forward_stack_id is not null then 'forward_op' when stack_id is not null then 'op' end
+    as stack_source,
+from ops_in_nodes
+;
+
+-- Ops with an attributed stack, each with its nesting level on its thread, for the
+-- 'enclosing_op' rule: the innermost such op whose [ts, ts + dur] holds a time. Within one
+-- thread ops nest, so at time t the innermost open op is the one at level depth(t) that
+-- started last; depth(t) is a running count of starts minus ends (an op ends after its
+-- last ns: at equal times ends apply first, and of ops starting together the longer is
+-- outer).
+create or replace temp table _key_stack_levels as
+with stacked as (
+  select tid, ts_ns, ts_ns + coalesce(dur_ns, 0) as end_ns, attributed_stack_id, name
+  from _key_op_stacks
+  where attributed_stack_id is not null and tid is not null
+),
+
+edges as (
+  select tid, ts_ns as t, 1 as delta, end_ns, attributed_stack_id, name, ts_ns from stacked
+  union all
+  select tid, end_ns + 1, -1, end_ns, null, null, ts_ns from stacked
+)
+
+select
+  tid, t, delta, attributed_stack_id, name, ts_ns,
+  sum(delta) over (partition by tid order by t, delta, end_ns desc rows unbounded preceding) as depth,
+from edges
 ;
 
 delete from _memory_record_ops
@@ -60,14 +86,17 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
 -- Each memory_records row and the cpu_op of the same name that started last at or before
--- it (one ASOF JOIN for both rules): stack_id is that op's stack, stacked_stack_id the
--- stack of the last op up to it that had one (RL-Insight's rule). When several same-name
--- ops start in the same ns exactly one may match, or the answer would be arbitrary: the
--- one with a stack, then the longest, then the lowest tid, then the lowest stack_id.
--- One window does it all: ops in (ts_ns, preference) order, the last of each ts_ns kept,
--- the last stack so far carried along. Its sort spills to disk, so a rank of any size
--- fits the memory limit (a max_by hash aggregate did not: 4.7 M ops needed > 512 MB).
-insert into _memory_record_ops
+-- it (one ASOF JOIN for both rules): stack_id is that op's own stack, stacked_stack_id the
+-- stack of the last op up to it that had one (RL-Insight's rule), attributed_stack_id the
+-- stack the op justifies (_key_op_stacks). When several same-name ops start in the same
+-- ns exactly one may match, or the answer would be arbitrary: the one with a stack, then
+-- the longest, then the lowest tid, then the lowest stack_id. One window does it all: ops
+-- in (ts_ns, preference) order, the last of each ts_ns kept, the last stack so far carried
+-- along. Its sort spills to disk, so a rank of any size fits the memory limit.
+-- An allocation whose op justifies no stack (cann::* rows have no same-name op) takes the
+-- innermost op with a stack that encloses it on any thread of the rank ('enclosing_op':
+-- of the threads' innermost ops, the one that started last, then the lowest tid).
+insert into _memory_record_ops by name
 with records as (
   select source_id, source_row, name, alloc_ns
   from memory_records
@@ -76,13 +105,11 @@ with records as (
 
 ordered_ops as (
   select
-    name, ts_ns, dur_ns, tid, stack_id,
+    name, ts_ns, dur_ns, tid, stack_id, attributed_stack_id, stack_source,
     lead(ts_ns) over same_name as next_ts_ns,
     last_value(stack_id ignore nulls) over (same_name rows between unbounded preceding and current row)
       as stacked_stack_id,
-  from cpu_ops
-  where ts_ns is not null
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  from _key_op_stacks
   window same_name as (
     partition by name
     -- ts_ns, then has a stack, then the duration, as one HUGEINT (a fast sort key)
@@ -94,34 +121,196 @@ ordered_ops as (
 
 ops as (
   select * from ordered_ops where next_ts_ns is distinct from ts_ns
+),
+
+matched as (
+  select
+    r.source_id, r.source_row, r.name, r.alloc_ns,
+    o.ts_ns as op_ts_ns, o.dur_ns as op_dur_ns, o.tid as op_tid, o.stack_id, o.stacked_stack_id,
+    o.attributed_stack_id, o.stack_source,
+  from records as r
+  asof left join ops as o
+    on r.name = o.name
+    and r.alloc_ns >= o.ts_ns
+),
+
+unattributed as (
+  select source_id, source_row, alloc_ns from matched where attributed_stack_id is null and alloc_ns is not null
+),
+
+threads as (
+  select distinct tid from _key_stack_levels
+),
+
+depth_at as (
+  select u.source_id, u.source_row, u.alloc_ns, l.tid, l.depth
+  from unattributed as u
+  cross join threads as th
+  asof join _key_stack_levels as l
+    on l.tid = th.tid
+    and u.alloc_ns >= l.t
+  where l.depth > 0
+),
+
+innermost as (
+  select d.source_id, d.source_row, l.ts_ns, l.tid, l.attributed_stack_id
+  from depth_at as d
+  asof join (select * from _key_stack_levels where delta = 1) as l
+    on l.tid = d.tid
+    and l.depth = d.depth
+    and d.alloc_ns >= l.ts_ns
+),
+
+enclosing as (
+  select source_id, source_row, arg_max(attributed_stack_id, [ts_ns, -tid]) as stack_id
+  from innermost
+  group by source_id, source_row
 )
 
 select
-  $run, $role, $rank_id, $capture, r.source_id, r.source_row, r.name,
-  o.ts_ns as op_ts_ns, o.dur_ns as op_dur_ns, o.tid as op_tid, o.stack_id, o.stacked_stack_id,
-from records as r
-asof left join ops as o
-  on r.name = o.name
-  and r.alloc_ns >= o.ts_ns
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture,
+  m.source_id, m.source_row, m.name, m.op_ts_ns, m.op_dur_ns, m.op_tid, m.stack_id, m.stacked_stack_id,
+  coalesce(m.attributed_stack_id, e.stack_id) as attributed_stack_id,
+  coalesce(m.stack_source, if(e.stack_id is not null, 'enclosing_op', null)) as stack_source,
+from matched as m
+left join enclosing as e using (source_id, source_row)
+;
+
+delete from _memory_timeline
+where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+;
+
+-- The Ascend live-memory timeline: +size at each allocation row's alloc, -size at its
+-- release, summed in time order per device (live_bytes) and per device and allocator
+-- (allocator_live_bytes: 'GE' for the cann::* rows, which carry GE's own totals, 'PTA'
+-- for the rest, which carry the PyTorch allocator's). At equal times releases come first,
+-- then the CSV row. Only numbers ride through the windows (a name column makes the sort
+-- ~50% slower) and the keys are added after them; the memory_timeline view joins each
+-- block's name and call stack back.
+insert into _memory_timeline by name
+with blocks as (
+  select
+    source_id, device, alloc_ns, release_ns, size_bytes, source_row,
+    if(starts_with(name, 'cann::'), 'GE', 'PTA') as allocator,
+    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
+    release_total_allocated_bytes, release_total_reserved_bytes,
+  from memory_records
+  where size_bytes > 0
+    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+),
+
+events as (
+  -- One scan of the blocks, two rows per released block: its alloc and its release.
+  select
+    b.source_id, b.device, b.allocator,
+    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
+    e.event,
+    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
+    if(e.event = 'alloc', b.alloc_total_allocated_bytes, b.release_total_allocated_bytes)
+      as allocator_allocated_bytes,
+    if(e.event = 'alloc', b.alloc_total_reserved_bytes, b.release_total_reserved_bytes)
+      as allocator_reserved_bytes,
+    b.size_bytes, b.source_row as origin_row,
+    -- ts_ns, then releases first, then the row, as one key: DuckDB's window sorts one
+    -- HUGEINT several times faster than three columns (source_row < 2^40).
+    ts_ns::hugeint * 2199023255552 + (e.event = 'alloc')::hugeint * 1099511627776 + b.source_row as sort_key,
+  from blocks as b
+  cross join (values ('alloc'), ('release')) as e (event)
+  where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
+)
+
+select
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'ascend' as source,
+  source_id, device, allocator, ts_ns, event, delta_bytes,
+  (sum(delta_bytes) over (partition by device order by sort_key rows unbounded preceding))::bigint
+    as live_bytes,
+  (sum(delta_bytes) over (partition by device, allocator order by sort_key rows unbounded preceding))::bigint
+    as allocator_live_bytes,
+  allocator_allocated_bytes, allocator_reserved_bytes, size_bytes, origin_row,
+from events
+;
+
+delete from _torch_memory_blocks
+where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+;
+
+-- The PyTorch blocks: each allocation event with an address, paired with the next event
+-- at its (device, addr) in time order across threads (_torch_memory_pairs). Its stack is
+-- the one its enclosing op justifies (_key_op_stacks: 'forward_op' or 'op'), else the
+-- innermost op with a stack that encloses it on its own thread ('enclosing_op').
+insert into _torch_memory_blocks by name
+with allocations as (
+  select * from _torch_memory_pairs
+  where bytes > 0 and addr is not null
+    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+),
+
+op_stacks as (
+  select tid, ts_ns, name, any_value(attributed_stack_id) as attributed_stack_id,
+    any_value(stack_source) as stack_source,
+  from _key_op_stacks
+  group by tid, ts_ns, name
+),
+
+matched as (
+  select a.*, o.attributed_stack_id, o.stack_source
+  from allocations as a
+  left join op_stacks as o
+    on a.tid = o.tid and a.op_ts_ns = o.ts_ns and a.op_name = o.name
+),
+
+depth_at as (
+  select m.event_index, m.ts_ns, l.tid, l.depth
+  from matched as m
+  asof join _key_stack_levels as l
+    on l.tid = m.tid
+    and m.ts_ns >= l.t
+  where m.attributed_stack_id is null and l.depth > 0
+),
+
+enclosing as (
+  select d.event_index, l.attributed_stack_id
+  from depth_at as d
+  asof join (select * from _key_stack_levels where delta = 1) as l
+    on l.tid = d.tid
+    and l.depth = d.depth
+    and d.ts_ns >= l.ts_ns
+)
+
+select
+  m.run, m.role, m.rank_id, m.capture, m.source_id, m.device, m.event_index as origin_row,
+  m.op_name as name, m.ts_ns as alloc_ns,
+  case when m.next_bytes is not null then m.next_ts_ns end as release_ns,
+  m.next_bytes > 0 as release_inferred,
+  m.bytes as size_bytes, m.stack_id as op_stack_id,
+  coalesce(m.attributed_stack_id, e.attributed_stack_id) as stack_id,
+  coalesce(m.stack_source, if(e.attributed_stack_id is not null, 'enclosing_op', null)) as stack_source,
+  m.total_allocated_bytes as allocated_after_alloc_bytes,
+  m.total_reserved_bytes as reserved_after_alloc_bytes,
+  case when m.next_bytes < 0 then m.next_total_allocated_bytes end as allocated_after_release_bytes,
+  case when m.next_bytes < 0 then m.next_total_reserved_bytes end as reserved_after_release_bytes,
+from matched as m
+left join enclosing as e using (event_index)
 ;
 
 delete from _memory_timeline
 where source = 'torch' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
--- The PyTorch blocks of memory_blocks, then the same running sum as for Ascend rows. At
--- equal times releases come first, then the event's position in its file. A statement of
--- its own so the Ascend window stays narrow: one statement for both sources, carrying
--- names and stacks, took 7.7 s instead of 5.8 s on 1.5 M Ascend blocks.
+-- The PyTorch timeline: the blocks' allocs and releases, and the events without an
+-- address (PyTorch 1.8 wrote none: they form no block, and live bytes are their running
+-- sum). The same running sum as for Ascend rows, per device (one allocator per device, so
+-- allocator_live_bytes = live_bytes). At equal times releases come first, then the
+-- event's position in its file. A statement of its own so the Ascend window stays narrow.
 insert into _memory_timeline by name
 with blocks as (
-  select * from memory_blocks
-  where source = 'torch' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  select * from _torch_memory_blocks
+  where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
-events as (
+block_events as (
   select
-    b.run, b.role, b.rank_id, b.capture, b.device, b.source,
+    b.source_id, b.device,
     if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
     e.event,
     if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
@@ -129,19 +318,54 @@ events as (
       as allocator_allocated_bytes,
     if(e.event = 'alloc', b.reserved_after_alloc_bytes, b.reserved_after_release_bytes)
       as allocator_reserved_bytes,
-    b.name, b.size_bytes, b.stack_id, b.origin_row,
+    b.name, b.size_bytes, b.stack_id, b.stack_source, b.origin_row,
+    e.event = 'release' and b.release_inferred as release_inferred,
   from blocks as b
   cross join (values ('alloc'), ('release')) as e (event)
   where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
+),
+
+addressless as (
+  select
+    p.source_id, p.device, p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event, p.bytes as delta_bytes,
+    p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
+    o.attributed_stack_id, o.stack_source, p.event_index, false,
+  from _torch_memory_pairs as p
+  left join (
+    select tid, ts_ns, name, any_value(attributed_stack_id) as attributed_stack_id,
+      any_value(stack_source) as stack_source,
+    from _key_op_stacks group by tid, ts_ns, name
+  ) as o
+    on p.tid = o.tid and p.op_ts_ns = o.ts_ns and p.op_name = o.name
+  where p.addr is null and p.bytes <> 0 and p.ts_ns is not null
+    and p.run = $run and p.role = $role and p.rank_id = $rank_id and p.capture = $capture
+),
+
+events as (
+  select * from block_events
+  union all
+  select * from addressless
 )
 
 select
-  run, role, rank_id, capture, device, source, ts_ns, event, delta_bytes,
-  (sum(delta_bytes) over (
-    partition by device
-    order by ts_ns::hugeint * 2199023255552 + (event = 'alloc')::hugeint * 1099511627776 + origin_row
-    rows between unbounded preceding and current row
-  ))::bigint as live_bytes,
-  allocator_allocated_bytes, allocator_reserved_bytes, name, size_bytes, stack_id, origin_row,
-from events
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'torch' as source,
+  source_id, device, 'torch' as allocator, ts_ns, event, delta_bytes,
+  live_bytes, live_bytes as allocator_live_bytes,
+  allocator_allocated_bytes, allocator_reserved_bytes, name, size_bytes, stack_id, stack_source, origin_row,
+  release_inferred,
+from (
+  select
+    *,
+    (sum(delta_bytes) over (
+      partition by device
+      order by ts_ns::hugeint * 2199023255552 + (event = 'alloc')::hugeint * 1099511627776 + origin_row
+      rows between unbounded preceding and current row
+    ))::bigint as live_bytes,
+  from events
+)
 ;
+
+drop table _key_stack_levels
+;
+
+drop table _key_op_stacks

@@ -32,10 +32,12 @@ RAW_COLUMNS = {
     "dur": "VARCHAR",
     "pid": "VARCHAR",
     "tid": "VARCHAR",
-    "args": 'STRUCT("Call stack" VARCHAR, "domain" VARCHAR, "name" VARCHAR)',
+    "args": 'STRUCT("Call stack" VARCHAR, "domain" VARCHAR, "name" VARCHAR, "Sequence number" VARCHAR, '
+            '"Fwd thread id" VARCHAR)',
 }
 RAW_SCHEMA = pa.schema(
-    [(c, pa.string()) for c in ("cat", "name", "ph", "ts", "dur", "pid", "tid", "stack", "domain", "meta_name")]
+    [(c, pa.string()) for c in ("cat", "name", "ph", "ts", "dur", "pid", "tid", "stack", "domain", "meta_name",
+                                "seq_no", "fwd_tid")]
 )
 KEEP = (
     "cat in ('cpu_op', 'mstx') or ph = 'M' "
@@ -72,7 +74,8 @@ def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path) -> None:
     con.execute(
         f"""copy (
           select cat, name, ph, {_ns('ts')} as ts_ns, {_double_ns('dur')} as dur_ns, pid, tid, stack, domain, meta_name,
-            if(stack is null, null, hash(stack)) as stack_hash
+            if(stack is null, null, hash(stack)) as stack_hash,
+            try_cast(seq_no as bigint) as seq_no, try_cast(fwd_tid as bigint) as fwd_tid
           from (
             select *, {trimmed_sql('ts')} as ts_text
             from {source}
@@ -86,7 +89,7 @@ def _scan_with_duckdb(con: duckdb.DuckDBPyConnection, path: Path, raw: Path) -> 
     columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in RAW_COLUMNS.items()) + "}"
     scan = (
         f"""(select cat, name, ph, ts, dur, pid, tid, args."Call stack" as stack, args."domain" as domain,
-              args."name" as meta_name
+              args."name" as meta_name, args."Sequence number" as seq_no, args."Fwd thread id" as fwd_tid
             from read_json({sql_literal(path)}, format = 'array', columns = {columns}))"""
     )
     _raw_copy(con, scan, raw)
@@ -160,6 +163,8 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
                     "stack": _text(args.get("Call stack")),
                     "domain": _text(args.get("domain")),
                     "meta_name": _text(args.get("name")),
+                    "seq_no": _text(args.get("Sequence number")),
+                    "fwd_tid": _text(args.get("Fwd thread id")),
                 }
                 keep = row["cat"] in ("cpu_op", "mstx") or row["ph"] == "M" or (
                     row["ph"] == "X" and row["name"] in OVERLAP_NAMES
@@ -202,7 +207,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
     con.execute(
         f"""copy (
           select r.name, r.ts_ns, r.dur_ns,
-            try_cast(r.pid as bigint) as pid, try_cast(r.tid as bigint) as tid, s.stack_id
+            try_cast(r.pid as bigint) as pid, try_cast(r.tid as bigint) as tid, s.stack_id, r.seq_no, r.fwd_tid
           from raw r left join stacks s on r.stack_hash = s.stack_hash
           where r.cat = 'cpu_op'
         ) to {sql_literal(sink.parquet_path('cpu_ops'))} (format parquet)"""

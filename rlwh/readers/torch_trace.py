@@ -42,11 +42,18 @@ TAIL_BYTES = 4 << 20  # trailing keys after traceEvents must fit here, else a sl
 READ_BYTES = 256 << 10
 DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
 ANNOTATION_DOMAINS = {"user_annotation": "default", "gpu_user_annotation": "gpu"}
+# Kineto's category names before PyTorch 1.9, read as today's.
+OLD_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+                  "Memset": "gpu_memset", "User Annotations": "user_annotation"}
+# PyTorch's DeviceType codes as PyTorch names the device (ROCm builds say cuda; 19 is MTIA,
+# 20 PrivateUse1, the NPU under torch_npu). _torch_memory_pairs spells them the same way.
+DEVICE_LABELS = {1: "cuda", 6: "cuda", 12: "xpu", 13: "mps", 19: "mtia", 20: "npu"}
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _WS = re.compile(r"\s*")
 
 CPU_OPS_SCHEMA = pa.schema([("name", pa.string()), ("ts_ns", pa.int64()), ("dur_ns", pa.int64()),
-                            ("pid", pa.int64()), ("tid", pa.int64()), ("stack_id", pa.int64())])
+                            ("pid", pa.int64()), ("tid", pa.int64()), ("stack_id", pa.int64()),
+                            ("seq_no", pa.int64()), ("fwd_tid", pa.int64())])
 RANGES_SCHEMA = pa.schema([("source", pa.string()), ("domain", pa.string()), ("name", pa.string()),
                            ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("pid", pa.int64()),
                            ("tid", pa.int64()), ("thread", pa.string())])
@@ -54,19 +61,20 @@ MEMORY_SCHEMA = pa.schema([("event_index", pa.int64()), ("ts_ns", pa.int64()), (
                            ("addr", pa.int64()), ("total_allocated_bytes", pa.int64()),
                            ("total_reserved_bytes", pa.int64()), ("device_type", pa.int32()),
                            ("device_id", pa.int32()), ("tid", pa.int64()), ("op_name", pa.string()),
-                           ("stack_id", pa.int64())])
+                           ("stack_id", pa.int64()), ("op_ts_ns", pa.int64())])
 # Spilled rows: times relative to baseTimeNanoseconds, in ns; op and frame names as
 # indexes into _Scan.names, which keeps the sort narrow.
 _I = pa.int64()
 _SPILLS = {
-    "ops": pa.schema([("seq", _I), ("name", _I), ("ts", _I), ("dur", _I), ("pid", _I), ("tid", _I)]),
+    "ops": pa.schema([("seq", _I), ("name", _I), ("ts", _I), ("dur", _I), ("pid", _I), ("tid", _I),
+                      ("seq_no", _I), ("fwd_tid", _I), ("stack", _I)]),
     "py": pa.schema([("ts", _I), ("end", _I), ("pid", _I), ("tid", _I), ("pyid", _I), ("parent", _I),
                      ("name", _I)]),
     "mem": pa.schema([("idx", _I), ("ts", _I), ("bytes", _I), ("addr", _I), ("alloc", _I), ("reserved", _I),
                       ("dtype", _I), ("did", _I), ("pid", _I), ("tid", _I)]),
     "ranges": pa.schema([("domain", pa.string()), ("name", pa.string()), ("ts", _I), ("end", _I),
                          ("pid", _I), ("tid", _I)]),
-    "attr": pa.schema([("idx", _I), ("op_name", pa.string()), ("stack_id", _I)]),
+    "attr": pa.schema([("idx", _I), ("op_name", pa.string()), ("stack_id", _I), ("op_ts", _I)]),
 }
 
 
@@ -233,7 +241,9 @@ class _Scan:
         self.handlers = {"cpu_op": self.cpu_op, "python_function": self.python_function,
                          "cpu_instant_event": self.instant, "user_annotation": self.annotation,
                          "gpu_user_annotation": self.annotation, "kernel": self.gpu,
-                         "gpu_memcpy": self.gpu, "gpu_memset": self.gpu}
+                         "gpu_memcpy": self.gpu, "gpu_memset": self.gpu, "mtia_runtime": self.gpu,
+                         "Trace": self.window}
+        self.windows: list[tuple[int, int]] = []
 
     def event(self, ev: dict) -> None:
         self.seq += 1
@@ -243,9 +253,12 @@ class _Scan:
         try:
             if ts.__class__ is str:  # not Kineto's habit, but cheap to allow
                 ts = Decimal(ts.strip())
-            if ts < self.min_ts:
+            if ts < self.min_ts and ev.get("ph") != "M":  # metadata events may say ts 0
                 self.min_ts = ts
-            handler = self.handlers.get(ev.get("cat"))
+            cat = ev.get("cat")
+            if cat in OLD_CATEGORIES:
+                ev["cat"] = cat = OLD_CATEGORIES[cat]
+            handler = self.handlers.get(cat)
             if handler is not None:
                 handler(ev, ts)
             elif ev.get("name") == "[memory]":
@@ -267,9 +280,12 @@ class _Scan:
         return nid
 
     def cpu_op(self, ev, ts):
-        dur = ev.get("dur")
+        dur, args = ev.get("dur"), ev.get("args") or {}
+        stack = args.get("Call stack")  # PyTorch 1.8 wrote the stack on the op, innermost first
+        stack = self.name_id(stack) if stack.__class__ is str and stack else None
         self._add("ops", (self.seq, self.name_id(ev.get("name")), _ns(ts), None if dur is None else _ns(dur),
-                          _int(ev.get("pid")), _int(ev.get("tid"))))
+                          _int(ev.get("pid")), _int(ev.get("tid")), _int(args.get("Sequence number")),
+                          _int(args.get("Fwd thread id")), stack))
 
     def python_function(self, ev, ts):
         start, args = _ns(ts), ev.get("args") or {}
@@ -286,8 +302,8 @@ class _Scan:
                           _int(a.get("Total Allocated")), _int(a.get("Total Reserved")), dtype, did,
                           _int(ev.get("pid")), _int(ev.get("tid"))))
         self.n_mem += 1
-        if dtype == 1 and did is not None:
-            self.devices[did] += 1
+        if dtype in DEVICE_LABELS and did is not None and did >= 0:
+            self.devices[(DEVICE_LABELS[dtype], did)] += 1
 
     def annotation(self, ev, ts):
         if ev.get("ph", "X") == "X":
@@ -298,7 +314,13 @@ class _Scan:
     def gpu(self, ev, ts):
         did = _int((ev.get("args") or {}).get("device"))
         if did is not None:
-            self.devices[did] += 1
+            self.devices[("mtia" if ev.get("cat", "").startswith("mtia") else "cuda", did)] += 1
+
+    def window(self, ev, ts):
+        """The profiler's own span ("PyTorch Profiler (0)"): what the capture covers."""
+        if ev.get("ph") == "X" and ev.get("dur") is not None:
+            start = _ns(ts)
+            self._add("ranges", ("profiler", ev.get("name"), start, start + _ns(ev["dur"]), None, None))
 
 
 def _parse_trailer(text: str, last_event) -> dict | None:
@@ -393,12 +415,13 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         con.execute("set enable_progress_bar = false")  # it would print to our caller's stdout
         sweep = con.execute(
             """
-            select 0 as kind, pid, tid, ts, "end" - ts as dur, pyid as id, parent, name
+            select 0 as kind, pid, tid, ts, "end" - ts as dur, pyid as id, parent, name,
+              null::bigint as seq_no, null::bigint as fwd_tid, null::bigint as stack
             from read_parquet($py)
             union all
-            select 1, pid, tid, ts, coalesce(dur, 0), seq, dur, name from read_parquet($ops)
+            select 1, pid, tid, ts, coalesce(dur, 0), seq, dur, name, seq_no, fwd_tid, stack from read_parquet($ops)
             union all
-            select 2, pid, tid, ts, 0, idx, null, null from read_parquet($mem)
+            select 2, pid, tid, ts, 0, idx, null, null, null, null, null from read_parquet($mem)
             order by pid, tid, ts, kind, dur desc, id
             """,
             {"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")},
@@ -420,11 +443,12 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
             sink.write("call_stacks", pa.RecordBatch.from_pylist(rows[i:i + BATCH_ROWS], schema=CALL_STACKS_SCHEMA))
         _copy(con, sink, "torch_memory_events", MEMORY_SCHEMA, """
             select m.idx, m.ts + $base, m.bytes, m.addr, m.alloc, m.reserved, m.dtype, m.did,
-                   m.tid, a.op_name, a.stack_id
+                   m.tid, a.op_name, a.stack_id, a.op_ts + $base
             from read_parquet($mem) m left join read_parquet($attr) a using (idx)
             order by m.idx""", {"base": base, "mem": spill.path("mem"), "attr": str(tmp / "attr.parquet")})
         _copy(con, sink, "ranges", RANGES_SCHEMA, """
-            select 'torch_annotation', domain, name, ts + $base, "end" + $base, pid, tid, null
+            select if(domain = 'profiler', 'profiler', 'torch_annotation'), if(domain = 'profiler', 'default', domain),
+                   name, ts + $base, "end" + $base, pid, tid, null
             from read_parquet($ranges)""", {"base": base, "ranges": spill.path("ranges")})
     finally:
         con.close()
@@ -440,9 +464,12 @@ def _sweep(reader, names: list, stacks: _Stacks):
     """Walk rows sorted by (pid, tid, ts): python frames, then ops, then memory events.
 
     Keeps only the current thread's open python frames and open ops. A frame's parent is
-    its "Python parent id" when that frame is open, else the innermost open frame that
-    encloses it in time. An op's stack is the open frames that have not ended before it
-    starts; a memory event's op is the innermost open op whose [ts, ts+dur] holds it.
+    its "Python parent id" when that frame is open and encloses it in time (which settles
+    frames that touch at one instant), else the innermost open frame that encloses it:
+    where the ids contradict time (activation checkpointing re-runs forward code under
+    other parents), time nesting is what the thread did. An op's stack is the open frames that have not ended before it starts,
+    innermost first, or the "Call stack" it carries (PyTorch 1.8); a memory event's op is
+    the innermost open op whose [ts, ts+dur] holds it.
     Yields (cpu_ops rows, memory attribution rows) per batch.
     """
     key = None
@@ -450,7 +477,8 @@ def _sweep(reader, names: list, stacks: _Stacks):
     open_ops: list[tuple] = []  # (ts, end, name, stack_id)
     for batch in reader:
         out_ops, out_attr = [], []
-        for kind, pid, tid, ts, dur, ident, extra, name in zip(*(c.to_pylist() for c in batch.columns)):
+        columns = (c.to_pylist() for c in batch.columns)
+        for kind, pid, tid, ts, dur, ident, extra, name, seq_no, fwd_tid, own_stack in zip(*columns):
             if (pid, tid) != key:
                 key, frames, open_ops = (pid, tid), [], []
             if kind == 0:
@@ -458,7 +486,7 @@ def _sweep(reader, names: list, stacks: _Stacks):
                 j = len(frames) - 1 if extra is not None else -1  # extra: "Python parent id"
                 while j >= 0 and frames[j][2] != extra:
                     j -= 1
-                if j >= 0:
+                if j >= 0 and frames[j][1] >= end:  # the named parent is open and encloses it
                     del frames[j + 1:]
                 else:
                     while frames and frames[-1][1] < end:
@@ -467,17 +495,21 @@ def _sweep(reader, names: list, stacks: _Stacks):
             elif kind == 1:  # extra: the op's dur as written (may be null)
                 while frames and frames[-1][1] < ts:
                     frames.pop()
-                sid = stacks.of(frames) if frames else None
+                if own_stack is not None:
+                    sid = stacks.of_text(names[own_stack])
+                else:
+                    sid = stacks.of(frames) if frames else None
                 end = ts + dur
                 while open_ops and open_ops[-1][1] < end:
                     open_ops.pop()
                 open_ops.append((ts, end, names[name], sid))
-                out_ops.append((names[name], ts, extra, pid, tid, sid))
+                out_ops.append((names[name], ts, extra, pid, tid, sid, seq_no, fwd_tid))
             else:
                 while open_ops and open_ops[-1][1] < ts:
                     open_ops.pop()
                 if open_ops:
-                    out_attr.append((ident, open_ops[-1][2], open_ops[-1][3]))
+                    op = open_ops[-1]
+                    out_attr.append((ident, op[2], op[3], op[0]))
         yield out_ops, out_attr
 
 
@@ -491,9 +523,22 @@ class _Stacks:
         self._trie: dict[tuple, int] = {}  # (parent node, name id) -> node
         self._parent, self._name = [-1], [-1]
         self._sid: dict[int, int | None] = {0: None}
+        self._texts: dict[str, int | None] = {}
+
+    def of_text(self, text: str) -> int | None:
+        """stack_id of a stack written as one text, frames split by ';' (innermost first)."""
+        sid = self._texts.get(text, 0)
+        if sid == 0:
+            normalized = normalize_stack(text.replace(";", "\n"))
+            row = call_stack_row(normalized) if normalized else None
+            if row is not None:
+                self.rows.setdefault(row["stack_id"], row)
+            sid = self._texts[text] = row and row["stack_id"]
+        return sid
 
     def of(self, frames: list) -> int | None:
-        """stack_id of the open frames (outermost first); frames cache their node."""
+        """stack_id of the open frames (listed outermost first, stored innermost first);
+        frames cache their trie node."""
         i = len(frames) - 1
         while i >= 0 and frames[i][4] is None:
             i -= 1
@@ -511,7 +556,7 @@ class _Stacks:
             while n > 0:
                 chain.append(self.names[self._name[n]] or "")
                 n = self._parent[n]
-            text = normalize_stack("\n".join(reversed(chain)))
+            text = normalize_stack("\n".join(chain))  # chain runs from the innermost frame out
             row = call_stack_row(text) if text else None
             if row is not None:
                 self.rows.setdefault(row["stack_id"], row)
@@ -535,9 +580,10 @@ def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) ->
                           "name has no rank<k> (e.g. prof_rank-0_031904.json.gz)")
     props = meta.get("deviceProperties")
     gpus = [_int(p.get("id")) for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-    if scan["devices"]:  # the GPU the trace's kernels and CUDA allocations ran on
-        device = f"cuda:{scan['devices'].most_common(1)[0][0]}"
-    elif gpus:  # visible GPUs, none used in the trace: only a lone one names the device
+    if scan["devices"]:  # the device the trace's kernels and allocations ran on, as PyTorch labels it
+        label, did = scan["devices"].most_common(1)[0][0]
+        device = f"{label}:{did}"
+    elif gpus:  # visible devices, none used in the trace: only a lone one names the device
         device = f"cuda:{gpus[0]}" if len(gpus) == 1 and gpus[0] is not None else "cuda"
     else:
         device = "cpu"

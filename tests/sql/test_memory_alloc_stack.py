@@ -63,20 +63,24 @@ def test_asof_rule_matches_independent_computation(fresh_db, seed):
     ops, allocs, stacks = _setup(fresh_db, seed)
     expected = _expected(ops, allocs, stacks, stacked_only=False)
     rows = fresh_db.execute(
-        "select capture, source_row, op_ts_ns, op_dur_ns, stack_id, call_stack, call_stack_top, gap_ns, in_op,"
-        " alloc_ns from memory_alloc_stack"
+        "select capture, source_row, op_ts_ns, op_dur_ns, op_stack_id, gap_ns, in_op, alloc_ns,"
+        " stack_id, stack_source, call_stack, call_stack_top from memory_alloc_stack"
     ).fetchall()
     positive = {(a[3], a[4]) for a in allocs if a[6] > 0}
     assert {(r[0], r[1]) for r in rows} == positive  # every allocation once, release rows excluded
     assert len(rows) == len(positive)
-    for capture, row, op_ts, op_dur, stack_id, stack, top, gap, in_op, alloc in rows:
+    for capture, row, op_ts, op_dur, op_stack, gap, in_op, alloc, stack_id, source, stack, top in rows:
         want = expected[(capture, row)]
         if want is None:
-            assert (op_ts, stack_id, stack, gap, in_op) == (None, None, None, None, None)
-            continue
-        assert (op_ts, op_dur, stack_id) == want
-        assert gap == alloc - op_ts
-        assert in_op == (alloc <= op_ts + (op_dur or 0))
+            assert (op_ts, op_stack, gap, in_op) == (None, None, None, None)
+        else:
+            assert (op_ts, op_dur, op_stack) == want
+            assert gap == alloc - op_ts
+            assert in_op == (alloc <= op_ts + (op_dur or 0))
+        if op_stack is not None:  # no autograd nodes here: the op's own stack is the answer
+            assert (stack_id, source) == (op_stack, "op")
+        else:
+            assert source in ("enclosing_op", None) and (stack_id is None) == (source is None)
         assert stack == (stacks[stack_id] if stack_id else None)
         assert top == (stacks[stack_id].split("\n")[0] if stack_id else None)
 
