@@ -160,7 +160,7 @@ class WriteSession:
 
 def _store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     """Copy the settings views read into _rlwh_settings; True when one changed."""
-    wanted = {"gmm_ops_per_layer": str(config.ops_per_layer)}
+    wanted = {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern}
     current = dict(con.execute("select name, value from _rlwh_settings").fetchall())
     if current == wanted:
         return False
