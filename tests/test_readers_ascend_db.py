@@ -18,7 +18,7 @@ import pytest
 from rlwh.errors import SourceError
 from rlwh.readers import ascend_db, ascend_trace
 from rlwh.readers.base import TableSink
-from tests.conftest import FIXTURES
+from conftest import FIXTURES, copy_fixture, read_db
 
 ROOT = FIXTURES / "real/ascend/msinsight-alexnet-level1"
 RANKS = (0, 1)
@@ -200,3 +200,49 @@ def test_rank_dir_with_both_exports_loads_the_text_one(tmp_path):
     assert outcome.status == "ignored" and rows == {}
     assert "operator_memory.csv" in outcome.message and "text export" in outcome.message
     assert os.path.basename(str(db_path(0))) in outcome.message
+
+
+def _ingest(profile: Path, config):
+    from rlwh.ingest import ingest
+
+    summary = ingest(profile, config)
+    con = read_db(config)
+    return summary, con
+
+
+def test_ingest_of_both_exports_lands_the_same_memory_records(tmp_path, config):
+    """The db and text exports of the job, as two runs: the same allocation sequence per rank."""
+    db_summary, con = _ingest(copy_fixture("real/ascend/msinsight-alexnet-level1/db", tmp_path / "a"), config)
+    con.close()
+    text_summary, con = _ingest(copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path / "b"), config)
+    try:
+        assert db_summary.failed == 0 and text_summary.failed == 0
+        sources = dict(con.execute("select path, kind || ' ' || status from sources where run = 'db'").fetchall())
+        assert sources["rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"] == "ascend_db ok"
+        assert sources["rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/analysis.db"] == "ignored ignored"
+        sequence = """select rank_id, list(name order by source_row), list(size_bytes order by source_row),
+                      list(distinct device) from memory_records where run = ? group by 1 order by 1"""
+        assert con.execute(sequence, ["db"]).fetchall() == con.execute(sequence, ["text"]).fetchall()
+        counts = """select (select count(*) from cpu_ops where run = ?), (select count(*) from memory_usage where run = ?),
+                    (select count(*) from npu_module_memory where run = ?), (select count(*) from step_times where run = ?)"""
+        assert con.execute(counts, ["db"] * 4).fetchone() == (1720, 1980, 2156, 2)
+        assert con.execute(counts, ["text"] * 4).fetchone() == (1720, 2008, 2156, 2)  # + 28 APP rows
+        assert con.execute("select count(*) from memory_alloc_stack where run = 'db'").fetchone()[0] == 368
+    finally:
+        con.close()
+
+
+def test_rank_dir_with_both_exports_says_which_it_loaded(tmp_path, config):
+    profile = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path / "p")
+    for rank in RANKS:
+        out = profile / f"rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT"
+        shutil.copy(db_path(rank), out / db_path(rank).name)
+    summary, con = _ingest(profile, config)
+    try:
+        assert summary.failed == 0
+        status, message = con.execute(
+            "select status, message from sources where path like '%ascend_pytorch_profiler_0.db'").fetchone()
+        assert status == "ignored" and "operator_memory.csv" in message and "is loaded instead" in message
+        assert con.execute("select count(*) from memory_records").fetchone()[0] == 2 * 184
+    finally:
+        con.close()

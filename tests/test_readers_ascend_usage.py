@@ -16,7 +16,7 @@ import pytest
 from rlwh.errors import SourceError
 from rlwh.readers import ascend_usage
 from rlwh.readers.base import TableSink
-from tests.conftest import FIXTURES
+from conftest import FIXTURES, copy_fixture, read_db
 
 TEXT = FIXTURES / "real/ascend/msinsight-alexnet-level1/text"
 OUTPUTS = [TEXT / f"rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT" for r in (0, 1)]
@@ -150,3 +150,39 @@ def test_empty_file_fails(tmp_path):
     path.write_bytes(b"")
     with pytest.raises(SourceError, match="empty file"):
         read(ascend_usage.read_step_trace_time, path, tmp_path)
+
+
+def test_ingest_lands_every_row_and_replaces_a_changed_file(tmp_path, config):
+    from rlwh.ingest import ingest
+
+    profile = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path / "profiles")
+    summary = ingest(profile, config)
+    assert summary.failed == 0
+    con = read_db(config)
+    try:
+        kinds = dict(con.execute("select path, kind || ' ' || status from sources where path like '%.csv'").fetchall())
+        counts = con.execute("""select (select count(*) from memory_usage), (select count(*) from npu_module_memory),
+                                (select count(*) from step_times)""").fetchone()
+        keys = con.execute("select distinct rank_id, device from memory_usage order by 1").fetchall()
+        step_rows = con.execute("select rank_id, step, computing_ns from step_times order by 1").fetchall()
+    finally:
+        con.close()
+    out = "rank0_ascend_pt/ASCEND_PROFILER_OUTPUT"
+    assert kinds[f"{out}/memory_record.csv"] == "ascend_memory_record_csv ok"
+    assert kinds[f"{out}/npu_module_mem.csv"] == "ascend_npu_module_mem_csv ok"
+    assert kinds[f"{out}/step_trace_time.csv"] == "ascend_step_trace_csv ok"
+    assert counts == (2 * 1004, 2 * 1078, 2)
+    assert keys == [(0, "NPU:0"), (1, "NPU:1")]
+    assert step_rows == [(0, 50, 8_873_756), (1, 50, 8_878_295)]
+    # A changed memory_record.csv replaces exactly its own rows; the rest are skipped.
+    path = profile / out / "memory_record.csv"
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:11]))
+    summary = ingest(profile, config)
+    results = {r.rel_path: r.status for r in summary.results}
+    assert results[f"{out}/memory_record.csv"] == "ok" and results[f"{out}/npu_module_mem.csv"] == "unchanged"
+    con = read_db(config)
+    try:
+        assert con.execute("select rank_id, count(*) from memory_usage group by 1 order by 1").fetchall() == [
+            (0, 10), (1, 1004)]
+    finally:
+        con.close()

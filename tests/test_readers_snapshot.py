@@ -16,7 +16,7 @@ import pytest
 from rlwh.errors import SourceError
 from rlwh.readers import torch_snapshot
 from rlwh.readers.base import TableSink
-from tests.conftest import FIXTURES
+from conftest import FIXTURES, copy_fixture, read_db
 
 SNAPSHOTS = FIXTURES / "real/ascend/memory-snapshots"
 SINGLE = SNAPSHOTS / "snapshot_1768383987920985470.pkl"
@@ -177,9 +177,40 @@ def test_cut_pickle_fails_naming_the_file_and_size(tmp_path):
         read(cut, tmp_path)
 
 
-def test_not_a_snapshot_fails(tmp_path):
-    with pytest.raises(SourceError, match=r"not a memory snapshot .* found a list"):
-        read(write_pickle(tmp_path / "list.pkl", [1, 2]), tmp_path)
+def test_not_a_snapshot_is_ignored_and_a_malformed_one_fails(tmp_path):
+    sink = TableSink(tmp_path / "other")
+    outcome = torch_snapshot.read(write_pickle(tmp_path / "list.pkl", [1, 2]), sink, {})
+    assert outcome.status == "ignored" and "list.pkl: not a memory snapshot" in outcome.message
+    assert "found a list" in outcome.message
     with pytest.raises(SourceError, match=r"segments\[0\]\.address: expected an integer"):
         read(write_pickle(tmp_path / "bad.pkl", {"segments": [{"device": 0, "address": "x", "total_size": 1}],
                                                  "device_traces": []}), tmp_path)
+
+
+def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config, monkeypatch):
+    from rlwh.ingest import ingest
+
+    monkeypatch.chdir(tmp_path)
+    profile = copy_fixture("real/ascend/memory-snapshots", tmp_path / "profiles")
+    write_pickle(profile / "evil.pickle", {"segments": [], "device_traces": [], "x": _RunsCode()})
+    (profile / "rank3").mkdir()
+    write_pickle(profile / "rank3" / "notes.pkl", {"a": 1})  # plain data, but no snapshot
+    summary = ingest(profile, config)
+    assert summary.failed == 1 and not (tmp_path / "ran-pickle-code").exists()
+    con = read_db(config)
+    try:
+        sources = {p: (k, s, m) for p, k, s, m in con.execute(
+            "select path, kind, status, message from sources").fetchall()}
+        counts = dict(con.execute("""select capture, count(*) from snapshot_trace_blocks group by 1""").fetchall())
+        ranks = con.execute("select distinct rank_id from snapshot_segments").fetchall()
+        stacked = con.execute("""select count(t.stack_id), count(s.stack_id) from snapshot_trace_blocks t
+                                 left join call_stacks s using (stack_id)""").fetchone()
+    finally:
+        con.close()
+    assert sources["evil.pickle"][:2] == ("torch_snapshot", "failed") and "asks for" in sources["evil.pickle"][2]
+    assert sources["rank3/notes.pkl"][1] == "ignored"
+    assert sources[SINGLE.name][1] == "ok" and "read as rank 0" in sources[SINGLE.name][2]
+    assert counts == {SINGLE.name: 3216, MULTI.name: 6115} and ranks == [(0,)]
+    with_frames = sum(1 for p in (SINGLE, MULTI) for t in plain_load(p)["device_traces"] for e in t
+                      if e["action"] == "alloc" and e["frames"])
+    assert stacked == (with_frames, with_frames)  # every alloc with frames has its stack, found in call_stacks

@@ -251,15 +251,21 @@ def _write(sink: TableSink, table: str, rows: list[dict], schema: pa.Schema) -> 
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    """A plain-data pickle that is no snapshot is ignored (users keep other pickles near their
+    profiles); one that asks for code, or is cut, fails."""
     snapshot = load_plain(path)
     if not isinstance(snapshot, dict) or "segments" not in snapshot:
         found = f"a dict with keys {sorted(map(str, snapshot))[:6]}" if isinstance(snapshot, dict) else \
             f"a {type(snapshot).__name__}"
-        raise SourceError(f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}")
+        return ReadOutcome(status="ignored", message=(
+            f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"))
+    rank = {}
+    if context.get("rank_id") is None and context.get("single_process_rank0"):
+        rank = {"rank_id": 0, "note": f"{path.name}: no rank in its path: read as rank 0 (a single-process snapshot)"}
     kind = _device_kind(snapshot)
     stacks = _Stacks()
     _segments(path, snapshot, kind, stacks, sink)
     _traces(path, snapshot, kind, stacks, sink)
     rows = list(stacks.rows.values())
     _write(sink, "call_stacks", rows, CALL_STACKS_SCHEMA)
-    return ReadOutcome()
+    return ReadOutcome(rank=rank)
