@@ -81,6 +81,17 @@ select
 from edges
 ;
 
+-- A rank's device as its data names it (operator_memory.csv's Device Type, e.g. NPU:3)
+-- where profiler_info did not say: the device most of its memory rows name.
+update ranks set device = (
+  select mode(device) from memory_records
+  where device is not null
+    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+)
+where device is null
+  and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+;
+
 delete from _memory_record_ops
 where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;

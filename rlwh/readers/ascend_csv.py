@@ -179,7 +179,7 @@ def _read_fast(path: Path, header: list[str], part: Path) -> None:
                 if cells is None:
                     columns.append(pa.nulls(n, pa.string() if kind == "text" else pa.int64()))
                 elif kind == "text":
-                    columns.append(cells)
+                    columns.append(_trimmed(cells))  # real files end Name and Device Type cells in a TAB
                 elif kind == "us":
                     columns.append(_us_to_ns(cells))
                 else:

@@ -23,10 +23,12 @@ def _load_json(path: Path) -> dict:
     return data
 
 
-def _device_from_config(info: dict, rank_id: int | None) -> str | None:
-    activities = info.get("config", {}).get("common_config", {}).get("activities", [])
-    if any("NPU" in str(a) for a in activities):
-        return "NPU" if rank_id is None else f"NPU:{info.get('device_id', rank_id)}"
+def _device_from_config(info: dict) -> str | None:
+    """The NPU, when profiler_info names it. Never guessed from the rank (rank 9 of a job
+    may run on NPU:1); otherwise the ingest takes it from operator_memory.csv's Device Type."""
+    device_id = info.get("device_id")
+    if isinstance(device_id, int) or (isinstance(device_id, str) and device_id.isdigit()):
+        return f"NPU:{int(device_id)}"
     return None
 
 
@@ -48,7 +50,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     other.update({k: info[k] for k in ("start_info", "end_info") if k in info})
     rank_row = {
         "rank_id": rank_id,
-        "device": _device_from_config(info, rank_id),
+        "device": _device_from_config(info),
         "world_size": world,
         "versions": {k: info[k] for k in _VERSION_KEYS if k in info},
         "profiler_config": info.get("config"),
