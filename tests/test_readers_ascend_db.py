@@ -129,8 +129,9 @@ def test_cpu_ops_and_stacks_match_the_text_export(rank, loaded, tmp_path):
     text_stacks = {s["stack_id"]: s["stack"] for s in text["call_stacks"]}
     db_stacks = {s["stack_id"]: s["stack"] for s in db["call_stacks"]}
     assert db_stacks == text_stacks  # same frames, innermost first, same ids
-    assert Counter((o["name"], db_stacks.get(o["stack_id"])) for o in db["cpu_ops"]) == \
-        Counter((o["name"], text_stacks.get(o["stack_id"])) for o in text["cpu_ops"])
+    assert Counter((o["name"], db_stacks.get(o["stack_id"]), o["seq_no"], o["fwd_tid"] > 0) for o in db["cpu_ops"]) == \
+        Counter((o["name"], text_stacks.get(o["stack_id"]), o["seq_no"], o["fwd_tid"] > 0) for o in text["cpu_ops"])
+    assert sum(o["fwd_tid"] > 0 for o in db["cpu_ops"]) > 0  # backward ops keep their autograd link
     pids = sqlite_rows(db_path(rank), "select distinct globalTid from PYTORCH_API where type = 50001")
     assert {(o["pid"], o["tid"]) for o in db["cpu_ops"]} == {(g >> 32, g % (1 << 32)) for (g,) in pids}
     ops = sqlite_rows(db_path(rank), "select cast(startNs as integer), cast(endNs as integer) - cast(startNs as integer)"

@@ -50,7 +50,8 @@ SCHEMAS = {
     "step_times": pa.schema([("source_row", _I), ("step", _I), ("start_ns", _I), ("end_ns", _I)] + [
         (f"{c}_ns", _I) for c in ("computing", "communication_not_overlapped", "overlapped", "communication", "free",
                                   "stage", "bubble", "communication_not_overlapped_exclude_receive", "preparing")]),
-    "cpu_ops": pa.schema([("name", _S), ("ts_ns", _I), ("dur_ns", _I), ("pid", _I), ("tid", _I), ("stack_id", _I)]),
+    "cpu_ops": pa.schema([("name", _S), ("ts_ns", _I), ("dur_ns", _I), ("pid", _I), ("tid", _I), ("stack_id", _I),
+                          ("seq_no", _I), ("fwd_tid", _I)]),
     "ranges": pa.schema([("source", _S), ("domain", _S), ("name", _S), ("start_ns", _I), ("end_ns", _I),
                          ("pid", _I), ("tid", _I), ("thread", _S)]),
 }
@@ -300,10 +301,12 @@ def _cpu_ops(r: _Reader, strings: dict[int, str]) -> None:
                 "dur_ns": None if start is None or end is None else end - start,
                 "pid": None if global_tid is None else global_tid >> 32,
                 "tid": None if global_tid is None else global_tid & 0xFFFFFFFF,
-                "stack_id": stack_ids.get(row[4])}
+                "stack_id": stack_ids.get(row[4]), "seq_no": _int(row[5], "sequenceNumber"),
+                "fwd_tid": _int(row[6], "fwdThreadId")}
 
     r.run("PYTORCH_API", "cpu_ops",
-          "select startNs, endNs, globalTid, name, callchainId from PYTORCH_API where type = ? order by rowid",
+          "select startNs, endNs, globalTid, name, callchainId, sequenceNumber, fwdThreadId"
+          " from PYTORCH_API where type = ? order by rowid",
           convert, (op_type,))
 
 
