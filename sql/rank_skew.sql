@@ -1,8 +1,20 @@
--- One row per (run, role, rank_id): how long the rank spent in the role (the sum of its
--- role_timeline spans, so several captures or ranges add up) and its peak memory, against
--- the median of the role's ranks. A rank more than 10% above the median time is a
--- straggler; more than 10% away from the median peak (either way) is a memory outlier.
--- Stragglers and outliers at a glance, without reading rank by rank.
+-- One row per (run, role, rank_id): how long the rank spent in the role and its peak
+-- memory, against the role's median rank. Stragglers and outliers at a glance.
+--
+-- Spans are compared like with like: a role's ranks are compared on one kind of span,
+-- span_source (NVTX ranges, MSTX ranges, Ascend capture windows or PyTorch trace windows)
+-- on one clock, the kind most of the role's ranks have (ties: nvtx, mstx, then windows).
+-- A rank's span_ns is the sum of its spans of that kind only, so an Ascend window is never
+-- added to a PyTorch window, nor an nsys-session span to an epoch one; a rank without
+-- that kind has span_ns NULL and is not compared.
+--
+-- The rule: the reference is the role's median rank, the middle value, and the lower of
+-- the two middle values for an even count (the median of 2 ranks is the smaller). A rank
+-- is a straggler when its span is more than 10% above the reference span, and a memory
+-- outlier when its peak is more than 10% away from the reference peak (either way). So
+-- with 2 ranks only the slower one can be a straggler and only the one with the larger
+-- peak an outlier (the smaller is the reference): a 2-rank role is flagged only when its
+-- ranks really differ, and never both of them. With 1 rank nothing is flagged.
 -- depends: role_timeline, memory_peak
 create or replace view rank_skew (
   -- Run name.
@@ -13,9 +25,9 @@ create or replace view rank_skew (
   rank_id,
   -- Ranks of the role in the run.
   role_ranks,
-  -- Time the rank spent in the role, ns: the sum of its role_timeline spans.
+  -- Time the rank spent in the role, ns: the sum of its role_timeline spans of span_source; NULL when it has none.
   span_ns,
-  -- Median span_ns over the role's ranks.
+  -- The reference span: the median span_ns over the role's ranks (the lower middle value for an even count).
   median_span_ns,
   -- span_ns / median_span_ns.
   span_vs_median,
@@ -23,17 +35,66 @@ create or replace view rank_skew (
   is_straggler,
   -- Highest live bytes of the rank in the role (over its captures and devices).
   peak_live_bytes,
-  -- Median peak_live_bytes over the role's ranks.
+  -- The reference peak: the median peak_live_bytes over the role's ranks (the lower middle value for an even count).
   median_peak_live_bytes,
   -- peak_live_bytes / median_peak_live_bytes.
   peak_vs_median,
   -- True when peak_vs_median is above 1.1 or below 0.9.
-  is_memory_outlier
+  is_memory_outlier,
+  -- The kind of span the role's ranks are compared on: nvtx, mstx, window:ascend, window:torch or window:other.
+  span_source,
+  -- Clock of those spans: epoch or nsys_session.
+  span_clock
 ) as
-with spans as (
-  select run, role, rank_id, sum(dur_ns)::bigint as span_ns
-  from role_timeline
-  group by run, role, rank_id
+with capture_profilers as (
+  select
+    run, capture,
+    case
+      when bool_or(kind = 'torch_trace') then 'torch'
+      when bool_or(kind like 'ascend%') then 'ascend'
+      else 'other'
+    end as profiler,
+  from sources
+  where capture is not null
+  group by run, capture
+),
+
+typed_spans as (
+  select
+    t.run, t.role, t.rank_id, t.clock, t.dur_ns,
+    case when t.source = 'window' then 'window:' || coalesce(p.profiler, 'other') else t.source end as span_source,
+  from role_timeline as t
+  left join capture_profilers as p using (run, capture)
+),
+
+rank_spans as (
+  select run, role, rank_id, span_source, clock, sum(dur_ns)::bigint as span_ns
+  from typed_spans
+  group by run, role, rank_id, span_source, clock
+),
+
+role_choice as (
+  select run, role, span_source, clock
+  from (
+    select
+      run, role, span_source, clock,
+      row_number() over (
+        partition by run, role
+        order by count(*) desc,
+          case span_source when 'nvtx' then 0 when 'mstx' then 1 when 'window:ascend' then 2
+            when 'window:torch' then 3 else 4 end,
+          clock
+      ) as pick,
+    from rank_spans
+    group by run, role, span_source, clock
+  )
+  where pick = 1
+),
+
+spans as (
+  select s.run, s.role, s.rank_id, s.span_ns, s.span_source, s.clock
+  from rank_spans as s
+  semi join role_choice as c using (run, role, span_source, clock)
 ),
 
 peaks as (
@@ -42,23 +103,28 @@ peaks as (
   group by run, role, rank_id
 ),
 
+rank_keys as (
+  select distinct run, role, rank_id from rank_spans
+  union
+  select run, role, rank_id from peaks
+),
+
 per_rank as (
   select
-    coalesce(s.run, p.run) as run,
-    coalesce(s.role, p.role) as role,
-    coalesce(s.rank_id, p.rank_id) as rank_id,
-    s.span_ns,
-    p.peak_live_bytes,
-  from spans as s
-  full join peaks as p using (run, role, rank_id)
+    k.run, k.role, k.rank_id, s.span_ns, p.peak_live_bytes,
+    c.span_source, c.clock as span_clock,
+  from rank_keys as k
+  left join spans as s using (run, role, rank_id)
+  left join peaks as p using (run, role, rank_id)
+  left join role_choice as c using (run, role)
 ),
 
 with_medians as (
   select
     *,
     count(*) over role_ranks as role_ranks,
-    median(span_ns) over role_ranks as median_span_ns,
-    median(peak_live_bytes) over role_ranks as median_peak_live_bytes,
+    quantile_disc(span_ns, 0.5) over role_ranks as median_span_ns,
+    quantile_disc(peak_live_bytes, 0.5) over role_ranks as median_peak_live_bytes,
   from per_rank
   window role_ranks as (partition by run, role)
 ),
@@ -73,6 +139,8 @@ final as (
     median_peak_live_bytes::bigint as median_peak_live_bytes,
     peak_live_bytes / nullif(median_peak_live_bytes, 0) as peak_vs_median,
     coalesce(abs(peak_live_bytes / nullif(median_peak_live_bytes, 0) - 1) > 0.1, false) as is_memory_outlier,
+    span_source,
+    span_clock,
   from with_medians
 )
 

@@ -2,8 +2,10 @@
 -- NVTX ranges are role spans (one worker process of a colocated VeRL job runs several
 -- roles, one range each, so a range's role is its name); MSTX ranges count when named
 -- after the rank's role; every other capture (an Ascend rank dir or PyTorch trace whose
--- role comes from its folder) contributes its whole profiled window: the earliest start
--- to the latest end of anything recorded in it.
+-- role comes from its folder) contributes its whole profiled window: the profiler's own
+-- recorded window where the trace has one (ranges with source 'profiler'), else the
+-- earliest start to the latest end of anything recorded in it. Times are on the row's
+-- clock: draw and compare each clock on its own axis, never two on one.
 create or replace view role_timeline (
   -- Run name.
   run,
@@ -11,7 +13,7 @@ create or replace view role_timeline (
   role,
   -- Global rank.
   rank_id,
-  -- Rank dir or trace file the span came from.
+  -- Capture the span came from (rank dir or trace file path relative to the profile dir).
   capture,
   -- Where the span came from: 'nvtx', 'mstx' or 'window' (a capture's whole profiled window).
   source,
@@ -19,21 +21,25 @@ create or replace view role_timeline (
   name,
   -- NVTX/MSTX domain; 'default' when none.
   domain,
-  -- Start, ns since the epoch.
+  -- Start, ns on the row's clock (epoch ns when clock = 'epoch').
   start_ns,
-  -- End, ns since the epoch.
+  -- End, ns on the row's clock.
   end_ns,
   -- end_ns - start_ns.
   dur_ns,
-  -- Start in ms since the epoch, as RL-Insight has it.
+  -- Start in ms on the row's clock (ms since the epoch when clock = 'epoch'), as RL-Insight has it.
   start_time_ms,
-  -- End in ms since the epoch.
+  -- End in ms on the row's clock.
   end_time_ms,
   -- Duration in ms.
-  duration_ms
+  duration_ms,
+  -- Clock of the times: 'epoch', or 'nsys_session' (an NVTX export that does not say how its session clock maps to the epoch).
+  clock,
+  -- Training step the capture's path names; NULL when none.
+  step
 ) as
 with role_ranges as (
-  select run, role, rank_id, capture, source, name, domain, start_ns, end_ns
+  select run, role, rank_id, capture, source, name, domain, start_ns, end_ns, clock, step
   from ranges
   where source = 'nvtx' or (source = 'mstx' and name = role)
 ),
@@ -42,24 +48,39 @@ ranged_captures as (
   select distinct run, rank_id, capture from role_ranges
 ),
 
+profiler_windows as (
+  select run, role, rank_id, capture, min(start_ns) as start_ns, max(end_ns) as end_ns, any_value(step) as step
+  from ranges
+  where source = 'profiler' and clock = 'epoch'
+  group by run, role, rank_id, capture
+),
+
 recorded as (
-  select run, role, rank_id, capture, ts_ns as start_ns, ts_ns + coalesce(dur_ns, 0) as end_ns from cpu_ops
+  select run, role, rank_id, capture, step, ts_ns as start_ns, ts_ns + coalesce(dur_ns, 0) as end_ns from cpu_ops
   union all
-  select run, role, rank_id, capture, alloc_ns, coalesce(release_ns, alloc_ns) from memory_records
+  select run, role, rank_id, capture, step, alloc_ns, coalesce(release_ns, alloc_ns) from memory_records
   union all
-  select run, role, rank_id, capture, start_ns, end_ns from ranges where source not in ('nvtx', 'mstx')
+  select run, role, rank_id, capture, step, start_ns, end_ns
+  from ranges where source not in ('nvtx', 'mstx', 'profiler') and clock = 'epoch'
   union all
-  select run, role, rank_id, capture, ts_ns, ts_ns from torch_memory_events
+  select run, role, rank_id, capture, step, ts_ns, ts_ns from torch_memory_events
+),
+
+event_windows as (
+  select r.run, r.role, r.rank_id, r.capture, min(r.start_ns) as start_ns, max(r.end_ns) as end_ns,
+    any_value(r.step) as step,
+  from recorded as r
+  anti join profiler_windows as p using (run, rank_id, capture)
+  where r.start_ns is not null
+  group by r.run, r.role, r.rank_id, r.capture
 ),
 
 windows as (
   select
-    r.run, r.role, r.rank_id, r.capture, 'window' as source, r.role as name, 'default' as domain,
-    min(r.start_ns) as start_ns, max(r.end_ns) as end_ns,
-  from recorded as r
+    w.run, w.role, w.rank_id, w.capture, 'window' as source, w.role as name, 'default' as domain,
+    w.start_ns, w.end_ns, 'epoch' as clock, w.step,
+  from (select * from profiler_windows union all select * from event_windows) as w
   anti join ranged_captures as c using (run, rank_id, capture)
-  where r.start_ns is not null
-  group by r.run, r.role, r.rank_id, r.capture
 ),
 
 spans as (
@@ -75,6 +96,8 @@ final as (
     start_ns / 1e6 as start_time_ms,
     end_ns / 1e6 as end_time_ms,
     (end_ns - start_ns) / 1e6 as duration_ms,
+    coalesce(clock, 'epoch') as clock,
+    step,
   from spans
 )
 
