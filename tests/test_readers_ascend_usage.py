@@ -186,3 +186,30 @@ def test_ingest_lands_every_row_and_replaces_a_changed_file(tmp_path, config):
             (0, 10), (1, 1004)]
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("name, fmt", [("memory_record.csv", ascend_usage.MEMORY_RECORD),
+                                       ("npu_module_mem.csv", ascend_usage.NPU_MODULE_MEM),
+                                       ("step_trace_time.csv", ascend_usage.STEP_TRACE_TIME)])
+def test_fast_path_takes_the_real_files_and_equals_the_row_by_row_read(name, fmt, tmp_path):
+    path = OUTPUTS[0] / name
+    header, plan = ascend_usage.read_header(path, fmt)
+    part = tmp_path / "fast.parquet"
+    ascend_usage._read_fast(path, header, plan, fmt, part)  # raises where read() would fall back
+    sink = TableSink(tmp_path / "rows")
+    kept, bad = ascend_usage._read_rows(path, header, plan, fmt, sink)
+    sink.close()
+    assert bad == [] and kept > 0
+    assert pq.read_table(part).to_pylist() == pq.read_table(sink.tables()[fmt.table]).to_pylist()
+
+
+def test_fast_path_rare_cells_are_exact(tmp_path):
+    path = tmp_path / "memory_record.csv"
+    path.write_text("Component,Timestamp(us),Total Reserved(MB),Device Type\n"
+                    "PTA,1779785515596661.4215,0.1,NPU:0\n"     # a 4th decimal rounds; 0.1 MB is not whole bytes
+                    "PTA, 17 ,-0.0000004768,NPU:0\n", encoding="utf-8")
+    header, plan = ascend_usage.read_header(path, ascend_usage.MEMORY_RECORD)
+    ascend_usage._read_fast(path, header, plan, ascend_usage.MEMORY_RECORD, tmp_path / "f.parquet")
+    rows = pq.read_table(tmp_path / "f.parquet").to_pylist()
+    assert [(r["ts_ns"], r["total_reserved_bytes"]) for r in rows] == [
+        (1779785515596661422, exact("0.1", 1 << 20)), (17000, exact("-0.0000004768", 1 << 20))]

@@ -1,11 +1,12 @@
 """memory_record.csv, npu_module_mem.csv and step_trace_time.csv -> memory_usage,
 npu_module_memory and step_times.
 
-These files are small next to operator_memory.csv (one row per allocator sample or per
-step), so a streaming csv.reader with exact Decimal arithmetic is fast enough and keeps
-every good row of a damaged file. Units come from each header's suffix ("(us)", "(MB)",
-"(KB)"), so a profiler version that changes a unit still lands exact ns and bytes;
-step_trace_time.csv's stage columns have no suffix and are microseconds.
+pyarrow's streaming CSV reader converts a block at a time (1 M memory_record.csv rows in
+a few seconds, memory bounded); anything unusual (a cut row, a cell that is no number)
+sends the file to a csv.reader pass with Decimal arithmetic that keeps every good row and
+numbers the bad ones. Units come from each header's suffix ("(us)", "(MB)", "(KB)"), so a
+profiler version that changes a unit still lands exact ns and bytes; step_trace_time.csv's
+stage columns have no suffix and are microseconds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink
@@ -137,8 +141,83 @@ def _cell(text: str, column: Column, factor: int):
     return scaled(text, factor)
 
 
-def read_csv(path: Path, sink: TableSink, fmt: Format) -> ReadOutcome:
-    """Every row that converts lands; a bad row is numbered in the message and the file is partial."""
+def read_header(path: Path, fmt: Format) -> tuple[list[str], list]:
+    """The header's cells and the column plan; SourceError for an empty file or a missing column."""
+    with open(path, "rb") as handle:
+        first = handle.readline()
+    try:
+        header = [h.strip(_SPACE).lstrip("\ufeff") for h in next(csv.reader([first.decode("utf-8")]), [])]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise SourceError(f"{path}: row 0 (header) is not a UTF-8 CSV line ({exc})") from exc
+    if not any(header):
+        raise SourceError(f"{path}: empty file, no CSV header")
+    return header, _plan(path, header, fmt)
+
+
+class _Unusual(Exception):
+    """Something the fast path leaves to the row-by-row read (which names the row)."""
+
+
+_THREE_DECIMALS = r"^-?[0-9]+\.[0-9]{3}$"
+_FLOAT_EXACT = 2.0**53
+
+
+def _exact_column(cells: pa.Array, column: Column, factor: int) -> pa.Array:
+    """Text cells -> exact int64: "digits.ddd" us drop the point; other numbers go through a
+    float when the product is a whole number below 2^53 (exact then, as the MB cells of real
+    files are), and the rest through scaled()'s Decimal."""
+    text = pc.utf8_trim(cells, _SPACE)
+    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
+    if column.kind == "text":
+        return text
+    if column.kind == "int":
+        return pc.cast(text, pa.int64())
+    if column.kind == "time" and factor == 1000:
+        fast = pc.fill_null(pc.match_substring_regex(text, _THREE_DECIMALS), False)
+        values = pc.cast(pc.replace_substring(pc.if_else(fast, text, pa.scalar(None, pa.string())), ".", ""),
+                         pa.int64())
+    else:
+        product = pc.multiply(pc.cast(text, pa.float64()), float(factor))
+        fast = pc.fill_null(pc.and_(pc.equal(pc.round(product), product),
+                                    pc.less(pc.abs(product), _FLOAT_EXACT)), False)
+        values = pc.cast(pc.if_else(fast, product, pa.scalar(None, pa.float64())), pa.int64())
+    rare = pc.and_not(pc.is_valid(text), fast)
+    if not pc.any(rare).as_py():
+        return values
+    try:
+        exact = [scaled(t, factor) for t in pc.filter(text, rare).to_pylist()]
+    except (InvalidOperation, ValueError) as exc:
+        raise _Unusual(str(exc)) from exc
+    return pc.replace_with_mask(values, rare, pa.array(exact, pa.int64()))
+
+
+def _read_fast(path: Path, header: list[str], plan: list, fmt: Format, part: Path) -> None:
+    """pyarrow's streaming CSV reader, a block at a time; raises on anything unusual."""
+    names = [f"c{i}" for i in range(len(header))]
+    reader = pacsv.open_csv(
+        path,
+        read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False, block_size=1 << 20),
+        # A blank line would shift the row numbers the row-by-row read gives: leave it to that read.
+        parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
+        convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), null_values=[],
+                                             strings_can_be_null=False),
+    )
+    rows = 0
+    with reader, pq.ParquetWriter(part, fmt.schema, compression="none") as writer:
+        for batch in reader:
+            n = batch.num_rows
+            columns = [pa.array(range(rows + 1, rows + n + 1), pa.int64())]
+            for column, index, factor in plan:
+                if index is None:
+                    columns.append(pa.nulls(n, pa.string() if column.kind == "text" else pa.int64()))
+                else:
+                    columns.append(_exact_column(batch.column(index), column, factor))
+            writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=fmt.schema))
+            rows += n
+
+
+def _read_rows(path: Path, header: list[str], plan: list, fmt: Format, sink: TableSink) -> tuple[int, list[str]]:
+    """Row by row: keeps every row that converts; returns (rows kept, descriptions of bad rows)."""
     schema = fmt.schema
     bad: list[str] = []
     batch: list[dict] = []
@@ -147,13 +226,10 @@ def read_csv(path: Path, sink: TableSink, fmt: Format) -> ReadOutcome:
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)
-            header = [h.strip(_SPACE) for h in next(reader, [])]
-            if not any(header):
-                raise SourceError(f"{path}: empty file, no CSV header")
-            plan = _plan(path, header, fmt)
+            next(reader, None)
             for row_number, cells in enumerate(reader, start=1):
                 if not any(c.strip(_SPACE) for c in cells):
-                    continue  # a blank line (the last line's CRLF) is no row
+                    continue  # a blank line is no row
                 if len(cells) != len(header):
                     bad.append(f"row {row_number}: {len(cells)} cells, the header has {len(header)}")
                     continue
@@ -175,6 +251,19 @@ def read_csv(path: Path, sink: TableSink, fmt: Format) -> ReadOutcome:
     if batch:
         sink.write(fmt.table, pa.RecordBatch.from_pylist(batch, schema))
         kept += len(batch)
+    return kept, bad
+
+
+def read_csv(path: Path, sink: TableSink, fmt: Format) -> ReadOutcome:
+    """Every row that converts lands; a bad row is numbered in the message and the file is partial."""
+    header, plan = read_header(path, fmt)
+    part = sink.parquet_path(fmt.table)
+    try:
+        _read_fast(path, header, plan, fmt, part)
+        return ReadOutcome()
+    except (pa.ArrowException, _Unusual):
+        part.unlink(missing_ok=True)
+    kept, bad = _read_rows(path, header, plan, fmt, sink)
     if not bad:
         return ReadOutcome()
     shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more bad rows" if len(bad) > 5 else "")
