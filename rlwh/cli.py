@@ -199,6 +199,28 @@ def ingest(config, profile_dir, run_name, quiet):
     sys.exit(exitcodes.for_ingest(summary.failed, summary.count("partial"), len(summary.results)))
 
 
+@cli.command()
+@click.argument("profile_dir", type=click.Path(exists=True, file_okay=False))
+@user_errors
+def check(profile_dir):
+    """Say what `rlwh ingest` would do with PROFILE_DIR, writing nothing.
+
+    Roles x ranks x captures x steps, the files per kind, the ignored files and every
+    problem visible from the files' first bytes. Exit status: 0 nothing would fail,
+    1 a file would fail, 6 no profiler file found.
+
+    \b
+    Example:
+      rlwh check /shared/profiles/grpo-0412
+    """
+    from rlwh.check import check as run_check
+    from rlwh.check import format_report
+
+    report = run_check(profile_dir)
+    click.echo(format_report(report))
+    sys.exit(exitcodes.for_ingest(report.failing, 0, len(report.loadable)))
+
+
 def _echo_result(result, fmt: str) -> None:
     from rlwh.formatting import FORMATS
 

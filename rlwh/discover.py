@@ -86,7 +86,7 @@ RULES: tuple[Rule, ...] = (
 )
 UNKNOWN_REASON = "unknown file: not a format rlwh reads"
 # The loose-file kinds whose rank falls back to 0 (a single-process trace).
-SINGLE_PROCESS_KINDS = ("torch_trace", "ascend_trace", "torch_snapshot")
+SINGLE_PROCESS_KINDS = ("torch_trace", "ascend_trace", "torch_snapshot", "nvtx_jsonl")
 
 
 @dataclass
@@ -387,8 +387,8 @@ def _classify(path: Path, root: Path, where: str, capture: _Capture | None) -> S
     rank = own if own is not None else rank
     found = SourceFile(kind, path, rel_text, role or root.name, rank, rel_text, step=step, content=content)
     if kind == "nvtx_jsonl":
-        found.role = None  # an NVTX range's role is its own name
-    elif rank is None and kind in SINGLE_PROCESS_KINDS:
+        found.role = None  # an NVTX range's role is its own name; its rank is RANK= inside, else 0
+    if rank is None and kind in SINGLE_PROCESS_KINDS:
         found.single_process_rank0 = True
         if kind == "ascend_trace":  # its reader takes the rank from discovery alone
             found.rank_id = 0
