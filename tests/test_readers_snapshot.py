@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -165,7 +166,7 @@ def test_a_pickle_asking_for_code_is_refused_and_runs_nothing(obj, asked, tmp_pa
         return
     with pytest.raises(SourceError, match=rf"evil\.pkl: refused: the pickle asks for \S*{asked}") as info:
         read(path, tmp_path)
-    assert "near byte" in str(info.value)
+    assert re.search(r"\(opcode (STACK_GLOBAL|GLOBAL) at byte \d+\)", str(info.value))
     assert not (tmp_path / "ran-pickle-code").exists()
 
 

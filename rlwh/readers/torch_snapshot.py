@@ -15,6 +15,7 @@ time, so the entry's position is the only clock and the rows say so.
 from __future__ import annotations
 
 import pickle
+import pickletools
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,6 +59,22 @@ class _PlainData(pickle.Unpickler):
         raise _Refused(f"persistent id {pid!r}")
 
 
+_ASKING_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"}
+
+
+def _asking_offset(path: Path) -> str:
+    """Byte offset of the first opcode that names a global or persistent id (only on refusal:
+    pickletools walks the opcodes in Python, and nothing is built or run)."""
+    try:
+        with open(path, "rb") as handle:
+            for opcode, _arg, position in pickletools.genops(handle):
+                if opcode.name in _ASKING_OPCODES:
+                    return f"opcode {opcode.name} at byte {position}"
+    except (ValueError, EOFError, MemoryError, OverflowError):
+        pass
+    return "offset unknown"
+
+
 def load_plain(path: Path):
     """The pickled object, or SourceError naming the file and what went wrong where."""
     size = path.stat().st_size
@@ -67,15 +84,16 @@ def load_plain(path: Path):
             return unpickler.load()
         except _Refused as exc:
             raise SourceError(
-                f"{path}: refused: the pickle asks for {exc} (near byte {handle.tell()}); a memory snapshot "
+                f"{path}: refused: the pickle asks for {exc} ({_asking_offset(path)}); a memory snapshot "
                 "is plain dicts and lists, and rlwh runs no pickle code") from None
         except EOFError as exc:
             raise SourceError(f"{path}: cut short: the pickle ends at byte {size} before it is complete ({exc})") from None
         except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError,
                 MemoryError, RecursionError, UnicodeDecodeError, OverflowError) as exc:
-            what = "cut short" if "truncated" in str(exc) else "not a readable pickle"
-            raise SourceError(f"{path}: {what} near byte {handle.tell()} of {size}: "
-                              f"{type(exc).__name__}: {exc}") from None
+            if "truncated" in str(exc):
+                raise SourceError(f"{path}: cut short: the pickle ends at byte {size} before it is complete "
+                                  f"({exc})") from None
+            raise SourceError(f"{path}: not a readable pickle ({size} bytes): {type(exc).__name__}: {exc}") from None
 
 
 def _device_kind(snapshot: dict) -> str:
