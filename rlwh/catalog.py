@@ -12,7 +12,7 @@ import duckdb
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.warehouse import connect_read
+from rlwh.warehouse import connect_read, missing_warehouse
 
 
 @dataclass
@@ -111,7 +111,7 @@ def duckdb_shell_path() -> Path:
 def shell_command(config: Config, write: bool = False) -> list[str]:
     """The argv that opens the duckdb shell on the warehouse (read-only unless `write`)."""
     if not config.db_path.exists():
-        raise RlwhError(f"no warehouse at {config.db_path}: run `rlwh ingest PROFILE_DIR` first")
+        raise missing_warehouse(config.db_path)
     argv = [str(duckdb_shell_path())]
     if not write:
         argv.append("-readonly")

@@ -253,7 +253,7 @@ def runs(config, fmt):
 
 @cli.command()
 @click.option("--run", "run_name", help="Only this run.")
-@click.option("--status", type=click.Choice(["ok", "partial", "failed", "skipped"]), help="Only this status.")
+@click.option("--status", type=click.Choice(["ok", "partial", "failed", "ignored", "skipped"]), help="Only this status.")
 @format_option
 @warehouse_options
 def sources(config, run_name, status, fmt):

@@ -34,11 +34,18 @@ def _configure(con: duckdb.DuckDBPyConnection, config: Config, memory_limit: str
     con.execute("set memory_limit = ?", [memory_limit or config.memory_limit])
 
 
+def missing_warehouse(path: Path) -> RlwhError:
+    """The error for a warehouse that is not there: most often the wrong one was picked."""
+    return RlwhError(
+        f"no warehouse at {path}: pick one with --db PATH or RLWH_DB (after `make demo`: "
+        "export RLWH_DB=demo/warehouse.duckdb), or create it with `rlwh ingest PROFILE_DIR`")
+
+
 def connect_read(config: Config) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the published warehouse; it never blocks a writer."""
     path = config.db_path
     if not path.exists():
-        raise RlwhError(f"no warehouse at {path}: run `rlwh ingest PROFILE_DIR` or `rlwh init` first")
+        raise missing_warehouse(path)
     try:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:

@@ -46,7 +46,7 @@ def test_query_error_is_clear(db):
 def test_runs_and_sources(db):
     runs = CliRunner().invoke(cli, ["runs", "--db", db, "--format", "json"])
     assert json.loads(runs.output)[0] | {"profile_dir": None, "last_ingested_at": None} == {
-        "run": "memory_data", "profile_dir": None, "last_ingested_at": None, "ranks": 1, "files": 3,
+        "run": "memory_data", "profile_dir": None, "last_ingested_at": None, "ranks": 1, "files": 4,
         "failed": 0, "partial": 0, "rows": 63}
     sources = CliRunner().invoke(cli, ["sources", "--db", db, "--status", "ok", "--format", "csv"])
     assert sources.exit_code == 0 and sources.output.count("\nmemory_data,") == 3
@@ -56,7 +56,7 @@ def test_runs_and_sources(db):
 
 def test_missing_warehouse_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["runs", "--db", str(tmp_path / "none.duckdb")])
-    assert result.exit_code == 1 and "no warehouse at" in result.output
+    assert result.exit_code == 1 and "no warehouse at" in result.output and "RLWH_DB" in result.output
 
 
 def test_sql_may_start_with_a_comment_and_hold_several_statements(db):
