@@ -35,7 +35,8 @@ expert_load as (
   select
     run,
     step,
-    role,
+    -- msprobe's layout has no role folder (role NULL): '' here so the joins below keep its rows.
+    coalesce(role, '') as role,
     rank_id,
     op_index,
     expert,
@@ -78,7 +79,7 @@ final as (
   select
     run,
     step,
-    role,
+    nullif(role, '') as role,
     rank_id,
     op_index,
     call_stats.experts,

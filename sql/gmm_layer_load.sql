@@ -55,7 +55,8 @@ expert_load as (
   select
     run,
     step,
-    role,
+    -- msprobe's layout has no role folder (role NULL): '' here so the joins below keep its rows.
+    coalesce(role, '') as role,
     rank_id,
     op_index,
     expert,
@@ -208,7 +209,7 @@ final as (
   select
     run,
     step,
-    role,
+    nullif(role, '') as role,
     rank_id,
     op_index,
     call_layers.phase,
