@@ -200,7 +200,13 @@ def write_session(config: Config) -> Iterator[WriteSession]:
             con = duckdb.connect(str(work))
         except duckdb.Error as exc:
             _remove_working_files(work)
-            raise RlwhError(f"cannot open {work} for writing: {exc}") from exc
+            first = str(exc).strip().splitlines()[0]
+            if config.db_path.exists():  # the copy is the published file's: that file is the problem
+                raise RlwhError(
+                    f"cannot open {config.db_path} as a warehouse ({first.replace(str(work), str(config.db_path))}); "
+                    "move it aside or pick another --db"
+                ) from exc
+            raise RlwhError(f"cannot open {work} for writing: {first}") from exc
         session = WriteSession(config, con, work)
         try:
             _configure(con, config, config.ingest_memory_limit)

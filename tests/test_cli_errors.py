@@ -67,3 +67,14 @@ def test_an_unreadable_sql_file_is_one_line(tmp_path):
     script.write_bytes(b"select '\xff'")
     result = CliRunner().invoke(cli, ["query", "--file", str(script), "--db", str(tmp_path / "w.duckdb")])
     assert result.exit_code == 1 and "q.sql is not UTF-8 text (byte 8)" in result.output
+
+
+def test_a_file_that_is_not_a_warehouse_is_named(tmp_path):
+    bogus = tmp_path / "notes.duckdb"
+    bogus.write_text("not a database")
+    for args in (["init"], ["query", "select 1"], ["runs"]):
+        result = CliRunner().invoke(cli, [*args, "--db", str(bogus)])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and f"cannot open {bogus}" in lines[0] and ".ingest" not in lines[0], result.output
+    assert bogus.read_text() == "not a database"  # and it is left alone
