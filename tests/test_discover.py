@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+from pathlib import Path
 
+import pytest
 from conftest import copy_fixture
 
-from rlwh.discover import discover
+from rlwh.discover import discover, place, rank_in_name
+from rlwh.sniff import HEAD_BYTES, classify_head, head_kind
 
 
 def test_classifies_every_fixture_format(tmp_path):
@@ -74,3 +79,100 @@ def test_unreadable_folder_warns(tmp_path):
         assert any("cannot read" in w for w in found.warnings)
     else:
         assert [f.kind for f in found.files] == ["torch_trace"]
+
+
+# --- generated layouts for the rules -------------------------------------------------------
+
+TRACE = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 1}]}
+
+
+@pytest.mark.parametrize("folders, want", [
+    (("actor_update", "rank0"), (0, None, "actor_update")),
+    (("actor_update", "rank_3"), (3, None, "actor_update")),
+    (("actor_update", "rank-12"), (12, None, "actor_update")),
+    (("save", "7", "critic"), (None, 7, "critic")),  # VeRL: <save_path>/<step>/<role>/
+    (("step_2", "rollout", "Rank1"), (1, 2, "rollout")),
+    (("step3", "rank0"), (0, 3, None)),
+    (("ref", "rank0", "PROF_000001_20250109", "FRAMEWORK"), (0, None, "ref")),
+    (("ranking", "stepper"), (None, None, "stepper")),  # words that merely start like rank/step
+])
+def test_place_reads_rank_step_and_role_from_folders(folders, want):
+    assert place(folders) == want
+
+
+@pytest.mark.parametrize("name, rank", [
+    ("prof_rank-0.json.gz", 0), ("bs_32_rank0.json.gz", 0), ("mtia_inference_rank_0.json.gz", 0),
+    ("sampled_rank-1.json.gz", 1), ("rank-7.Apr_03_18_51_38.1102.pt.trace.json.gz", 7), ("rank12_ascend_pt", 12),
+    ("worker0.1623143089861.pt.trace.json.gz", None), ("trace.json.gz", None), ("cranky3.json", None),
+])
+def test_rank_in_a_file_or_folder_name(name, rank):
+    assert rank_in_name(name) == rank
+
+
+@pytest.mark.parametrize("head, complete, kind", [
+    (json.dumps(TRACE).encode(), True, "chrome_object"),
+    (b'{"traceEvents": [{"ph": "X"}], "distributedInfo": {"rank": 1}}', True, "chrome_object"),  # traceEvents first
+    (b'  \n{"deviceProperties": [' + b'{"id": 0}, ' * 100, False, "chrome_object"),  # cut before traceEvents
+    (b'{"deviceProperties": [{"id": 0}]}', True, None),  # a whole file without traceEvents is no trace
+    (b'{"lr": 0.1, "traceEvents": []}', True, None),  # an object that does not start like a trace
+    (b'[{"ph": "X", "name": "aten::add", "ts": "1.0"}]', True, "chrome_array"),
+    (b'{"id":38,"table":"StringIds","value":"x"}\n{"table":"ANALYSIS_DETAILS"}\n', True, "nsys_jsonl"),
+    (b'{"Type":59,"NvtxEvent":{"Timestamp":"1"}}\n', True, "nsys_legacy_json"),
+    (b"Name,Size(KB)\n", True, None),
+    (b"", True, None),
+])
+def test_classify_head(head, complete, kind):
+    assert classify_head(head, complete) == kind
+
+
+def test_head_kind_gunzips_by_magic_and_reads_only_the_head(tmp_path):
+    big = dict(TRACE, deviceProperties=[{"id": i, "pad": "x" * 1000} for i in range(200)])
+    path = tmp_path / "whatever.bin"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"schemaVersion": 1, "deviceProperties": big["deviceProperties"],
+                            "traceEvents": TRACE["traceEvents"]}))
+    assert head_kind(path) == "chrome_object"
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(path.read_bytes()[:5000])  # a gzip stream cut early still shows its head
+    assert head_kind(cut) == "chrome_object"
+    assert len(json.dumps(big)) > HEAD_BYTES
+
+
+def test_role_skips_rank_step_and_capture_folders(tmp_path):
+    root = tmp_path / "run"
+    for rel in ("grpo/3/actor_update/rank0/trace.json", "grpo/3/actor_update/rank1/trace.json"):
+        (root / rel).parent.mkdir(parents=True)
+        (root / rel).write_text(json.dumps(TRACE))
+    rows = sorted((f.role, f.rank_id, f.step, f.capture) for f in discover(root).files)
+    assert rows == [("actor_update", 0, 3, "grpo/3/actor_update/rank0/trace.json"),
+                    ("actor_update", 1, 3, "grpo/3/actor_update/rank1/trace.json")]
+
+
+def test_a_trace_with_no_rank_anywhere_is_flagged_single_process(tmp_path):
+    root = tmp_path / "run"
+    (root / "eval").mkdir(parents=True)
+    (root / "eval" / "eager_trace.json").write_text(json.dumps(TRACE))
+    (root / "top.json").write_text(json.dumps(TRACE))
+    files = {f.rel_path: f for f in discover(root).files}
+    assert files["eval/eager_trace.json"].single_process_rank0 and files["eval/eager_trace.json"].rank_id is None
+    # At the top of the profile dir the role is the profile dir's name.
+    assert files["top.json"].role == "run"
+
+
+def test_every_file_of_a_capture_is_listed_with_the_captures_keys(tmp_path):
+    capture = tmp_path / "run" / "actor" / "rank2" / "host_7_20260101000000000_ascend_pt"
+    (capture / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (capture / "PROF_000001" / "device_2" / "data").mkdir(parents=True)
+    (capture / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").write_text("Name\n")
+    (capture / "ASCEND_PROFILER_OUTPUT" / "memory_record.csv").write_text("Component\n")
+    (capture / "PROF_000001" / "device_2" / "data" / "aicore.data.2.slice_0").write_bytes(b"\x00" * 8)
+    (capture / "logs").mkdir()
+    (capture / "logs" / "profiler.log").write_text("ok\n")
+    files = discover(tmp_path / "run").files
+    assert len(files) == 4
+    assert {(f.role, f.rank_id, f.capture) for f in files} == {
+        ("actor", 2, "actor/rank2/host_7_20260101000000000_ascend_pt")}
+    reasons = {Path(f.rel_path).name: (f.kind, f.reason) for f in files}
+    assert reasons["kernel_details.csv"][0] == "ignored" and "does not load" in reasons["kernel_details.csv"][1]
+    assert reasons["aicore.data.2.slice_0"] == ("ignored", "unknown file: not a format rlwh reads")
+    assert reasons["profiler.log"] == ("ignored", "a log file")
