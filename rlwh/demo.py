@@ -25,7 +25,8 @@ def write_demo_profile(root: Path) -> Path:
     exports of a colocated worker and GMM expert-load dumps."""
     from rlwh import synth, synth_timelines
 
-    synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS)
+    # with_stack on, as a user who asks "which line" profiles: every forward op has a stack.
+    synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55)
     for rank in range(RANKS):
         synth_timelines.write_torch_trace(
             root / "torch" / "critic" / f"prof_rank-{rank}.pt.trace.json.gz", rank=rank, world_size=RANKS)
@@ -43,7 +44,7 @@ from memory_peak order by role, rank_id, device
 """
 
 TOP_STACKS_SQL = """
-select role, rank_id, call_stack_top, name, blocks, live_mb, round(100 * share_of_peak, 1) as pct_of_peak
+select role, rank_id, user_frame, name, blocks, live_mb, round(100 * share_of_peak, 1) as pct_of_peak
 from memory_peak_breakdown
 qualify row_number() over (partition by role, rank_id, device order by live_bytes desc) <= 3
 order by role, rank_id, live_mb desc

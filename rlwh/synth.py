@@ -309,6 +309,7 @@ class _RankGenerator:
         self.end_ns = t0_ns
         self.pid = 1_800_000 + self.rng.randrange(200_000)
         self.bwd_tid = self.pid + 17  # backward ops run on autograd's thread
+        self.seq_base = 0  # autograd Sequence numbers used by earlier steps
         self.dev_pid = 2_097_152 + opts.rank_id  # "Ascend Hardware"
         self.overlap_pid = 3_550_586_784 + opts.rank_id * 4_096  # > 2**31, like the sample
         self.device = f"NPU:{opts.rank_id % 8}"
@@ -574,7 +575,11 @@ class _RankGenerator:
     def _op_draws(self, ops: dict) -> dict:
         """Which cpu_ops carry which stack, and which launch a Kernel (and its timing)."""
         n = len(ops["ts"])
-        stacked = pc.less(self._uniform(n), self.o.stacked_fraction)
+        # torch_npu writes no stack on backward ops (they run on autograd's thread), so the
+        # stacks go to forward and optimizer ops, keeping stacked_fraction of all ops.
+        forward_share = max(1.0 - 0.45, 1e-9)
+        stacked = pc.and_(pc.less(self._uniform(n), min(1.0, self.o.stacked_fraction / forward_share)),
+                          pc.not_equal(ops["phase"], 1))
         picked = _index(self._uniform(n), 1, scale=pc.take(self.stack_count, ops["gid"]))
         sid = pc.add(pc.take(self.stack_start, ops["gid"]), picked)
         launch = pc.less(self._uniform(n), KERNEL_FRACTION)
@@ -592,13 +597,24 @@ class _RankGenerator:
         a Kernel X event and its HostToDevice s/f flow for a few, then mstx/overlap."""
         n = len(ops["ts"])
         pid, dev = self.pid, self.dev_pid
-        tid = pc.if_else(pc.equal(ops["phase"], 1), str(self.bwd_tid), str(pid))
+        backward = pc.equal(ops["phase"], 1)
+        tid = pc.if_else(backward, str(self.bwd_tid), str(pid))
         ts = _us_text(ops["ts"])
+        # Autograd links as torch_npu writes them: forward op i has Sequence number i and
+        # Fwd thread id 0; backward ops run mirror-wise, the k-th is the node of forward op
+        # nf - 1 - k (Fwd thread id 1); optimizer ops have -1. Numbers grow across steps.
+        index = pa.array(range(n), pa.int64())
+        nf = pc.sum(pc.equal(ops["phase"], 0)).as_py() or 0
+        mirror = pc.subtract(2 * nf - 1, index)
+        seq = pc.if_else(pc.equal(ops["phase"], 0), index,
+                         pc.if_else(pc.and_(backward, pc.greater_equal(mirror, 0)), mirror, -1))
+        seq = pc.if_else(pc.equal(seq, -1), seq, pc.add(seq, self.seq_base))
+        self.seq_base += nf
         self._emit(trace, pc.binary_join_element_wise(
             ',\n{"ph": "X", "name": "', pc.take(self.name_array, ops["gid"]),
             f'", "pid": {pid}, "tid": ', tid, ', "ts": "', ts, '", "dur": ', _us_text(ops["dur"]),
-            ', "cat": "cpu_op", "args": {"Sequence number": ', pc.cast(pa.array(range(n), pa.int64()), pa.string()),
-            ', "Fwd thread id": 0', pc.take(self.stack_args, d["stack"]), "}}",
+            ', "cat": "cpu_op", "args": {"Sequence number": ', pc.cast(seq, pa.string()),
+            ', "Fwd thread id": ', pc.if_else(backward, "1", "0"), pc.take(self.stack_args, d["stack"]), "}}",
             "", null_handling="replace", null_replacement=""))
 
         if len(d["kernel_id"]):

@@ -68,8 +68,8 @@ def write_torch_trace(path: Path, *, rank: int, world_size: int, steps: int = 3,
                 t += dur + rng.randrange(1_000, 5_000)
             events.append({"ph": "X", "cat": "user_annotation", "name": phase, "pid": pid, "tid": tid,
                            "ts": _us(phase_start), "dur": _us(t - phase_start), "args": {}})
-        for frame in frames:
-            frame["dur"] = _us(t - step_start + 1_000)
+        for depth, frame in enumerate(frames):  # nested in time, as a real thread's frames are
+            frame["dur"] = _us(t - step_start + 1_000 - 2 * depth)
         t += 20_000 + rank * 3_000  # rank 1 is a little slower
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
                        "tid": tid, "ts": _us(step_start), "dur": _us(t - step_start), "args": {}})
