@@ -273,6 +273,11 @@ def _load(con, run: str, p: _Planned, parsed: dict) -> FileResult:
             if set(rank) - {"role", "rank_id"} and role is not None and rank_id is not None:
                 _insert_rank(con, run, p, {**rank, "role": role, "rank_id": rank_id})
                 rows += 1
+            facts = [t for t in job.fills if t in FACT_TABLES and t != "ranks"]
+            if facts and not any(parsed["rows"].get(t) for t in facts) and parsed["message"] is None:
+                loaded = "only its ranks row was loaded" if rows else "nothing was loaded from it"
+                message = _with_notes(f"{s.rel_path}: holds none of the rows a {s.kind} file gives "
+                                      f"({', '.join(facts)}); {loaded}", message)
         _upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
         con.execute("commit")
     except (duckdb.Error, RlwhError) as exc:

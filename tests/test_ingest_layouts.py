@@ -70,3 +70,13 @@ def test_a_tree_with_only_ignored_files_writes_nothing(tmp_path, config):
     summary = ingest(root, config)
     assert summary.results == [] and "no profiler files" in summary.warnings[0]
     assert not config.db_path.exists()
+
+
+def test_a_file_without_the_rows_its_format_gives_says_so(tmp_path, config):
+    root = tmp_path / "run" / "actor"
+    root.mkdir(parents=True)
+    (root / "prof_rank-0.json").write_text('{"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": []}')
+    ingest(tmp_path / "run", config)
+    status, rows, message = read_db(config).execute("select status, rows, message from sources").fetchone()
+    assert (status, rows) == ("ok", 1)  # its ranks row
+    assert message.startswith("actor/prof_rank-0.json: holds none of the rows a torch_trace file gives (cpu_ops")
