@@ -37,11 +37,11 @@ from rank_skew where run = $run
 order by role, rank_id
 """
 
-# {frame}: user_frame once memory_peak_breakdown has it (the innermost frame outside
-# library code, the line a user would change), else call_stack_top.
+# {frames}: user_frame first where memory_peak_breakdown has it (the innermost frame
+# outside library code, the line a user would change), then call_stack_top.
 TOP_STACKS = """
 select role, rank_id, round(live_bytes / 1048576, 1) as live_mib,
-  round(100 * share_of_peak, 1) as pct_of_peak, name as op, {frame} as {frame}
+  round(100 * share_of_peak, 1) as pct_of_peak, name as op, {frames}
 from memory_peak_breakdown where run = $run
 qualify row_number() over (partition by role, rank_id order by live_bytes desc, name) <= {top}
 order by role, rank_id, live_bytes desc, name
@@ -88,15 +88,17 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
     name, profile_dir, ingested_at, files, failed, partial = facts.rows[0]
     header = (f"run {name}: {files} files ({failed} failed, {partial} partial), "
               f"last ingested {str(ingested_at)[:19]} UTC from {profile_dir}")
-    frame = "user_frame" if query(config, HAS_USER_FRAME).rows[0][0] else "call_stack_top"
+    by_user_frame = bool(query(config, HAS_USER_FRAME).rows[0][0])
+    frames = "user_frame, call_stack_top" if by_user_frame else "call_stack_top"
     params = {"run": run}
     return RunSummary(run, header, [
         Section("Per role and rank: peak live memory and time in role, against the role's median",
                 query(config, PER_RANK, params), "no memory or role spans for this run"),
         Section("Stragglers (time > 1.1 x median) and memory outliers (peak outside 0.9-1.1 x median)",
                 query(config, f"select * from ({PER_RANK}) where flags is not null", params), "none"),
-        Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, by {frame})",
-                query(config, TOP_STACKS.format(frame=frame, top=TOP_STACKS_PER_RANK), params),
+        Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}"
+                f"{', user_frame first' if by_user_frame else ''})",
+                query(config, TOP_STACKS.format(frames=frames, top=TOP_STACKS_PER_RANK), params),
                 "no memory records for this run"),
         Section("Files that failed or loaded only in part", query(config, BAD_FILES, params),
                 "none: every file loaded whole"),
