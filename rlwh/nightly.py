@@ -17,8 +17,6 @@ not recomputed while its data is unchanged.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +26,7 @@ from rlwh.compare import RankMetrics, Regression, find_regressions  # noqa: F401
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest import ingest
+from rlwh.nightly_state import STATE_NAME, load_state, save_state  # noqa: F401 (re-exported)
 from rlwh.report_queries import RUNS
 from rlwh.warehouse import connect_read
 
@@ -36,7 +35,6 @@ EXIT_REGRESSION = exitcodes.REGRESSION
 EXIT_INGEST_FAILED = exitcodes.FAILED
 EXIT_PARTIAL = exitcodes.PARTIAL
 EXIT_NOTHING_FOUND = exitcodes.NOTHING_FOUND
-STATE_NAME = "nightly.json"
 
 
 def run_prefix(run: str) -> str:
@@ -130,25 +128,6 @@ class NightlyResult:
         return exitcodes.most_severe(r.exit_code for r in self.runs)
 
 
-def load_state(index: Path) -> dict:
-    """nightly.json beside the index; {} when missing or unreadable (it is only a cache)."""
-    try:
-        state = json.loads((Path(index).parent / STATE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(state, dict) or not isinstance(state.get("runs", {}), dict):
-        return {}
-    return state
-
-
-def _save_state(index: Path, state: dict) -> None:
-    path = Path(index).parent / STATE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _run_dirs(root: Path) -> list[Path]:
     """Immediate subdirectories in name order: runs that arrive the same night are first
     ingested in that order (names usually carry a date or a sequence; mtimes of copied
@@ -234,7 +213,7 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
                 failed = f", {o.failed_files} file(s) failed" if o.failed_files else ""
                 partial = f", {o.partial_files} file(s) partial" if o.partial_files else ""
                 state["runs"][o.run]["status"] = o.status + failed + partial
-        _save_state(index, state)
+        save_state(index, state)
         report.write_index(s, index, reports, state)
     finally:
         con.close()
