@@ -7,6 +7,7 @@ a fresh machine with no profiler, no torch and no ../shared.
 from __future__ import annotations
 
 import shutil
+from datetime import datetime, timezone
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from rlwh.formatting import as_table
 from rlwh.ingest import ingest
 
 ROLES = ("actor_update", "rollout")
+CAPTURE_TIME = "20260526_085155"  # when the demo job's first Ascend capture starts (UTC)
 RANKS = 2
 
 
@@ -26,10 +28,15 @@ def write_demo_profile(root: Path) -> Path:
     from rlwh import synth, synth_timelines
 
     # with_stack on, as a user who asks "which line" profiles: every forward op has a stack.
-    synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55)
+    synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55,
+                               capture_time=CAPTURE_TIME)
+    # One job, one clock: the critic's traces start ten minutes after the last Ascend role.
+    critic_at_ns = int(datetime.strptime(CAPTURE_TIME, "%Y%m%d_%H%M%S").replace(tzinfo=timezone.utc).timestamp()
+                       + 600 * len(ROLES)) * 1_000_000_000
     for rank in range(RANKS):
         synth_timelines.write_torch_trace(
-            root / "torch" / "critic" / f"prof_rank-{rank}.pt.trace.json.gz", rank=rank, world_size=RANKS)
+            root / "torch" / "critic" / f"prof_rank-{rank}.pt.trace.json.gz", rank=rank, world_size=RANKS,
+            start_ns=1_000_000, base_ns=critic_at_ns - 1_000_000)
         synth_timelines.write_nvtx_export(
             root / "nvtx" / f"worker_process_{7000 + rank}.1.jsonl", rank=rank,
             roles={"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200})

@@ -25,58 +25,93 @@ def _us(ns: int) -> float:
 
 
 def write_torch_trace(path: Path, *, rank: int, world_size: int, steps: int = 3, seed: int = 0,
-                      start_ns: int = 5_138_299_378_167_000, gz: bool = True) -> Path:
-    """A Kineto trace: python_function nesting, cpu_ops, annotations and [memory] events."""
+                      start_ns: int = 5_138_299_378_167_000, gz: bool = True, with_addr: bool = True,
+                      base_ns: int = BASE_NS) -> Path:
+    """A Kineto trace shaped like a real training step: python_function frames nested in
+    time on the main thread, forward cpu_ops with autograd Sequence numbers, the backward
+    pass on autograd's own thread (an `autograd::engine::evaluate_function: ...Backward0`
+    node per forward op, Fwd thread id 1, no python frames), activations allocated in
+    forward and freed on the backward thread, addresses reused by the caching allocator,
+    a few blocks never freed and a few frees of memory allocated before the capture. Like
+    Kineto, the file holds each thread's events together, not in time order.
+    with_addr=False writes "[memory]" events without "Addr", as PyTorch 1.8 did. Times are
+    start_ns after baseTimeNanoseconds = base_ns, as Kineto writes them."""
     rng = random.Random(seed * 1000 + rank)
     pid = tid = 4000 + rank
-    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}}]
+    bwd_tid = pid + 1
+    main: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}}]
+    autograd: list[dict] = []
     t = start_ns
-    py_id = 0
-    addr_free: list[int] = []
-    live: dict[int, int] = {}
-    next_addr, allocated = 0x7F0000000000, 0
+    py_id = seq = 0
+    alloc = _Allocator(pid, rank, with_addr)
+    for addr in (0x7E0000000000, 0x7E0000100000):  # allocated before the capture began
+        main.append(alloc.free_foreign(t + 500, addr, 1 << 20))
     for step in range(steps):
         step_start = t
         parent = None
         for depth, frame in enumerate(_FRAMES):
             py_id += 1
-            events.append({"ph": "X", "cat": "python_function", "name": frame, "pid": pid, "tid": tid,
-                           "ts": _us(t + depth), "dur": 0, "args": {"Python id": py_id, "Python parent id": parent}})
+            main.append({"ph": "X", "cat": "python_function", "name": frame, "pid": pid, "tid": tid,
+                         "ts": _us(t + depth), "dur": 0, "args": {"Python id": py_id, "Python parent id": parent}})
             parent = py_id
-        frames = events[-len(_FRAMES):]
+        frames = main[-len(_FRAMES):]
         t += 10_000
-        for phase in ("forward", "backward"):
-            phase_start = t
-            for _ in range(rng.randrange(20, 40)):
-                op = rng.choice(_OPS)
-                dur = rng.randrange(5_000, 40_000)
-                events.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": pid, "tid": tid, "ts": _us(t),
-                               "dur": _us(dur), "args": {"External id": len(events)}})
-                if op in ("aten::empty", "aten::zeros", "aten::addmm", "aten::linear") or rng.random() < 0.3:
-                    size = rng.choice([512, 4096, 1 << 20, 8 << 20, 64 << 20]) * (2 if phase == "forward" else 1)
-                    addr = addr_free.pop() if addr_free and rng.random() < 0.5 else next_addr
-                    next_addr += size
-                    live[addr] = size
-                    allocated += size
-                    events.append(_memory(pid, tid, t + dur // 3, size, addr, allocated, rank))
-                if live and (phase == "backward" or rng.random() < 0.3):
-                    addr = rng.choice(sorted(live))
-                    size = live.pop(addr)
-                    allocated -= size
-                    addr_free.append(addr)
-                    events.append(_memory(pid, tid, t + dur - 100, -size, addr, allocated, rank))
-                t += dur + rng.randrange(1_000, 5_000)
-            events.append({"ph": "X", "cat": "user_annotation", "name": phase, "pid": pid, "tid": tid,
-                           "ts": _us(phase_start), "dur": _us(t - phase_start), "args": {}})
+        forward_start, forward = t, []
+        for _ in range(rng.randrange(20, 40)):
+            op, dur = rng.choice(_OPS), rng.randrange(5_000, 40_000)
+            seq += 1
+            main.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": pid, "tid": tid, "ts": _us(t),
+                         "dur": _us(dur), "args": {"External id": len(main), "Sequence number": seq,
+                                                    "Fwd thread id": 0}})
+            kept = []
+            if op in ("aten::empty", "aten::zeros", "aten::addmm", "aten::linear") or rng.random() < 0.3:
+                size = rng.choice([512, 4096, 1 << 20, 8 << 20, 64 << 20]) * 2
+                main.append(alloc.allocate(tid, t + dur // 3, size))
+                if rng.random() < 0.3:  # a temporary, freed inside the op
+                    main.append(alloc.free(tid, t + dur - 100, alloc.last))
+                elif rng.random() > 0.01:  # an activation, freed by the backward pass
+                    kept.append(alloc.last)
+            forward.append((op, seq, kept))
+            t += dur + rng.randrange(1_000, 5_000)
+        main.append({"ph": "X", "cat": "user_annotation", "name": "forward", "pid": pid, "tid": tid,
+                     "ts": _us(forward_start), "dur": _us(t - forward_start), "args": {}})
+        backward_start = t = t + 2_000
+        for op, op_seq, kept in reversed(forward):
+            dur = rng.randrange(8_000, 50_000)
+            node = op.split("::")[-1].capitalize() + "Backward0"
+            autograd.append({"ph": "X", "cat": "cpu_op", "name": f"autograd::engine::evaluate_function: {node}",
+                             "pid": pid, "tid": bwd_tid, "ts": _us(t), "dur": _us(dur),
+                             "args": {"Sequence number": op_seq, "Fwd thread id": 1}})
+            if rng.random() < 0.6:  # the gradient, made by an op inside the node
+                autograd.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": bwd_tid,
+                                 "ts": _us(t + 1_000), "dur": _us(dur // 2), "args": {"Sequence number": -1,
+                                                                                      "Fwd thread id": 0}})
+                autograd.append(alloc.allocate(bwd_tid, t + 1_000 + dur // 4, rng.choice([4096, 1 << 20, 8 << 20])))
+                grad = alloc.last
+            else:
+                grad = None
+            for block in kept:  # events in time order, so each one's totals are right
+                autograd.append(alloc.free(bwd_tid, t + dur - 200, block))
+            if grad is not None:
+                autograd.append(alloc.free(bwd_tid, t + dur - 50, grad))
+            t += dur + rng.randrange(1_000, 3_000)
+        main.append({"ph": "X", "cat": "user_annotation", "name": "backward", "pid": pid, "tid": tid,
+                     "ts": _us(backward_start), "dur": _us(t - backward_start), "args": {}})
+        main.append({"ph": "X", "cat": "python_function", "name": "<built-in method run_backward>", "pid": pid,
+                     "tid": tid, "ts": _us(backward_start - 1_000), "dur": _us(t - backward_start + 1_500),
+                     "args": {"Python id": py_id + 1, "Python parent id": parent}})
+        py_id += 1
         for depth, frame in enumerate(frames):  # nested in time, as a real thread's frames are
             frame["dur"] = _us(t - step_start + 1_000 - 2 * depth)
         t += 20_000 + rank * 3_000  # rank 1 is a little slower
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
-                       "tid": tid, "ts": _us(step_start), "dur": _us(t - step_start), "args": {}})
+        main.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
+                     "tid": tid, "ts": _us(step_start), "dur": _us(t - step_start), "args": {}})
+    main.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
+                 "ts": _us(start_ns), "dur": _us(t - start_ns), "args": {"Op count": 0}})
     trace = {
         "schemaVersion": 1, "deviceProperties": [], "with_stack": 1, "profile_memory": 1,
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
-        "baseTimeNanoseconds": BASE_NS, "traceEvents": events, "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": base_ns, "traceEvents": main + autograd, "displayTimeUnit": "ms",
     }
     data = json.dumps(trace).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,10 +119,44 @@ def write_torch_trace(path: Path, *, rank: int, world_size: int, steps: int = 3,
     return path
 
 
-def _memory(pid, tid, ts_ns, size, addr, allocated, rank) -> dict:
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": pid, "tid": tid,
-            "ts": _us(ts_ns), "args": {"Total Reserved": max(allocated, 0) + (256 << 20), "Total Allocated": allocated,
-                                       "Bytes": size, "Device Id": rank, "Device Type": 1, "Addr": addr}}
+class _Allocator:
+    """A caching allocator's [memory] events: addresses reused after a free, running totals."""
+
+    def __init__(self, pid: int, rank: int, with_addr: bool):
+        self.pid, self.rank, self.with_addr = pid, rank, with_addr
+        self.free_addrs: list[int] = []
+        self.sizes: dict[int, int] = {}
+        self.next_addr, self.allocated, self.last = 0x7F0000000000, 0, 0
+
+    def allocate(self, tid: int, ts_ns: int, size: int) -> dict:
+        fits = [a for a in self.free_addrs if self.sizes.get(a, 0) >= size]
+        addr = fits[0] if fits else self.next_addr
+        if fits:
+            self.free_addrs.remove(addr)
+        else:
+            self.next_addr += size
+        self.sizes[addr] = max(size, self.sizes.get(addr, 0))
+        self.allocated += size
+        self.last = (addr, size)
+        return self._event(tid, ts_ns, size, addr)
+
+    def free(self, tid: int, ts_ns: int, block: tuple[int, int]) -> dict:
+        addr, size = block
+        self.allocated -= size
+        self.free_addrs.append(addr)
+        return self._event(tid, ts_ns, -size, addr)
+
+    def free_foreign(self, ts_ns: int, addr: int, size: int) -> dict:
+        """A free of a block allocated before the capture: no allocation precedes it."""
+        return self._event(self.pid, ts_ns, -size, addr)
+
+    def _event(self, tid: int, ts_ns: int, size: int, addr: int) -> dict:
+        args = {"Total Reserved": max(self.allocated, 0) + (256 << 20), "Total Allocated": self.allocated,
+                "Bytes": size, "Device Id": self.rank, "Device Type": 1}
+        if self.with_addr:
+            args["Addr"] = addr
+        return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": self.pid, "tid": tid,
+                "ts": _us(ts_ns), "args": args}
 
 
 def write_nvtx_export(path: Path, *, rank: int, roles: dict[str, int], start_ns: int = 6_589_107_243_593_703,

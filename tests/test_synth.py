@@ -216,3 +216,33 @@ def test_autograd_links_like_torch_npu(tmp_path):
                          " from memory_peak_breakdown").fetchone()
     assert share > 0.85
     assert con.execute("select count(*) from memory_alloc_stack where stack_source = 'forward_op'").fetchone()[0] > 50
+
+
+def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path):
+    """Frees on the autograd thread, file grouped by thread, forward-op links, orphan frees,
+    address reuse, and the invariant; without Addr the timeline is the running sum."""
+    import duckdb
+
+    from rlwh import synth_timelines
+    from rlwh.config import Config
+    from rlwh.ingest import ingest
+
+    for with_addr in (True, False):
+        root = tmp_path / f"addr-{with_addr}"
+        synth_timelines.write_torch_trace(root / "critic" / "prof_rank-0.pt.trace.json.gz", rank=0, world_size=1,
+                                          with_addr=with_addr)
+        db = root / "w.duckdb"
+        ingest(root, Config(db_path=db, workers=1))
+        con = duckdb.connect(str(db), read_only=True)
+        assert con.execute("select count(*) from memory_timeline where allocator_live_bytes > allocator_allocated_bytes"
+                           ).fetchone()[0] == 0
+        threads = con.execute("select count(distinct tid) from torch_memory_events where bytes < 0").fetchone()[0]
+        assert threads == 2
+        if with_addr:
+            sources = dict(con.execute("select stack_source, count(*) from memory_blocks group by 1").fetchall())
+            assert sources.get("forward_op", 0) > 10 and sources.get("op", 0) > 10
+            assert con.execute("select sum(orphan_frees) from torch_memory_orphan_frees").fetchone()[0] == 2
+        else:
+            assert con.execute("select count(*) from memory_blocks").fetchone()[0] == 0
+            assert con.execute("select count(*) from memory_timeline").fetchone()[0] > 0
+        con.close()
