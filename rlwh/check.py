@@ -154,6 +154,8 @@ def _ascend_info(f: SourceFile, head: bytes) -> list[Problem]:
         return [Problem(f.rel_path, f"{f.rel_path}: not UTF-8 text (byte {exc.start})", True)]
     except (OSError, json.JSONDecodeError) as exc:
         return [Problem(f.rel_path, f"{f.rel_path}: invalid JSON ({exc})", True)]
+    except RecursionError:
+        return [Problem(f.rel_path, f"{f.rel_path}: JSON nested too deeply to read", True)]
     if not isinstance(data, dict):
         return [Problem(f.rel_path, f"{f.rel_path}: expected a JSON object at the top level", True)]
     return []

@@ -174,10 +174,10 @@ def place(folders: tuple[str, ...]) -> tuple[int | None, int | None, str | None]
 
 def _read_json_quietly(path: Path) -> dict:
     try:
-        if path.stat().st_size > 1 << 20:  # profiler_info/metadata are a few KB
+        if not path.is_file() or path.stat().st_size > 1 << 20:  # a FIFO would block; these are a few KB
             return {}
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # the reader names what is wrong with it
         return {}
     return data if isinstance(data, dict) else {}
 

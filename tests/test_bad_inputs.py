@@ -512,7 +512,7 @@ def test_symlink_loops_are_walked_once(tmp_path):
     assert result.exit_code == 0, result.output
     assert "symlink loop" in result.output and str(root / "good" / "again") in result.output
     _assert_good_rows_in(db)  # once, not once per way round the loop
-    assert _scalar(db, "select count(*) from sources") == 3
+    assert _scalar(db, "select count(*) from sources where status <> 'ignored'") == 3
 
 
 def test_a_folder_name_that_is_not_utf8_is_named_and_the_rest_loads(tmp_path):
@@ -541,7 +541,7 @@ def test_duplicate_ranks_stay_apart_by_capture(tmp_path):
     assert result.exit_code == 0, result.output
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("select capture, count(*) from memory_records group by 1 order by 1").fetchall() == [
-        (GOOD_RANK_DIR, 49), ("20260527_000000_ascend_pt", 49)]
+        (f"actor/{GOOD_RANK_DIR}", 49), ("actor/20260527_000000_ascend_pt", 49)]  # capture: path in the profile
     assert con.execute("select count(*), count(distinct capture) from ranks where rank_id = 0").fetchone() == (2, 2)
     con.close()
 
