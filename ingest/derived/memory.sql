@@ -10,7 +10,8 @@
 -- Every cpu_op of the key with the stack its allocations get. An autograd node is a
 -- backward op with seq_no >= 0 and fwd_tid > 0; its forward op is the op with the same
 -- seq_no and fwd_tid 0 that started last at or before the node (the pairs of Kineto's
--- fwdbwd flow events). An op inside a node on its thread (the node included) gets the
+-- fwdbwd flow events; of forward ops starting in the same ns, one with a stack, then the
+-- lowest stack_id; of nodes starting together on a thread, the longest). An op inside a node on its thread (the node included) gets the
 -- forward op's stack: 'forward_op' (the code that made the tensor the backward pass works
 -- on; Ascend writes no stack on backward threads). Otherwise its own stack: 'op'.
 create or replace temp table _key_op_stacks as
@@ -22,11 +23,17 @@ with ops as (
 ),
 
 nodes as (
-  select tid, ts_ns, coalesce(dur_ns, 0) as dur_ns, seq_no from ops where seq_no >= 0 and fwd_tid > 0
+  -- One node per (thread, start): the longest, then the lowest seq_no.
+  select tid, ts_ns, arg_max(seq_no, [coalesce(dur_ns, 0), -seq_no]) as seq_no, max(coalesce(dur_ns, 0)) as dur_ns
+  from ops where seq_no >= 0 and fwd_tid > 0
+  group by tid, ts_ns
 ),
 
 forward_ops as (
-  select seq_no, ts_ns, stack_id from ops where seq_no >= 0 and coalesce(fwd_tid, 0) = 0
+  -- One forward op per (seq_no, start): one with a stack, then the lowest stack_id.
+  select seq_no, ts_ns, min(stack_id) as stack_id
+  from ops where seq_no >= 0 and coalesce(fwd_tid, 0) = 0
+  group by seq_no, ts_ns
 ),
 
 node_stacks as (
