@@ -58,6 +58,9 @@ class IngestSummary:
     profile_dir: str
     results: list[FileResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Files rlwh does not load (status ignored in sources, with the reason), apart from
+    # `results` so counts and exit statuses are about the files that were read.
+    ignored: list[FileResult] = field(default_factory=list)
     seconds: float = 0.0
 
     def count(self, status: str) -> int:
@@ -400,7 +403,8 @@ def ingest(
         summary.seconds = time.perf_counter() - started
         return summary
     if _nothing_changed(config, run, planned):
-        summary.results = [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size) for p in planned]
+        summary.results = [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size)
+                           for p in planned if not p.source.ignored]
         summary.seconds = time.perf_counter() - started
         return summary
     total_bytes = sum(p.size for p in planned)
@@ -412,13 +416,14 @@ def ingest(
         for p in planned:
             source_id = known[p.source.rel_path][0] if p.source.rel_path in known else None
             if _is_unchanged(known.get(p.source.rel_path), p):
-                summary.results.append(FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size))
+                if not p.source.ignored:
+                    summary.results.append(FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size))
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
                 continue
             p.loaded_before = source_id is not None
             p.source_id = source_id or con.execute("select nextval('_source_ids')").fetchone()[0]
             if p.source.ignored:
-                summary.results.append(_load(con, run, p, _ignored_result(p.source.reason)))
+                summary.ignored.append(_load(con, run, p, _ignored_result(p.source.reason)))
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
                 continue
             if p.source.problem:

@@ -105,7 +105,7 @@ def test_reingest_unchanged_is_a_skip(memory_profile, config):
     before = _counts(config)
     mtime = config.db_path.stat().st_mtime_ns
     summary = ingest(memory_profile, config)
-    assert summary.count("unchanged") == 4 and summary.rows == 0  # profiler_metadata.json too
+    assert summary.count("unchanged") == 3 and summary.rows == 0
     assert _counts(config) == before
     assert config.db_path.stat().st_mtime_ns == mtime  # not even rewritten
 
