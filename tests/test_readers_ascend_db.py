@@ -153,7 +153,7 @@ def test_the_file_is_never_written(tmp_path):
         shutil.copy(db_path(0).with_name(name), folder / name)
         (folder / name).chmod(0o444)
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()}
-    folder.chmod(0o555)  # no journal or lock file could be created
+    folder.chmod(0o555)  # a user other than root could create no journal or lock file here
     try:
         outcome, rows = read(ascend_db, folder / "ascend_pytorch_profiler_0.db", tmp_path)
     finally:
