@@ -247,3 +247,28 @@ def test_rank_dir_with_both_exports_says_which_it_loaded(tmp_path, config):
         assert con.execute("select count(*) from memory_records").fetchone()[0] == 2 * 184
     finally:
         con.close()
+
+
+def test_mstx_rows_of_pytorch_api_become_ranges(tmp_path):
+    """The fixture has no mstx rows: a copy gets a range and a mark as torch_npu writes them
+    (PYTORCH_API type 50004, ENUM_API_TYPE 'mstx', the message in STRING_IDS)."""
+    path = tmp_path / "ascend_pytorch_profiler_0.db"
+    shutil.copy(db_path(0), path)
+    path.chmod(0o644)
+    con = sqlite3.connect(path)
+    (mstx,), = con.execute("select id from ENUM_API_TYPE where name = 'mstx'").fetchall()
+    (top,), = con.execute("select max(id) from STRING_IDS").fetchall()
+    con.executemany("insert into STRING_IDS values (?, ?)", [(top + 1, "rollout"), (top + 2, "weights synced")])
+    global_tid = (3136493 << 32) + 3136500
+    con.executemany("insert into PYTORCH_API (startNs, endNs, globalTid, name, type) values (?, ?, ?, ?, ?)", [
+        ("1736410576400000000", "1736410576500000123", global_tid, top + 1, mstx),
+        ("1736410576450000000", "1736410576450000000", global_tid, top + 2, mstx)])
+    con.commit()
+    con.close()
+    outcome, rows = read(ascend_db, path, tmp_path)
+    assert outcome.status == "ok"
+    assert [(r["name"], r["start_ns"], r["end_ns"], r["pid"], r["tid"], r["domain"])
+            for r in rows["ranges"] if r["source"] == "mstx"] == [
+        ("rollout", 1736410576400000000, 1736410576500000123, 3136493, 3136500, "default"),
+        ("weights synced", 1736410576450000000, 1736410576450000000, 3136493, 3136500, "default")]
+    assert len(rows["cpu_ops"]) == 860  # mstx rows are no cpu_ops

@@ -2,7 +2,7 @@
 of the same capture lands: memory_records (OP_MEMORY), memory_usage (MEMORY_RECORD),
 npu_module_memory (NPU_MODULE_MEM), step_times (STEP_TIME, with analysis.db's StepTraceTime
 beside it for the stage times), cpu_ops and call_stacks (PYTORCH_API, PYTORCH_CALLCHAINS)
-and overlap ranges (OVERLAP_ANALYSIS), spelled as the text export spells them.
+and ranges (PYTORCH_API's mstx rows, OVERLAP_ANALYSIS), spelled as the text export spells them.
 
 The file is opened read-only and immutable through sqlite3's URI, so SQLite writes
 nothing (no journal, no lock) even on a shared file system. The db stores text as
@@ -271,11 +271,16 @@ def _step_times(r: _Reader) -> None:
         r.rows += len(rows)
 
 
+def _api_type(r: _Reader, name: str, default: int) -> int:
+    """PYTORCH_API.type id of `name` (op, mstx, ...) by ENUM_API_TYPE; the documented id without it."""
+    if "ENUM_API_TYPE" not in r.tables:
+        return default
+    return {n: i for i, n in r.con.execute("select id, name from ENUM_API_TYPE")}.get(name, default)
+
+
 def _cpu_ops(r: _Reader, strings: dict[int, str]) -> None:
     """PYTORCH_API rows of type 'op' (the text export's cpu_op events) and their call chains."""
-    op_type = 50001
-    if "ENUM_API_TYPE" in r.tables:
-        op_type = dict((n, i) for i, n in r.con.execute("select id, name from ENUM_API_TYPE")).get("op", op_type)
+    op_type = _api_type(r, "op", 50001)
     stack_ids: dict[int, int] = {}
     stacks: dict[int, dict] = {}
     if "PYTORCH_CALLCHAINS" in r.tables:
@@ -308,6 +313,22 @@ def _cpu_ops(r: _Reader, strings: dict[int, str]) -> None:
           "select startNs, endNs, globalTid, name, callchainId, sequenceNumber, fwdThreadId"
           " from PYTORCH_API where type = ? order by rowid",
           convert, (op_type,))
+
+
+def _mstx_ranges(r: _Reader, strings: dict[int, str]) -> None:
+    """PYTORCH_API rows of type 'mstx' (torch_npu's mstx.mark / range_start..range_end): a
+    mark has endNs = startNs. The table names no domain, so every range is 'default'."""
+
+    def convert(row, _position):
+        global_tid = _int(row[2], "globalTid")
+        return {"source": "mstx", "domain": "default", "name": strings.get(row[3]),
+                "start_ns": _int(row[0], "startNs"), "end_ns": _int(row[1], "endNs"),
+                "pid": None if global_tid is None else global_tid >> 32,
+                "tid": None if global_tid is None else global_tid & 0xFFFFFFFF, "thread": None}
+
+    r.run("PYTORCH_API mstx", "ranges",
+          "select startNs, endNs, globalTid, name from PYTORCH_API where type = ? order by rowid",
+          convert, (_api_type(r, "mstx", 50004),))
 
 
 def _overlap_ranges(r: _Reader) -> None:
@@ -345,6 +366,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
                  ("NPU_MODULE_MEM", lambda: _npu_module_memory(reader)),
                  ("STEP_TIME", lambda: _step_times(reader)),
                  ("PYTORCH_API", lambda: _cpu_ops(reader, strings)),
+                 ("PYTORCH_API", lambda: _mstx_ranges(reader, strings)),
                  ("OVERLAP_ANALYSIS", lambda: _overlap_ranges(reader))]
         for table, step in steps:
             if table in reader.tables or table == "STEP_TIME":
