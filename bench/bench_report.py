@@ -20,6 +20,7 @@ if str(REPO) not in sys.path:
 
 from rlwh import derive, report  # noqa: E402
 from rlwh.config import Config  # noqa: E402
+from rlwh.report import run as report_run  # noqa: E402
 from rlwh.schema import migrate  # noqa: E402
 
 RUN, ROLE, CAPTURE = "bench-report", "actor_update", "20260101_000000_ascend_pt"
@@ -102,15 +103,15 @@ def bench_report(tmp: Path, allocations: int = 1_000_000) -> list[dict]:
     build_warehouse(db, allocations)
     build_s = time.perf_counter() - started
     config = Config(db_path=db, reports_dir=tmp / "report_out", memory_limit="1GB", threads=2)
-    skew, panels = _Timed(report.ReportSession.skew), _Timed(report.memory_panels)
+    skew, panels = _Timed(report.ReportSession.skew), _Timed(report_run.memory_panels)
     report.ReportSession.skew = lambda self, run: skew(self, run)
-    report.memory_panels = panels
+    report_run.memory_panels = panels
     try:
         started = time.perf_counter()
         pages = report.build_report(config, out=tmp / "report_out", run=RUN)
         render_s = time.perf_counter() - started
     finally:
-        report.ReportSession.skew, report.memory_panels = skew.func, panels.func
+        report.ReportSession.skew, report_run.memory_panels = skew.func, panels.func
     results = [
         {"name": "report_build_warehouse", "allocations": allocations, "wall_s": round(build_s, 2)},
         {"name": "report_render_run", "allocations": allocations, "pages": len(pages), "wall_s": round(render_s, 2),

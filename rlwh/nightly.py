@@ -27,7 +27,7 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest import ingest
 from rlwh.nightly_state import STATE_NAME, load_state, save_state  # noqa: F401 (re-exported)
-from rlwh.report_queries import RUNS
+from rlwh.report.queries import RUNS
 from rlwh.warehouse import connect_read
 
 EXIT_CLEAN = exitcodes.OK

@@ -17,10 +17,12 @@ import pytest
 from conftest import FIXTURES, REPO
 from jinja2 import meta
 
-from rlwh import derive, report, report_queries
+from rlwh import derive, report
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest import ingest
+from rlwh.report import queries as report_queries
+from rlwh.report import render as report_render
 from rlwh.schema import migrate
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -233,13 +235,13 @@ def test_memory_compare_marks_outliers(demo):
 
 def test_contexts_have_help_and_cover_their_templates(tmp_path, monkeypatch):
     seen: dict[str, report.Page] = {}
-    original = report.render_page
+    original = report_render.render_page
 
     def spy(template, context):
         seen.setdefault(template, context)
         return original(template, context)
 
-    monkeypatch.setattr(report, "render_page", spy)
+    monkeypatch.setattr(report_render, "render_page", spy)
     build_hostile_report(tmp_path)
     assert set(seen) == {"index.html", "memory_timeline.html", "role_timeline.html", "gmm_heatmap.html",
                          "memory_compare.html", "nightly_index.html"}

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 import duckdb
 from markupsafe import Markup
 
-from rlwh import report_queries as Q
 from rlwh.errors import RlwhError
+from rlwh.report import queries as Q
 
 BUCKETS = 2000  # time buckets of a memory line: at most 2 points (min, max) per bucket
 MAX_POINTS = 2 * BUCKETS  # fewer events than this are drawn unreduced

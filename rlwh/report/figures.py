@@ -6,8 +6,8 @@ Plotly shows as a label goes through `label` (Plotly reads labels as pseudo-HTML
 
 from __future__ import annotations
 
-from rlwh import report_queries as Q
-from rlwh.report_context import (
+from rlwh.report import queries as Q
+from rlwh.report.context import (
     MAX_HEATMAPS,
     MAX_SPANS,
     Figure,

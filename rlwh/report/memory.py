@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from rlwh import report_queries as Q
-from rlwh.report_context import (
+from rlwh.report import queries as Q
+from rlwh.report.context import (
     BUCKETS,
     HOVER_BUDGET,
     MAX_BARS,

@@ -1,0 +1,133 @@
+"""Every page of one run: summary, role timeline, memory across ranks, GMM heatmaps and
+one memory timeline per (role, rank), under out/<run slug>/.
+
+  <run>/index.html               run summary: roles x ranks, every source file, links
+  <run>/role_timeline.html       Gantt of role spans, one row per (role, rank), one axis per clock
+  <run>/memory_compare.html      peak and span per rank of each role, outliers marked
+  <run>/gmm_heatmap.html         experts x layers per (step, role, rank), when gmm data exists
+  <run>/memory_timeline/<role>-rank<k>.html   live memory of one rank
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlwh.report import queries as Q
+from rlwh.report import render
+from rlwh.report.context import (
+    MIB,
+    GmmHeatmapPage,
+    Link,
+    MemoryComparePage,
+    MemoryTimelinePage,
+    RankRow,
+    ReportSession,
+    RoleTimelinePage,
+    RunSummaryPage,
+    SourceRow,
+    num,
+    query_text,
+)
+from rlwh.report.figures import compare_figures, gmm_heatmaps, role_timeline_figure
+from rlwh.report.memory import memory_panels
+
+
+def memory_page_name(role: str, rank_id: int) -> str:
+    """The memory timeline page of (role, rank), relative to the run dir."""
+    return f"memory_timeline/{render.slug(role)}-rank{int(rank_id)}.html"
+
+
+def _flags(r: dict) -> str:
+    flags = []
+    if r["is_memory_outlier"]:
+        flags.append("memory outlier")
+    if r["is_straggler"]:
+        flags.append("straggler")
+    return ", ".join(flags)
+
+
+def _summary_page(s: ReportSession, run: dict, skew: list[dict], pages: list[Link], memory_pages: dict,
+                  base: dict) -> RunSummaryPage:
+    params = {"run": run["run"]}
+    sources = s.rows(Q.RUN_SOURCES, params)
+    ranks = [
+        RankRow(
+            role=r["role"], rank_id=r["rank_id"],
+            peak_mb=num(None if r["peak_live_bytes"] is None else r["peak_live_bytes"] / MIB),
+            peak_vs_median=num(r["peak_vs_median"], 2),
+            span_ms=num(None if r["span_ns"] is None else r["span_ns"] / 1e6, 3),
+            span_vs_median=num(r["span_vs_median"], 2), flags=_flags(r),
+            memory_href=memory_pages.get((r["role"], r["rank_id"])),
+        )
+        for r in skew
+    ]
+    return RunSummaryPage(
+        **base,
+        run=run["run"], profile_dir=run["profile_dir"],
+        first_ingested_at=str(run["first_ingested_at"])[:19], last_ingested_at=str(run["last_ingested_at"])[:19],
+        failed_files=sum(1 for x in sources if x["status"] == "failed"),
+        partial_files=sum(1 for x in sources if x["status"] == "partial"),
+        pages=pages, ranks=ranks,
+        sources=[SourceRow(x["status"], x["kind"], x["role"], x["rank_id"], x["path"], x["rows"],
+                           num(x["seconds"], 3), x["message"]) for x in sources],
+        queries=[query_text(Q.RUN_SOURCES, params), query_text(Q.RANK_SKEW, params)],
+    )
+
+
+def _write(out: Path, path: Path, template: str, page) -> Path:
+    return render.write_text(out, path, render.render_page(template, page))
+
+
+def render_run(s: ReportSession, run: dict, out: Path) -> list[Path]:
+    """Every page of one run (a row of Q.RUNS) under out/<run slug>/; returns the pages."""
+    name = run["run"]
+    run_dir = out / render.slug(name)
+    render.inside(out, run_dir)
+    crumbs = [("All runs", out / "index.html"), (f"Run {name}", run_dir / "index.html")]
+    base = lambda title, page_dir=run_dir: render.page_base(title, page_dir, out, crumbs, True)  # noqa: E731
+    written: list[Path] = []
+    skew = s.skew(name)
+    links: list[Link] = []
+
+    figure = role_timeline_figure(s, name)
+    if figure is not None:
+        page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, figure=figure)
+        written.append(_write(out, run_dir / "role_timeline.html", "role_timeline.html", page))
+        links.append(Link("Role timeline (Gantt of role spans)", "role_timeline.html"))
+    compare = compare_figures(skew, name)
+    if compare:
+        page = MemoryComparePage(**base(f"Memory across ranks · {name}"), run=name, figures=compare)
+        written.append(_write(out, run_dir / "memory_compare.html", "memory_compare.html", page))
+        links.append(Link("Memory and span across the ranks of each role", "memory_compare.html"))
+    heatmaps, note = gmm_heatmaps(s, name)
+    if heatmaps:
+        page = GmmHeatmapPage(**base(f"GMM expert load · {name}"), run=name, heatmaps=heatmaps, note=note)
+        written.append(_write(out, run_dir / "gmm_heatmap.html", "gmm_heatmap.html", page))
+        links.append(Link("GMM expert load heatmaps", "gmm_heatmap.html"))
+
+    memory_pages: dict[tuple[str, int], str] = {}
+    for r in skew:
+        if r["peak_live_bytes"] is None:
+            continue
+        rel_name = memory_page_name(r["role"], r["rank_id"])
+        path = run_dir / rel_name
+        page = MemoryTimelinePage(
+            **base(f"Memory timeline · {r['role']} · rank {r['rank_id']}", path.parent),
+            run=name, role=r["role"], rank_id=r["rank_id"], panels=memory_panels(s, name, r["role"], r["rank_id"]))
+        written.append(_write(out, path, "memory_timeline.html", page))
+        memory_pages[(r["role"], r["rank_id"])] = rel_name
+        links.append(Link(f"Memory timeline: {r['role']} · rank {r['rank_id']}", rel_name))
+
+    summary = _summary_page(s, run, skew, links, memory_pages,
+                            render.page_base(f"Run {name}", run_dir, out, crumbs[:1], False))
+    written.insert(0, _write(out, run_dir / "index.html", "index.html", summary))
+    _remove_stale(run_dir, written)
+    return written
+
+
+def _remove_stale(run_dir: Path, written: list[Path]) -> None:
+    """Pages of an earlier render that this one did not write (a rank or gmm data gone)."""
+    keep = {p.resolve() for p in written}
+    for path in [*run_dir.glob("*.html"), *run_dir.glob("memory_timeline/*.html")]:
+        if path.resolve() not in keep:
+            path.unlink(missing_ok=True)
