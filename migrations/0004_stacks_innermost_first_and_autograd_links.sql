@@ -99,3 +99,13 @@ create table _torch_memory_blocks (
   reserved_after_release_bytes bigint
 );
 comment on table _torch_memory_blocks is 'Derived (rlwh ingest): PyTorch [memory] allocations paired with their release by (device, addr) in time order, with the stack each one justifies.';
+
+-- Each call stack's user_frame under the [stacks] rule it was computed with: a regex
+-- that differs per row would be compiled per row, so rlwh computes them once per stack
+-- (and again for every stack when the rule changes).
+create table _stack_user_frames (
+  stack_id bigint primary key,
+  user_frame varchar,
+  rule varchar not null
+);
+comment on table _stack_user_frames is 'Derived (rlwh ingest, rlwh init): the innermost non-library frame of each call_stacks row, under the library-frame rule in rule.';

@@ -17,6 +17,7 @@ from typing import Callable
 import duckdb
 
 from rlwh.assets import asset_dir
+from rlwh.stacks import library_pattern
 
 # The tables whose rows feed ingest/derived/memory.sql.
 SOURCE_TABLES = ("memory_records", "cpu_ops", "torch_memory_events")
@@ -67,7 +68,29 @@ def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] |
         for statement in statements():
             statement.run(con, key)
     con.execute("delete from _rlwh_dirty")
+    refresh_user_frames(con)
     return len(keys)
+
+
+def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
+    """Compute user_frame for stacks that have none under the current [stacks] rule.
+
+    The rule is bound as a parameter, so DuckDB compiles the regex once; a regex read from
+    a column is compiled per row (185 s instead of 0.2 s for 4,000 stacks of 28 frames).
+    Returns how many stacks were (re)computed.
+    """
+    row = con.execute("select max(value) from _rlwh_settings where name = 'library_frames'").fetchone()
+    rule = row[0] if row and row[0] else library_pattern()
+    con.execute("delete from _stack_user_frames where rule <> ?", [rule])
+    before = con.execute("select count(*) from _stack_user_frames").fetchone()[0]
+    con.execute(
+        """insert into _stack_user_frames
+        select s.stack_id, list_filter(string_split(s.stack, chr(10)), f -> not regexp_matches(f, $rule))[1], $rule
+        from call_stacks as s
+        anti join _stack_user_frames as u on s.stack_id = u.stack_id""",
+        {"rule": rule},
+    )
+    return con.execute("select count(*) from _stack_user_frames").fetchone()[0] - before
 
 
 def mark_all(con: duckdb.DuckDBPyConnection) -> None:

@@ -23,6 +23,7 @@ from typing import Iterator
 
 import duckdb
 
+from rlwh import derive
 from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.schema import is_current, migrate
@@ -212,6 +213,8 @@ def write_session(config: Config) -> Iterator[WriteSession]:
             _configure(con, config, config.ingest_memory_limit)
             session.applied = migrate(con)
             if _store_settings(con, config) or session.applied or not config.db_path.exists():
+                session.changed = True
+            if derive.refresh_user_frames(con):  # a new [stacks] rule: every stack again
                 session.changed = True
             yield session
             if session.changed:

@@ -298,3 +298,28 @@ def test_warehouse_toml_holds_the_default_rule():
     repo = Path(__file__).resolve().parent.parent
     config = load_config(repo / "warehouse.toml")
     assert config.library_frames == DEFAULT_LIBRARY_FRAMES and config.stdlib_is_library
+
+
+def test_a_new_library_rule_recomputes_user_frames(tmp_path):
+    """A team that calls its training script library code sees the next frame out, after
+    `rlwh init` with the new rule; the old rule back gives the old answer."""
+    from dataclasses import replace
+
+    from rlwh.warehouse import initialize
+
+    root = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path)
+    config = Config(db_path=tmp_path / "w.duckdb", workers=1)
+    ingest(root, config)
+    query = "select distinct user_frame from memory_peak_breakdown where user_frame is not null"
+    with duckdb.connect(str(config.db_path), read_only=True) as con:
+        before = {f for (f,) in con.execute(query).fetchall()}
+    assert before and all("imagenet_script/main.py" in f for f in before)
+    assert any(f.endswith(": train") for f in before)
+    initialize(replace(config, library_frames=DEFAULT_LIBRARY_FRAMES + (r"main\.py\(\d+\): train$",)))
+    with duckdb.connect(str(config.db_path), read_only=True) as con:
+        after = {f for (f,) in con.execute(query).fetchall()}
+    assert after and not any(f.endswith(": train") for f in after)
+    assert all("imagenet_script/main.py" in f for f in after)  # the caller of train()
+    initialize(config)
+    with duckdb.connect(str(config.db_path), read_only=True) as con:
+        assert {f for (f,) in con.execute(query).fetchall()} == before
