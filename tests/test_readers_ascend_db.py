@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import FIXTURES, copy_fixture, read_db
 
 from rlwh.errors import SourceError
 from rlwh.readers import ascend_db, ascend_trace
 from rlwh.readers.base import TableSink
-from conftest import FIXTURES, copy_fixture, read_db
 
 ROOT = FIXTURES / "real/ascend/msinsight-alexnet-level1"
 RANKS = (0, 1)
@@ -99,7 +99,8 @@ def test_memory_usage_and_module_memory(rank, loaded):
     # The text export writes AML for the module ENUM_MODULE calls AMP.
     assert [(r["module"], r["ts_ns"], r["total_reserved_bytes"]) for r in got] == [
         ("AML" if m == "AMP" else m, *rest) for m, *rest in modules]
-    text_modules = [r["Component"] for r in csv.DictReader(open(text_dir(rank) / "npu_module_mem.csv", encoding="utf-8"))]
+    with open(text_dir(rank) / "npu_module_mem.csv", encoding="utf-8") as handle:
+        text_modules = [r["Component"] for r in csv.DictReader(handle)]
     assert Counter(r["module"] for r in got) == Counter(text_modules)
 
 
@@ -134,7 +135,8 @@ def test_cpu_ops_and_stacks_match_the_text_export(rank, loaded, tmp_path):
     assert sum(o["fwd_tid"] > 0 for o in db["cpu_ops"]) > 0  # backward ops keep their autograd link
     pids = sqlite_rows(db_path(rank), "select distinct globalTid from PYTORCH_API where type = 50001")
     assert {(o["pid"], o["tid"]) for o in db["cpu_ops"]} == {(g >> 32, g % (1 << 32)) for (g,) in pids}
-    ops = sqlite_rows(db_path(rank), "select cast(startNs as integer), cast(endNs as integer) - cast(startNs as integer)"
+    ops = sqlite_rows(db_path(rank), "select cast(startNs as integer),"
+                                     " cast(endNs as integer) - cast(startNs as integer)"
                                      " from PYTORCH_API where type = 50001 order by rowid")
     assert [(o["ts_ns"], o["dur_ns"]) for o in db["cpu_ops"]] == ops
 
@@ -224,8 +226,10 @@ def test_ingest_of_both_exports_lands_the_same_memory_records(tmp_path, config):
         sequence = """select rank_id, list(name order by source_row), list(size_bytes order by source_row),
                       list(distinct device) from memory_records where run = ? group by 1 order by 1"""
         assert con.execute(sequence, ["db"]).fetchall() == con.execute(sequence, ["text"]).fetchall()
-        counts = """select (select count(*) from cpu_ops where run = ?), (select count(*) from memory_usage where run = ?),
-                    (select count(*) from npu_module_memory where run = ?), (select count(*) from step_times where run = ?)"""
+        counts = """select (select count(*) from cpu_ops where run = ?),
+                      (select count(*) from memory_usage where run = ?),
+                      (select count(*) from npu_module_memory where run = ?),
+                      (select count(*) from step_times where run = ?)"""
         assert con.execute(counts, ["db"] * 4).fetchone() == (1720, 1980, 2156, 2)
         assert con.execute(counts, ["text"] * 4).fetchone() == (1720, 2008, 2156, 2)  # + 28 APP rows
         assert con.execute("select count(*) from memory_alloc_stack where run = 'db'").fetchone()[0] == 368

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import FIXTURES, copy_fixture, read_db
 
 from rlwh.errors import SourceError
 from rlwh.readers import ascend_usage
 from rlwh.readers.base import TableSink
-from conftest import FIXTURES, copy_fixture, read_db
 
 TEXT = FIXTURES / "real/ascend/msinsight-alexnet-level1/text"
 OUTPUTS = [TEXT / f"rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT" for r in (0, 1)]
@@ -79,7 +79,8 @@ def test_npu_module_mem_rows_are_exact(output, tmp_path):
     ]
     outcome, rows = read(ascend_usage.read_npu_module_mem, output / "npu_module_mem.csv", tmp_path)
     assert outcome.status == "ok"
-    assert [(r["source_row"], r["module"], r["ts_ns"], r["total_reserved_bytes"], r["device"]) for r in rows] == expected
+    got = [(r["source_row"], r["module"], r["ts_ns"], r["total_reserved_bytes"], r["device"]) for r in rows]
+    assert got == expected
     assert len({r["module"] for r in rows}) == 77
 
 
@@ -121,7 +122,8 @@ def test_missing_column_fails_naming_it(tmp_path):
     damaged = tmp_path / "npu_module_mem.csv"
     with open(damaged, "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([r[:1] + r[2:] for r in rows])  # drop Timestamp(us)
-    with pytest.raises(SourceError, match=r"npu_module_mem\.csv: missing column\(s\) Timestamp in the header \(row 0\)"):
+    missing = r"npu_module_mem\.csv: missing column\(s\) Timestamp in the header \(row 0\)"
+    with pytest.raises(SourceError, match=missing):
         read(ascend_usage.read_npu_module_mem, damaged, tmp_path)
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import FIXTURES, copy_fixture, read_db
 
 from rlwh.errors import SourceError
 from rlwh.readers import torch_snapshot
 from rlwh.readers.base import TableSink
-from conftest import FIXTURES, copy_fixture, read_db
 
 SNAPSHOTS = FIXTURES / "real/ascend/memory-snapshots"
 SINGLE = SNAPSHOTS / "snapshot_1768383987920985470.pkl"

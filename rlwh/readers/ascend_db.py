@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.parse
-from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -130,10 +129,14 @@ class _Reader:
             return {}
         return dict(self.con.execute("select id, value from STRING_IDS"))
 
-    def run(self, label: str, table: str, sql: str, convert, params=()) -> None:
-        """Rows of `sql` through `convert` (row, 1-based position) -> dict, written to `table`."""
+    def run(self, label: str, table: str, sql: str, sources: tuple[str, ...], params=(), post=None) -> None:
+        """`sql` selects `table`'s columns (all but source_row) in schema order; `sources` names
+        the db column each comes from, for messages; `post` maps a column's values (ids to
+        names) before typing. A batch whose cells all have their column's type goes to Arrow
+        column by column; one that does not is checked row by row and its bad rows named."""
         schema = SCHEMAS[table]
-        batch: list[dict] = []
+        fields = [f for f in schema if f.name != "source_row"]
+        index = {f.name: i for i, f in enumerate(fields)}
         position = 0
         try:
             cursor = self.con.execute(sql, params)
@@ -141,55 +144,68 @@ class _Reader:
                 fetched = cursor.fetchmany(BATCH_ROWS)
                 if not fetched:
                     break
-                for row in fetched:
-                    position += 1
-                    try:
-                        batch.append(convert(row, position))
-                    except _Bad as exc:
-                        self.problems.append(f"{label} row {position}: {exc}")
-                self.sink.write(table, pa.RecordBatch.from_pylist(batch, schema))
-                self.rows, batch = self.rows + len(batch), []
+                columns = [list(c) for c in zip(*fetched)]
+                for name, function in (post or {}).items():
+                    columns[index[name]] = [function(v) for v in columns[index[name]]]
+                first = position + 1
+                try:
+                    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, fields)]
+                    kept = list(range(first, first + len(fetched)))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+                    arrays, kept = self._checked(label, fields, sources, columns, first)
+                position += len(fetched)
+                if "source_row" in schema.names:
+                    arrays.insert(0, pa.array(kept, pa.int64()))
+                self.sink.write(table, pa.RecordBatch.from_arrays(arrays, schema=schema))
+                self.rows += len(kept)
         except sqlite3.DatabaseError as exc:
             self.problems.append(f"{label}: unreadable after row {position} ({exc})")
 
+    def _checked(self, label, fields, sources, columns, first) -> tuple[list[pa.Array], list[int]]:
+        """Row by row: integers as _int reads them, text as text; a bad row is noted and dropped."""
+        good: list[list] = []
+        kept: list[int] = []
+        for offset, row in enumerate(zip(*columns)):
+            try:
+                good.append([_int(v, source) if f.type == _I else (None if v is None else str(v))
+                             for v, f, source in zip(row, fields, sources)])
+                kept.append(first + offset)
+            except _Bad as exc:
+                self.problems.append(f"{label} row {first + offset}: {exc}")
+        by_column = list(zip(*good)) if good else [[] for _ in fields]
+        return [pa.array(list(c), type=f.type) for c, f in zip(by_column, fields)], kept
 
-def _memory_records(r: _Reader, strings: dict[int, str]) -> None:
-    ge_names = None
-    if "NPU_OP_MEM" in r.tables:
-        ge_names = {n for (n,) in r.con.execute("select distinct operatorName from NPU_OP_MEM")}
 
-    def name(row) -> str | None:
-        text = strings.get(row[0])
-        is_ge = row[9] is None and row[13] is None and (ge_names is None or row[0] in ge_names)
-        return f"cann::{text}" if text is not None and is_ge else text
+def _integer_sql(column: str) -> str:
+    """SQL: a TEXT cell of plain digits as INTEGER (PYTORCH_API keeps times as TEXT); any
+    other value as it is, so the row check names it."""
+    return (f"(case when typeof({column}) = 'text' and {column} glob '[0-9]*' and {column} not glob '*[^0-9]*'"
+            f" then cast({column} as integer) else {column} end)")
 
-    columns = [c for c in SCHEMAS["memory_records"].names if c not in ("source_row", "name", "stream_ptr", "device")]
 
-    def convert(row, position):
-        record = {"source_row": position, "name": name(row)}
-        record.update({c: _int(v, c) for c, v in zip(columns, row[1:13])})
-        record["stream_ptr"] = None if row[13] is None else str(_int(row[13], "streamPtr"))
-        record["device"] = None if row[14] is None else f"NPU:{_int(row[14], 'deviceId')}"
-        return record
+def _device_sql(column: str) -> str:
+    return f"(case when {column} is null then null else 'NPU:' || {column} end)"
 
+
+def _memory_records(r: _Reader) -> None:
+    ge = ("o.name in (select operatorName from NPU_OP_MEM)" if "NPU_OP_MEM" in r.tables else "1")
+    name = (f"case when s.value is not null and o.allocationTotalActive is null and o.streamPtr is null and {ge}"
+            " then 'cann::' || s.value else s.value end")
+    columns = ("size", "allocationTime", "releaseTime", "activeReleaseTime", "duration", "activeDuration",
+               "allocationTotalAllocated", "allocationTotalReserved", "allocationTotalActive",
+               "releaseTotalAllocated", "releaseTotalReserved", "releaseTotalActive")
     r.run("OP_MEMORY", "memory_records",
-          "select name, size, allocationTime, releaseTime, activeReleaseTime, duration, activeDuration,"
-          " allocationTotalAllocated, allocationTotalReserved, allocationTotalActive, releaseTotalAllocated,"
-          " releaseTotalReserved, releaseTotalActive, streamPtr, deviceId from OP_MEMORY order by rowid", convert)
+          f"select {name}, {', '.join('o.' + c for c in columns)}, cast(o.streamPtr as text),"
+          f" {_device_sql('o.deviceId')} from OP_MEMORY o left join STRING_IDS s on s.id = o.name order by o.rowid",
+          ("name", *columns, "streamPtr", "deviceId"))
 
 
 def _memory_usage(r: _Reader, strings: dict[int, str]) -> None:
-    def convert(row, position):
-        return {"source_row": position, "component": strings.get(row[0]), "ts_ns": _int(row[1], "timestamp"),
-                "total_allocated_bytes": _int(row[2], "totalAllocated"),
-                "total_reserved_bytes": _int(row[3], "totalReserved"),
-                "total_active_bytes": _int(row[4], "totalActive"),
-                "stream_ptr": None if row[5] is None else str(_int(row[5], "streamPtr")),
-                "device": None if row[6] is None else f"NPU:{_int(row[6], 'deviceId')}"}
-
     r.run("MEMORY_RECORD", "memory_usage",
-          "select component, timestamp, totalAllocated, totalReserved, totalActive, streamPtr, deviceId"
-          " from MEMORY_RECORD order by rowid", convert)
+          "select component, timestamp, totalAllocated, totalReserved, totalActive, cast(streamPtr as text),"
+          f" {_device_sql('deviceId')} from MEMORY_RECORD order by rowid",
+          ("component", "timestamp", "totalAllocated", "totalReserved", "totalActive", "streamPtr", "deviceId"),
+          post={"component": strings.get})
 
 
 def _npu_module_memory(r: _Reader) -> None:
@@ -197,14 +213,10 @@ def _npu_module_memory(r: _Reader) -> None:
     names = set(modules.values())
     modules = {i: TEXT_MODULE_NAMES.get(n, n) if TEXT_MODULE_NAMES.get(n) not in names else n
                for i, n in modules.items()}
-
-    def convert(row, position):
-        return {"source_row": position, "module": modules.get(row[0], None if row[0] is None else str(row[0])),
-                "ts_ns": _int(row[1], "timestampNs"), "total_reserved_bytes": _int(row[2], "totalReserved"),
-                "device": None if row[3] is None else f"NPU:{_int(row[3], 'deviceId')}"}
-
     r.run("NPU_MODULE_MEM", "npu_module_memory",
-          "select moduleId, timestampNs, totalReserved, deviceId from NPU_MODULE_MEM order by rowid", convert)
+          f"select moduleId, timestampNs, totalReserved, {_device_sql('deviceId')} from NPU_MODULE_MEM order by rowid",
+          ("moduleId", "timestampNs", "totalReserved", "deviceId"),
+          post={"module": lambda m: modules.get(m, None if m is None else str(m))})
 
 
 def _stage_times(path: Path, problems: list[str]) -> dict[str, dict]:
@@ -299,46 +311,32 @@ def _cpu_ops(r: _Reader, strings: dict[int, str]) -> None:
                 stack_ids[chain] = row["stack_id"]
     if stacks:
         r.sink.write("call_stacks", pa.RecordBatch.from_pylist(list(stacks.values()), CALL_STACKS_SCHEMA))
-
-    def convert(row, _position):
-        start, end, global_tid = _int(row[0], "startNs"), _int(row[1], "endNs"), _int(row[2], "globalTid")
-        return {"name": strings.get(row[3]), "ts_ns": start,
-                "dur_ns": None if start is None or end is None else end - start,
-                "pid": None if global_tid is None else global_tid >> 32,
-                "tid": None if global_tid is None else global_tid & 0xFFFFFFFF,
-                "stack_id": stack_ids.get(row[4]), "seq_no": _int(row[5], "sequenceNumber"),
-                "fwd_tid": _int(row[6], "fwdThreadId")}
-
+    start, end = _integer_sql("startNs"), _integer_sql("endNs")
     r.run("PYTORCH_API", "cpu_ops",
-          "select startNs, endNs, globalTid, name, callchainId, sequenceNumber, fwdThreadId"
-          " from PYTORCH_API where type = ? order by rowid",
-          convert, (op_type,))
+          f"select s.value, {start}, {end} - {start}, globalTid >> 32, globalTid & 4294967295, callchainId,"
+          " sequenceNumber, fwdThreadId from PYTORCH_API p left join STRING_IDS s on s.id = p.name"
+          " where type = ? order by p.rowid",
+          ("name", "startNs", "endNs - startNs", "globalTid", "globalTid", "callchainId", "sequenceNumber",
+           "fwdThreadId"), (op_type,), post={"stack_id": stack_ids.get})
 
 
-def _mstx_ranges(r: _Reader, strings: dict[int, str]) -> None:
+def _mstx_ranges(r: _Reader) -> None:
     """PYTORCH_API rows of type 'mstx' (torch_npu's mstx.mark / range_start..range_end): a
     mark has endNs = startNs. The table names no domain, so every range is 'default'."""
-
-    def convert(row, _position):
-        global_tid = _int(row[2], "globalTid")
-        return {"source": "mstx", "domain": "default", "name": strings.get(row[3]),
-                "start_ns": _int(row[0], "startNs"), "end_ns": _int(row[1], "endNs"),
-                "pid": None if global_tid is None else global_tid >> 32,
-                "tid": None if global_tid is None else global_tid & 0xFFFFFFFF, "thread": None}
-
     r.run("PYTORCH_API mstx", "ranges",
-          "select startNs, endNs, globalTid, name from PYTORCH_API where type = ? order by rowid",
-          convert, (_api_type(r, "mstx", 50004),))
+          f"select 'mstx', 'default', s.value, {_integer_sql('startNs')}, {_integer_sql('endNs')}, globalTid >> 32,"
+          " globalTid & 4294967295, null from PYTORCH_API p left join STRING_IDS s on s.id = p.name"
+          " where type = ? order by p.rowid",
+          ("", "", "name", "startNs", "endNs", "globalTid", "globalTid", ""), (_api_type(r, "mstx", 50004),))
 
 
 def _overlap_ranges(r: _Reader) -> None:
-    def convert(row, _position):
-        kind = _int(row[2], "type")
-        name = OVERLAP_TYPES.get(kind, str(kind))
-        return {"source": "overlap", "domain": "default", "name": name, "start_ns": _int(row[0], "startNs"),
-                "end_ns": _int(row[1], "endNs"), "pid": None, "tid": kind, "thread": name}
-
-    r.run("OVERLAP_ANALYSIS", "ranges", "select startNs, endNs, type from OVERLAP_ANALYSIS order by rowid", convert)
+    names = " ".join(f"when {k} then '{v}'" for k, v in OVERLAP_TYPES.items())
+    name = f"(case type {names} else cast(type as text) end)"
+    r.run("OVERLAP_ANALYSIS", "ranges",
+          f"select 'overlap', 'default', {name}, startNs, endNs, null, type, {name}"
+          " from OVERLAP_ANALYSIS order by rowid",
+          ("", "", "type", "startNs", "endNs", "", "type", "type"))
 
 
 def text_export_beside(path: Path) -> list[str]:
@@ -361,12 +359,12 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         if cut:
             reader.problems.append(cut)
         strings = reader.strings()
-        steps = [("OP_MEMORY", lambda: _memory_records(reader, strings)),
+        steps = [("OP_MEMORY", lambda: _memory_records(reader)),
                  ("MEMORY_RECORD", lambda: _memory_usage(reader, strings)),
                  ("NPU_MODULE_MEM", lambda: _npu_module_memory(reader)),
                  ("STEP_TIME", lambda: _step_times(reader)),
                  ("PYTORCH_API", lambda: _cpu_ops(reader, strings)),
-                 ("PYTORCH_API", lambda: _mstx_ranges(reader, strings)),
+                 ("PYTORCH_API", lambda: _mstx_ranges(reader)),
                  ("OVERLAP_ANALYSIS", lambda: _overlap_ranges(reader))]
         for table, step in steps:
             if table in reader.tables or table == "STEP_TIME":
@@ -377,7 +375,8 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         con.close()
     if not reader.problems:
         return ReadOutcome()
-    shown = "; ".join(reader.problems[:5]) + (f"; and {len(reader.problems) - 5} more" if len(reader.problems) > 5 else "")
+    problems = reader.problems
+    shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
     if reader.rows == 0:
         raise SourceError(f"{path}: no readable rows: {shown}")
     return ReadOutcome(status="partial", message=f"{path}: kept {reader.rows} rows: {shown}")

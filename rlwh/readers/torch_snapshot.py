@@ -87,7 +87,8 @@ def load_plain(path: Path):
                 f"{path}: refused: the pickle asks for {exc} ({_asking_offset(path)}); a memory snapshot "
                 "is plain dicts and lists, and rlwh runs no pickle code") from None
         except EOFError as exc:
-            raise SourceError(f"{path}: cut short: the pickle ends at byte {size} before it is complete ({exc})") from None
+            raise SourceError(
+                f"{path}: cut short: the pickle ends at byte {size} before it is complete ({exc})") from None
         except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError,
                 MemoryError, RecursionError, UnicodeDecodeError, OverflowError) as exc:
             if "truncated" in str(exc):
