@@ -85,7 +85,8 @@ def test_trace_blocks_pair_alloc_with_free_completed(path, tmp_path):
     rows = read(path, tmp_path)
     stacks = {r["stack_id"]: r["stack"] for r in rows["call_stacks"]}
     for device, trace in enumerate(snapshot["device_traces"]):
-        mine = [r for r in rows.get("snapshot_trace_blocks", []) if r["device"] == f"NPU:{device}"]
+        mine = sorted((r for r in rows.get("snapshot_trace_blocks", []) if r["device"] == f"NPU:{device}"),
+                      key=lambda r: r["alloc_seq"])
         assert [(r["alloc_seq"], r["release_seq"], r["size_bytes"], stacks.get(r["stack_id"])) for r in mine] == \
             independent_pairs(trace)
         frees = sum(1 for e in trace if e["action"] == "free_completed")
@@ -114,7 +115,8 @@ def test_stacks_innermost_first(tmp_path):
     snapshot = plain_load(SINGLE)
     rows = read(SINGLE, tmp_path)
     first_alloc = next(e for e in snapshot["device_traces"][0] if e["action"] == "alloc")
-    stack = next(s for s in rows["call_stacks"] if s["stack_id"] == rows["snapshot_trace_blocks"][0]["stack_id"])
+    first_block = min(rows["snapshot_trace_blocks"], key=lambda r: r["alloc_seq"])
+    stack = next(s for s in rows["call_stacks"] if s["stack_id"] == first_block["stack_id"])
     inner = first_alloc["frames"][0]
     assert stack["top_frame"] == f"{inner['filename']}({inner['line']}): {inner['name']}"
     assert stack["stack"].splitlines()[-1].endswith("<module>")
@@ -136,7 +138,7 @@ def test_time_us_becomes_epoch_ns_and_realloc_ends_a_block(tmp_path):
         {"action": "free_completed", "addr": 99, "size": 16, "stream": 0, "frames": [], "time_us": 1700000000000030},
     ]
     rows = read(write_pickle(tmp_path / "s.pickle", {"segments": [], "device_traces": [[], trace]}), tmp_path)
-    blocks = rows["snapshot_trace_blocks"]
+    blocks = sorted(rows["snapshot_trace_blocks"], key=lambda r: (r["alloc_seq"] is None, r["alloc_seq"]))
     assert {r["clock"] for r in blocks} == {"epoch"} and {r["device"] for r in blocks} == {"cuda:1"}
     assert [(r["alloc_ns"], r["release_ns"], r["free_requested_ns"], r["release_action"], r["size_bytes"])
             for r in blocks] == [

@@ -132,10 +132,12 @@ class _Stacks:
         return self._ids[key]
 
 
-def _int(value, where: str, required: bool = True) -> int | None:
+def _int(value, where, required: bool = True) -> int | None:
+    """`value` when it is an integer; where (text, or a function giving it) names it otherwise."""
     if value is None and not required:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
+        where = where() if callable(where) else where
         raise SourceError(f"{where}: expected an integer, found {type(value).__name__} {value!r:.40}")
     return value
 
@@ -199,55 +201,65 @@ def _has_time(traces: list) -> bool:
                                  for e in entries)
 
 
-def pair_trace(trace: list, where: str, stacks: _Stacks, epoch: bool) -> list[dict]:
-    """Blocks of one device's trace: alloc paired with the next free_completed of its address."""
+def _block(i, ns, addr, entry, where, stacks: _Stacks | None) -> dict:
+    """A block opened by trace entry i; stacks is None for a block whose alloc preceded the trace."""
+    return {
+        "alloc_seq": i if stacks else None, "release_seq": None, "free_requested_seq": None,
+        "alloc_ns": ns if stacks else None, "release_ns": None, "free_requested_ns": None, "release_action": None,
+        "addr": addr, "size_bytes": _int(entry.get("size"), lambda: f"{where()}.size", stacks is not None),
+        "stream": _int(entry.get("stream"), lambda: f"{where()}.stream", False),
+        "stack_id": stacks.of(entry.get("frames"), where()) if stacks and entry.get("frames") else None,
+    }
+
+
+def pair_trace(trace: list, where: str, stacks: _Stacks, epoch: bool):
+    """Yield the blocks of one device's trace as each ends (alloc paired with the next
+    free_completed of its address), then those still live at snapshot time."""
     live: dict[int, dict] = {}
-    done: list[dict] = []
     for i, entry in enumerate(trace):
-        ewhere = f"{where}[{i}]"
+        def at(i=i) -> str:
+            return f"{where}[{i}]"
+
         if not isinstance(entry, dict):
-            raise SourceError(f"{ewhere} is a {type(entry).__name__}, not a dict")
+            raise SourceError(f"{at()} is a {type(entry).__name__}, not a dict")
         action = entry.get("action")
         if action not in ("alloc", "free_requested", "free_completed"):
             continue  # segment_alloc/free/map/unmap, snapshot, oom: not blocks
-        addr = _int(entry.get("addr"), f"{ewhere}.addr")
+        addr = _int(entry.get("addr"), lambda: f"{at()}.addr")
         ns = entry["time_us"] * 1000 if epoch else None
         if action == "alloc":
             earlier = live.pop(addr, None)
             if earlier is not None:
                 earlier.update(release_seq=i, release_ns=ns, release_action="alloc")
-                done.append(earlier)
-            live[addr] = {
-                "alloc_seq": i, "release_seq": None, "free_requested_seq": None, "alloc_ns": ns,
-                "release_ns": None, "free_requested_ns": None, "release_action": None, "addr": addr,
-                "size_bytes": _int(entry.get("size"), f"{ewhere}.size"),
-                "stream": _int(entry.get("stream"), f"{ewhere}.stream", False),
-                "stack_id": stacks.of(entry.get("frames"), ewhere),
-            }
+                yield earlier
+            live[addr] = _block(i, ns, addr, entry, at, stacks)
         elif action == "free_requested":
             block = live.get(addr)
             if block is None:  # allocated before the trace began: its free_completed follows
-                block = live[addr] = {
-                    "alloc_seq": None, "release_seq": None, "free_requested_seq": None, "alloc_ns": None,
-                    "release_ns": None, "free_requested_ns": None, "release_action": None, "addr": addr,
-                    "size_bytes": _int(entry.get("size"), f"{ewhere}.size", False),
-                    "stream": _int(entry.get("stream"), f"{ewhere}.stream", False), "stack_id": None,
-                }
+                block = live[addr] = _block(i, ns, addr, entry, at, None)
             if block["free_requested_seq"] is None:
                 block.update(free_requested_seq=i, free_requested_ns=ns)
         else:
-            block = live.pop(addr, None)
-            if block is None:
-                block = {
-                    "alloc_seq": None, "free_requested_seq": None, "alloc_ns": None, "free_requested_ns": None,
-                    "addr": addr, "size_bytes": _int(entry.get("size"), f"{ewhere}.size", False),
-                    "stream": _int(entry.get("stream"), f"{ewhere}.stream", False), "stack_id": None,
-                }
+            block = live.pop(addr, None) or _block(i, ns, addr, entry, at, None)
             block.update(release_seq=i, release_ns=ns, release_action="free_completed")
-            done.append(block)
-    done.extend(live.values())
-    done.sort(key=lambda b: b["alloc_seq"] if b["alloc_seq"] is not None else b["release_seq"])
-    return done
+            yield block
+    yield from live.values()
+
+
+class _Rows:
+    """One table's rows, written BATCH_ROWS at a time so a long trace never sits in memory as dicts."""
+
+    def __init__(self, sink: TableSink, table: str, schema: pa.Schema):
+        self.sink, self.table, self.schema, self.rows = sink, table, schema, []
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        self.sink.write(self.table, pa.RecordBatch.from_pylist(self.rows, schema=self.schema))
+        self.rows = []
 
 
 def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> str:
@@ -256,11 +268,13 @@ def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableS
         raise SourceError(f"{path}: device_traces is not a list of lists")
     epoch = _has_time(traces)
     clock = "epoch" if epoch else "sequence"
-    rows: list[dict] = []
-    for device, trace in enumerate(traces):
-        for block in pair_trace(trace, f"{path}: device_traces[{device}]", stacks, epoch):
-            rows.append({"device": f"{kind}:{device}", "device_index": device, "clock": clock, **block})
-    _write(sink, "snapshot_trace_blocks", rows, TRACE_SCHEMA)
+    rows = _Rows(sink, "snapshot_trace_blocks", TRACE_SCHEMA)
+    for device in range(len(traces)):
+        keys = {"device": f"{kind}:{device}", "device_index": device, "clock": clock}
+        for block in pair_trace(traces[device], f"{path}: device_traces[{device}]", stacks, epoch):
+            rows.add({**keys, **block})
+        traces[device] = None  # its entries are no longer needed: free them before the next device
+    rows.flush()
     return clock
 
 
