@@ -251,6 +251,9 @@ def test_rank_dir_with_both_exports_says_which_it_loaded(tmp_path, config):
         assert con.execute("select count(*) from memory_records").fetchone()[0] == 2 * 184
     finally:
         con.close()
+    again, con = _ingest(profile, config)
+    con.close()
+    assert {r.status for r in again.results} == {"unchanged"}
 
 
 def test_mstx_rows_of_pytorch_api_become_ranges(tmp_path):

@@ -217,3 +217,5 @@ def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config,
     with_frames = sum(1 for p in (SINGLE, MULTI) for t in plain_load(p)["device_traces"] for e in t
                       if e["action"] == "alloc" and e["frames"])
     assert stacked == (with_frames, with_frames)  # every alloc with frames has its stack, found in call_stacks
+    again = {r.rel_path: r.status for r in ingest(profile, config).results}
+    assert again[SINGLE.name] == again[MULTI.name] == "unchanged" and again["evil.pickle"] == "failed"
