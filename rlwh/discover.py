@@ -30,7 +30,9 @@ NOT_LOADED_YET = "a known profiler export rlwh does not load yet"
 _ASCEND_CAPTURE = re.compile(r".*_ascend_(pt|ms)$")
 _RANK = re.compile(r"(?<![a-z0-9])rank[_-]?(\d+)(?![0-9])", re.IGNORECASE)
 _RANK_FOLDER = re.compile(r"rank[_-]?\d+", re.IGNORECASE)
-_STEP_FOLDER = re.compile(r"(?:step[_-]?)?(\d+)", re.IGNORECASE)
+# step_<n>, step<n>, or VeRL's bare <step> folder: up to 6 digits, so a date folder
+# (20260526) is no step; up to 9 after "step" (the column is an INTEGER).
+_STEP_FOLDER = re.compile(r"step[_-]?(\d{1,9})|(\d{1,6})", re.IGNORECASE)
 _PROFILER_INFO = re.compile(r"profiler_info_(\d+)\.json")
 # Folders inside a capture, never a role: Ascend's own, msprof's raw data, msprobe's dump.
 _INNER_FOLDER = re.compile(r"ASCEND_PROFILER_OUTPUT|FRAMEWORK|PROF_.*|dump_tensor_data|mindstudio_profiler_.*|"
@@ -166,7 +168,8 @@ def place(folders: tuple[str, ...]) -> tuple[int | None, int | None, str | None]
         if _is_rank_folder(name) or (_ASCEND_CAPTURE.fullmatch(name) and rank_in_name(name) is not None):
             rank = rank_in_name(name) if rank is None else rank
         elif _is_step_folder(name):
-            step = int(_STEP_FOLDER.fullmatch(name).group(1)) if step is None else step
+            match = _STEP_FOLDER.fullmatch(name)
+            step = int(match.group(1) or match.group(2)) if step is None else step
         elif not _is_capture_folder(name) and role is None:
             role = name
     return rank, step, role

@@ -95,6 +95,7 @@ TRACE = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name"
     (("step3", "rank0"), (0, 3, None)),
     (("ref", "rank0", "PROF_000001_20250109", "FRAMEWORK"), (0, None, "ref")),
     (("ranking", "stepper"), (None, None, "stepper")),  # words that merely start like rank/step
+    (("20260526", "actor", "12"), (None, 12, "actor")),  # a date folder is no step (nor a role here)
 ])
 def test_place_reads_rank_step_and_role_from_folders(folders, want):
     assert place(folders) == want
