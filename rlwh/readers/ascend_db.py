@@ -124,6 +124,17 @@ class _Reader:
         self.problems: list[str] = []
         self.rows = 0
 
+    def columns(self, table: str, required: tuple[str, ...], alias: str = ""):
+        """A function naming `table`'s column in SQL (NULL for one this export lacks), or None
+        (and a note) when a column the rows cannot do without is missing."""
+        have = {row[1] for row in self.con.execute(f'pragma table_info("{table}")')}
+        missing = [c for c in required if c not in have]
+        if missing:
+            self.problems.append(f"{table}: no column(s) {', '.join(missing)}, so not read")
+            return None
+        prefix = f"{alias}." if alias else ""
+        return lambda column: f"{prefix}{column}" if column in have else "null"
+
     def strings(self) -> dict[int, str]:
         if "STRING_IDS" not in self.tables:
             return {}
@@ -188,22 +199,28 @@ def _device_sql(column: str) -> str:
 
 
 def _memory_records(r: _Reader) -> None:
+    c = r.columns("OP_MEMORY", ("name", "size", "allocationTime"), "o")
+    if c is None:
+        return
     ge = ("o.name in (select operatorName from NPU_OP_MEM)" if "NPU_OP_MEM" in r.tables else "1")
-    name = (f"case when s.value is not null and o.allocationTotalActive is null and o.streamPtr is null and {ge}"
-            " then 'cann::' || s.value else s.value end")
+    name = (f"case when s.value is not null and {c('allocationTotalActive')} is null and {c('streamPtr')} is null"
+            f" and {ge} then 'cann::' || s.value else s.value end")
     columns = ("size", "allocationTime", "releaseTime", "activeReleaseTime", "duration", "activeDuration",
                "allocationTotalAllocated", "allocationTotalReserved", "allocationTotalActive",
                "releaseTotalAllocated", "releaseTotalReserved", "releaseTotalActive")
     r.run("OP_MEMORY", "memory_records",
-          f"select {name}, {', '.join('o.' + c for c in columns)}, cast(o.streamPtr as text),"
-          f" {_device_sql('o.deviceId')} from OP_MEMORY o left join STRING_IDS s on s.id = o.name order by o.rowid",
+          f"select {name}, {', '.join(c(x) for x in columns)}, cast({c('streamPtr')} as text),"
+          f" {_device_sql(c('deviceId'))} from OP_MEMORY o left join STRING_IDS s on s.id = o.name order by o.rowid",
           ("name", *columns, "streamPtr", "deviceId"))
 
 
 def _memory_usage(r: _Reader, strings: dict[int, str]) -> None:
+    c = r.columns("MEMORY_RECORD", ("component", "timestamp"))
+    if c is None:
+        return
     r.run("MEMORY_RECORD", "memory_usage",
-          "select component, timestamp, totalAllocated, totalReserved, totalActive, cast(streamPtr as text),"
-          f" {_device_sql('deviceId')} from MEMORY_RECORD order by rowid",
+          f"select component, timestamp, {c('totalAllocated')}, {c('totalReserved')}, {c('totalActive')},"
+          f" cast({c('streamPtr')} as text), {_device_sql(c('deviceId'))} from MEMORY_RECORD order by rowid",
           ("component", "timestamp", "totalAllocated", "totalReserved", "totalActive", "streamPtr", "deviceId"),
           post={"component": strings.get})
 
@@ -213,8 +230,12 @@ def _npu_module_memory(r: _Reader) -> None:
     names = set(modules.values())
     modules = {i: TEXT_MODULE_NAMES.get(n, n) if TEXT_MODULE_NAMES.get(n) not in names else n
                for i, n in modules.items()}
+    c = r.columns("NPU_MODULE_MEM", ("moduleId", "timestampNs", "totalReserved"))
+    if c is None:
+        return
     r.run("NPU_MODULE_MEM", "npu_module_memory",
-          f"select moduleId, timestampNs, totalReserved, {_device_sql('deviceId')} from NPU_MODULE_MEM order by rowid",
+          f"select moduleId, timestampNs, totalReserved, {_device_sql(c('deviceId'))} from NPU_MODULE_MEM"
+          " order by rowid",
           ("moduleId", "timestampNs", "totalReserved", "deviceId"),
           post={"module": lambda m: modules.get(m, None if m is None else str(m))})
 
@@ -311,10 +332,13 @@ def _cpu_ops(r: _Reader, strings: dict[int, str]) -> None:
                 stack_ids[chain] = row["stack_id"]
     if stacks:
         r.sink.write("call_stacks", pa.RecordBatch.from_pylist(list(stacks.values()), CALL_STACKS_SCHEMA))
+    c = r.columns("PYTORCH_API", ("startNs", "endNs", "globalTid", "name", "type"), "p")
+    if c is None:
+        return
     start, end = _integer_sql("startNs"), _integer_sql("endNs")
     r.run("PYTORCH_API", "cpu_ops",
-          f"select s.value, {start}, {end} - {start}, globalTid >> 32, globalTid & 4294967295, callchainId,"
-          " sequenceNumber, fwdThreadId from PYTORCH_API p left join STRING_IDS s on s.id = p.name"
+          f"select s.value, {start}, {end} - {start}, globalTid >> 32, globalTid & 4294967295, {c('callchainId')},"
+          f" {c('sequenceNumber')}, {c('fwdThreadId')} from PYTORCH_API p left join STRING_IDS s on s.id = p.name"
           " where type = ? order by p.rowid",
           ("name", "startNs", "endNs - startNs", "globalTid", "globalTid", "callchainId", "sequenceNumber",
            "fwdThreadId"), (op_type,), post={"stack_id": stack_ids.get})
@@ -323,6 +347,8 @@ def _cpu_ops(r: _Reader, strings: dict[int, str]) -> None:
 def _mstx_ranges(r: _Reader) -> None:
     """PYTORCH_API rows of type 'mstx' (torch_npu's mstx.mark / range_start..range_end): a
     mark has endNs = startNs. The table names no domain, so every range is 'default'."""
+    if r.columns("PYTORCH_API", ("startNs", "endNs", "globalTid", "name", "type")) is None:
+        return
     r.run("PYTORCH_API mstx", "ranges",
           f"select 'mstx', 'default', s.value, {_integer_sql('startNs')}, {_integer_sql('endNs')}, globalTid >> 32,"
           " globalTid & 4294967295, null from PYTORCH_API p left join STRING_IDS s on s.id = p.name"
@@ -333,6 +359,8 @@ def _mstx_ranges(r: _Reader) -> None:
 def _overlap_ranges(r: _Reader) -> None:
     names = " ".join(f"when {k} then '{v}'" for k, v in OVERLAP_TYPES.items())
     name = f"(case type {names} else cast(type as text) end)"
+    if r.columns("OVERLAP_ANALYSIS", ("startNs", "endNs", "type")) is None:
+        return
     r.run("OVERLAP_ANALYSIS", "ranges",
           f"select 'overlap', 'default', {name}, startNs, endNs, null, type, {name}"
           " from OVERLAP_ANALYSIS order by rowid",
