@@ -75,6 +75,7 @@ alter table _memory_timeline add column allocator varchar;
 alter table _memory_timeline add column allocator_live_bytes bigint;
 alter table _memory_timeline add column stack_source varchar;
 alter table _memory_timeline add column release_inferred boolean;
+alter table _memory_timeline add column clock varchar;
 
 -- The PyTorch blocks of memory_blocks, paired and attributed once at ingest.
 create table _torch_memory_blocks (

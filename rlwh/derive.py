@@ -20,7 +20,7 @@ from rlwh.assets import asset_dir
 from rlwh.stacks import library_pattern
 
 # The tables whose rows feed ingest/derived/memory.sql.
-SOURCE_TABLES = ("memory_records", "cpu_ops", "torch_memory_events")
+SOURCE_TABLES = ("memory_records", "cpu_ops", "torch_memory_events", "snapshot_trace_blocks")
 KEY = ("run", "role", "rank_id", "capture")
 
 

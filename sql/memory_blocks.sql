@@ -1,4 +1,4 @@
--- One row per allocated block of device memory, from both sources: Ascend
+-- One row per allocated block of device memory, from every source: Ascend
 -- operator_memory.csv allocation rows as they are (release rows, with a negative size,
 -- are not blocks), and PyTorch "[memory]" events with an address paired alloc -> the next
 -- event at the same (capture, device, addr) in time order across threads
@@ -7,7 +7,12 @@
 -- unreleased (release_ns NULL); a free with no earlier allocation is counted in
 -- torch_memory_orphan_frees instead. Stacks follow memory_alloc_stack's rules for both
 -- sources (for PyTorch the matched op is the innermost cpu_op enclosing the event on its
--- thread).
+-- thread). PyTorch memory snapshots add the blocks of their device_traces (source
+-- 'snapshot': each alloc paired with its free_completed, or ended by the next alloc at its
+-- address; blocks allocated before the trace began are not blocks here), with the stack
+-- the allocator recorded for each ('allocation'). Where the snapshot's entries carry no
+-- time, clock is 'sequence' and alloc_ns / release_ns hold the entries' positions in the
+-- trace: they order that capture's events and are no time.
 -- depends: memory_alloc_stack, _stack_frames
 create or replace view memory_blocks (
   -- Run name.
@@ -20,9 +25,9 @@ create or replace view memory_blocks (
   capture,
   -- Device, e.g. NPU:0 or cuda:0.
   device,
-  -- Where the block was recorded: 'ascend' (operator_memory.csv) or 'torch' ([memory] events).
+  -- Where the block was recorded: 'ascend' (operator_memory.csv), 'torch' ([memory] events) or 'snapshot'.
   source,
-  -- Provenance: the CSV's 1-based data row (ascend) or the memory event's index (torch).
+  -- Provenance: the CSV's 1-based data row (ascend), the memory event's index (torch), the alloc entry's position in its device trace (snapshot).
   origin_row,
   -- Operator that allocated the block (torch: innermost enclosing cpu_op).
   name,
@@ -44,14 +49,17 @@ create or replace view memory_blocks (
   allocated_after_release_bytes,
   -- Allocator's total reserved bytes right after the release, when recorded.
   reserved_after_release_bytes,
-  -- The allocator that made the block: 'PTA' (torch_npu), 'GE' (cann::* rows) or 'torch'.
+  -- The allocator that made the block: 'PTA' (torch_npu), 'GE' (cann::* rows), 'torch' or 'snapshot'.
   allocator,
   -- True when the release was not recorded but inferred: another allocation reused the address.
   release_inferred,
-  -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op' or NULL (see memory_alloc_stack).
+  -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op' (see memory_alloc_stack), 'allocation' (recorded by the allocator: snapshots) or NULL.
   stack_source,
   -- Innermost frame of the stack outside library code ([stacks] in warehouse.toml).
-  user_frame
+  user_frame,
+  -- Clock of alloc_ns and release_ns: 'epoch' (ns since 1970 UTC), or 'sequence' (positions
+  -- in a memory snapshot's trace that records no time).
+  clock
 ) as
 with ascend_allocations as (
   select * from memory_alloc_stack
@@ -67,7 +75,7 @@ ascend_blocks as (
     release_total_reserved_bytes as reserved_after_release_bytes,
     if(starts_with(name, 'cann::'), 'GE', 'PTA') as allocator,
     false as release_inferred,
-    stack_source, user_frame,
+    stack_source, user_frame, 'epoch' as clock,
   from ascend_allocations
 ),
 
@@ -77,15 +85,32 @@ torch_blocks as (
     b.name, b.alloc_ns, b.release_ns, b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
     b.allocated_after_alloc_bytes, b.reserved_after_alloc_bytes,
     b.allocated_after_release_bytes, b.reserved_after_release_bytes,
-    'torch' as allocator, b.release_inferred, b.stack_source, f.user_frame,
+    'torch' as allocator, b.release_inferred, b.stack_source, f.user_frame, 'epoch' as clock,
   from _torch_memory_blocks as b
   left join _stack_frames as f on b.stack_id = f.stack_id
+),
+
+snapshot_blocks as (
+  select
+    b.run, b.role, b.rank_id, b.capture, b.device, 'snapshot' as source, b.alloc_seq as origin_row,
+    null::varchar as name,
+    if(b.clock = 'epoch', b.alloc_ns, b.alloc_seq) as alloc_ns,
+    if(b.clock = 'epoch', b.release_ns, b.release_seq) as release_ns,
+    b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
+    null::bigint, null::bigint, null::bigint, null::bigint,
+    'snapshot' as allocator, coalesce(b.release_action = 'alloc', false) as release_inferred,
+    if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
+  from snapshot_trace_blocks as b
+  left join _stack_frames as f on b.stack_id = f.stack_id
+  where b.alloc_seq is not null
 ),
 
 final as (
   select * from ascend_blocks
   union all
   select * from torch_blocks
+  union all
+  select * from snapshot_blocks
 )
 
 select * from final

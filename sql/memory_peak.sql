@@ -27,7 +27,9 @@ create or replace view memory_peak (
   -- peak_live_bytes in MiB, for people.
   peak_live_mb,
   -- allocator_peak_bytes in MiB, for people.
-  allocator_peak_mb
+  allocator_peak_mb,
+  -- Clock of peak_at_ns: 'epoch', or 'sequence' (a memory snapshot's trace position, no time).
+  clock
 ) as
 with timeline as (
   select * from _memory_timeline
@@ -45,6 +47,7 @@ peaks as (
       filter (where allocator_allocated_bytes is not null and allocator is distinct from 'GE')
       as allocator_peak_at_ns,
     max(allocator_reserved_bytes) filter (where allocator is distinct from 'GE') as allocator_reserved_peak_bytes,
+    coalesce(any_value(clock), 'epoch') as clock,
   from timeline
   group by run, role, rank_id, capture, device
 ),
@@ -55,6 +58,7 @@ final as (
     allocator_peak_bytes, allocator_peak_at_ns, allocator_reserved_peak_bytes,
     round(peak_live_bytes / 1048576.0, 3) as peak_live_mb,
     round(allocator_peak_bytes / 1048576.0, 3) as allocator_peak_mb,
+    clock,
   from peaks
 )
 

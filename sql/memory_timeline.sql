@@ -21,7 +21,7 @@ create or replace view memory_timeline (
   capture,
   -- Device, e.g. NPU:0 or cuda:0.
   device,
-  -- 'ascend' or 'torch'.
+  -- 'ascend', 'torch' or 'snapshot'.
   source,
   -- Time of the event, ns since the epoch.
   ts_ns,
@@ -54,7 +54,9 @@ create or replace view memory_timeline (
   -- Innermost frame of the stack outside library code ([stacks] in warehouse.toml).
   user_frame,
   -- True on a release that was inferred: another allocation reused the block's address.
-  release_inferred
+  release_inferred,
+  -- Clock of ts_ns: 'epoch', or 'sequence' (a memory snapshot's trace positions, no time).
+  clock
 ) as
 with timeline as (
   select * from _memory_timeline
@@ -78,6 +80,7 @@ final as (
     coalesce(t.stack_source, m.stack_source) as stack_source,
     s.user_frame,
     coalesce(t.release_inferred, false) as release_inferred,
+    coalesce(t.clock, 'epoch') as clock,
   from timeline as t
   left join ascend_matches as m  -- PyTorch rows carry their own name and stack_id, no source_id
     on t.source_id = m.source_id and t.origin_row = m.source_row

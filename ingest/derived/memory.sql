@@ -238,7 +238,7 @@ events as (
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'ascend' as source,
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'ascend' as source, 'epoch' as clock,
   source_id, device, allocator, ts_ns, event, delta_bytes,
   (sum(delta_bytes) over (partition by device order by sort_key rows unbounded preceding))::bigint
     as live_bytes,
@@ -366,11 +366,63 @@ events as (
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'torch' as source,
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'torch' as source, 'epoch' as clock,
   source_id, device, 'torch' as allocator, ts_ns, event, delta_bytes,
   live_bytes, live_bytes as allocator_live_bytes,
   allocator_allocated_bytes, allocator_reserved_bytes, name, size_bytes, stack_id, stack_source, origin_row,
   release_inferred,
+from (
+  select
+    *,
+    (sum(delta_bytes) over (
+      partition by device
+      order by ts_ns::hugeint * 2199023255552 + (event = 'alloc')::hugeint * 1099511627776 + origin_row
+      rows between unbounded preceding and current row
+    ))::bigint as live_bytes,
+  from events
+)
+;
+
+delete from _memory_timeline
+where source = 'snapshot' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+;
+
+-- A memory snapshot's device_traces: the blocks allocated within the trace (the reader
+-- paired each alloc with the free_completed or the next alloc at its address), summed per
+-- device like the others. Where the trace entries carry no time the clock is 'sequence':
+-- ts_ns holds the entry's position in the trace, which orders the events of that capture
+-- and nothing else.
+insert into _memory_timeline by name
+with blocks as (
+  -- memory_blocks' snapshot rows, read from the base table (the view would plan every source)
+  select
+    device, clock, size_bytes, stack_id, alloc_seq as origin_row,
+    if(clock = 'epoch', alloc_ns, alloc_seq) as alloc_ns,
+    if(clock = 'epoch', release_ns, release_seq) as release_ns,
+    coalesce(release_action = 'alloc', false) as release_inferred,
+    if(stack_id is not null, 'allocation', null) as stack_source,
+  from snapshot_trace_blocks
+  where alloc_seq is not null
+    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+),
+
+events as (
+  select
+    b.device, b.clock,
+    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
+    e.event,
+    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
+    b.size_bytes, b.stack_id, b.stack_source, b.origin_row,
+    e.event = 'release' and b.release_inferred as release_inferred,
+  from blocks as b
+  cross join (values ('alloc'), ('release')) as e (event)
+  where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
+)
+
+select
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'snapshot' as source,
+  device, clock, 'snapshot' as allocator, ts_ns, event, delta_bytes,
+  live_bytes, live_bytes as allocator_live_bytes, size_bytes, stack_id, stack_source, origin_row, release_inferred,
 from (
   select
     *,
