@@ -300,3 +300,18 @@ def test_an_export_without_optional_columns_still_lands(tmp_path):
     assert [r["name"] for r in rows["memory_records"]] == [t["Name"] for t in text]
     assert {r["active_release_ns"] for r in rows["memory_records"]} == {None}
     assert sum(r["release_ns"] is not None for r in rows["memory_records"]) > 100
+
+
+def test_bad_step_row_is_named(tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for name in ("ascend_pytorch_profiler_0.db", "analysis.db"):
+        shutil.copy(db_path(0).with_name(name), folder / name)
+        (folder / name).chmod(0o644)
+    con = sqlite3.connect(folder / "ascend_pytorch_profiler_0.db")
+    con.execute("insert into STEP_TIME values ('next', 1, 2)")
+    con.commit()
+    con.close()
+    outcome, rows = read(ascend_db, folder / "ascend_pytorch_profiler_0.db", tmp_path)
+    assert outcome.status == "partial" and "STEP_TIME row 2: id: 'next' is not an integer" in outcome.message
+    assert [r["step"] for r in rows["step_times"]] == [50] and rows["step_times"][0]["computing_ns"] == 8_903_431

@@ -8,12 +8,14 @@ The file is opened read-only and immutable through sqlite3's URI, so SQLite writ
 nothing (no journal, no lock) even on a shared file system. The db stores text as
 STRING_IDS ids; GE's rows in OP_MEMORY (the operators of NPU_OP_MEM, with neither
 allocationTotalActive nor streamPtr) are written bare where operator_memory.csv writes
-`cann::<name>`. Each table is read on its own: a cut file keeps the tables before the
-damage and says which failed.
+`cann::<name>`. Each table is read on its own: damage in one (a cell of the wrong type, an
+unreadable page) keeps the others and says which; a file cut short, whose schema SQLite
+cannot read, fails with the sizes its header and the file give.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import urllib.parse
 from pathlib import Path
@@ -31,6 +33,8 @@ TEXT_EXPORT_FILES = ("operator_memory.csv", "trace_view.json", "memory_record.cs
 # ENUM_MODULE names the text export spells otherwise (msinsight fixture: ENUM_MODULE id 74
 # is AMP, npu_module_mem.csv of the same job writes AML, and ENUM_MODULE has no AML).
 TEXT_MODULE_NAMES = {"AMP": "AML"}
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+_STEP_TEXT = re.compile(r"(?:step)?([0-9]+)", re.IGNORECASE)
 OVERLAP_TYPES = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
 
 _I, _S = pa.int64(), pa.string()
@@ -92,12 +96,12 @@ def check_header(path: Path) -> str | None:
 
 def _int(value, what: str) -> int | None:
     """An integer cell (INTEGER, or the TEXT/NUMERIC some tables use) as int."""
-    if value is None or isinstance(value, int):
+    if value is None or (isinstance(value, int) and -(2**63) <= value < 2**63):
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
+    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value.strip()) and -(2**63) <= int(value) < 2**63:
+        return int(value)
     raise _Bad(f"{what}: {value!r} is not an integer")
 
 
@@ -275,10 +279,9 @@ def _stage_times(path: Path, problems: list[str]) -> dict[str, dict]:
 
 
 def _step(text: str) -> int | None:
-    text = text.strip()
-    if text.lower().startswith("step"):
-        text = text[4:]
-    return int(text) if text.isdigit() else None
+    """StepTraceTime's step text ("50", "step50") as a number; None when it names none."""
+    match = _STEP_TEXT.fullmatch(text.strip())
+    return int(match.group(1)) if match else None
 
 
 def _step_times(r: _Reader) -> None:
@@ -291,10 +294,15 @@ def _step_times(r: _Reader) -> None:
             r.problems.append(f"STEP_TIME: unreadable ({exc})")
     empty = dict.fromkeys(STAGES.values())
     rows = []
-    for step_id, start, end in steps:
-        key = next((k for k in stages if _step(k) == step_id), None)
-        rows.append({"step": _int(step_id, "STEP_TIME.id"), "start_ns": _int(start, "startNs"),
-                     "end_ns": _int(end, "endNs"), **(stages.pop(key) if key is not None else empty)})
+    for position, (step_id, start, end) in enumerate(steps, start=1):
+        try:
+            step, start, end = _int(step_id, "id"), _int(start, "startNs"), _int(end, "endNs")
+        except _Bad as exc:
+            r.problems.append(f"STEP_TIME row {position}: {exc}")
+            continue
+        key = next((k for k in stages if _step(k) == step), None)
+        rows.append({"step": step, "start_ns": start, "end_ns": end,
+                     **(stages.pop(key) if key is not None else empty)})
     for key, values in stages.items():  # steps analysis.db knows that STEP_TIME does not
         rows.append({"step": _step(key), "start_ns": None, "end_ns": None, **values})
     for position, row in enumerate(rows, start=1):
