@@ -286,7 +286,8 @@ def _named_like_source(name: str, where: str) -> bool:
     return rule is not None and rule.kind != IGNORED
 
 
-def _ascend_capture(here: Path, root: Path, entries: list[str], warnings: list[str]) -> _Capture:
+def _ascend_capture(here: Path, root: Path, entries: list[str]) -> _Capture:
+    """Role, rank and step of an Ascend capture dir, for every file under it."""
     rel = here.relative_to(root)
     rank, step, role = place(rel.parts[:-1])
     own = rank_in_name(here.name)
@@ -338,7 +339,7 @@ def discover(root: str | os.PathLike) -> Discovery:
         dirnames.sort()
         capture = capture_of.get(here.parent) if here != root else None
         if capture is None and (_ASCEND_CAPTURE.fullmatch(here.name) or ASCEND_OUTPUT in dirnames):
-            capture = _ascend_capture(here, root, sorted(filenames), warnings)
+            capture = _ascend_capture(here, root, sorted(filenames))
             captures.append(capture)
         capture_of[here] = capture
         where = _where(here, capture)
