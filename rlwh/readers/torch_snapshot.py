@@ -142,6 +142,10 @@ def _int(value, where, required: bool = True) -> int | None:
     return value
 
 
+def _text(value) -> str | None:
+    return None if value is None else str(value)
+
+
 def _block_frames(block: dict):
     """Newer snapshots keep a block's frames; PyTorch 2.0 kept them in its history."""
     if block.get("frames"):
@@ -172,8 +176,10 @@ def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: Tabl
             "allocated_bytes": _int(seg.get("allocated_size"), f"{where}.allocated_size", False),
             "active_bytes": _int(seg.get("active_size"), f"{where}.active_size", False),
             "requested_bytes": _int(seg.get("requested_size"), f"{where}.requested_size", False),
-            "segment_type": seg.get("segment_type"), "stream": _int(seg.get("stream"), f"{where}.stream", False),
-            "is_expandable": seg.get("is_expandable"), "blocks": len(blocks),
+            "segment_type": _text(seg.get("segment_type")),
+            "stream": _int(seg.get("stream"), f"{where}.stream", False),
+            "is_expandable": seg.get("is_expandable") if isinstance(seg.get("is_expandable"), bool) else None,
+            "blocks": len(blocks),
         })
         offset = address
         for j, block in enumerate(blocks):
@@ -187,7 +193,7 @@ def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: Tabl
                 "segment_address": address, "address": offset if block_address is None else block_address,
                 "size_bytes": size,
                 "requested_bytes": _int(block.get("requested_size"), f"{bwhere}.requested_size", False),
-                "state": block.get("state"), "stack_id": stacks.of(_block_frames(block), bwhere),
+                "state": _text(block.get("state")), "stack_id": stacks.of(_block_frames(block), bwhere),
             })
             offset += size
     _write(sink, "snapshot_segments", seg_rows, SEGMENTS_SCHEMA)
