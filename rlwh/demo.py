@@ -1,6 +1,6 @@
 """`make demo`: build a realistic small profile, ingest it, print answers, render reports.
 
-Everything the demo reads it writes itself (rlwh.synth, rlwh.synth_pt), so it runs on
+Everything the demo reads it writes itself (rlwh.synth), so it runs on
 a fresh machine with no profiler, no torch and no ../shared.
 """
 
@@ -25,7 +25,8 @@ def write_demo_profile(root: Path) -> Path:
     """A run dir with every format rlwh reads, for 2 roles x 2 ranks: Ascend rank dirs
     (memory CSV, traces with stacks, MSTX, Overlap Analysis), PyTorch traces, NVTX
     exports of a colocated worker and GMM expert-load dumps."""
-    from rlwh import synth, synth_timelines
+    from rlwh import synth
+    from rlwh.synth import timelines as synth_timelines
 
     # with_stack on, as a user who asks "which line" profiles: every forward op has a stack.
     synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55,

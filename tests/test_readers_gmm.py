@@ -13,7 +13,7 @@ from rlwh.readers import gmm
 from rlwh.readers.base import TableSink
 from rlwh.readers.gmm import GmmPath, parse_gmm_path
 from rlwh.schema import migrate
-from rlwh.synth_pt import write_int_tensor
+from rlwh.synth.pt import write_int_tensor
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "gmm"

@@ -1,4 +1,4 @@
-"""rlwh.readers.torch_pickle and rlwh.synth_pt: torch.save files read and written without torch."""
+"""rlwh.readers.torch_pickle and rlwh.synth.pt: torch.save files read and written without torch."""
 
 import importlib.util
 import json
@@ -16,7 +16,7 @@ import pytest
 from rlwh.errors import SourceError
 from rlwh.readers import torch_pickle
 from rlwh.readers.torch_pickle import load_int_array
-from rlwh.synth_pt import ALIGNMENT, tensor_pickle, write_int_tensor, zip_archive
+from rlwh.synth.pt import ALIGNMENT, tensor_pickle, write_int_tensor, zip_archive
 
 DATA = Path(__file__).parent / "data" / "gmm"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
@@ -265,7 +265,7 @@ def test_unknown_byteorder_is_refused(tmp_path):
         load_int_array(path)
 
 
-# --- synth_pt --------------------------------------------------------------------------
+# --- synth.pt --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

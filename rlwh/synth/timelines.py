@@ -11,7 +11,7 @@ import json
 import random
 from pathlib import Path
 
-from rlwh.synth_pt import write_int_tensor
+from rlwh.synth.pt import write_int_tensor
 
 BASE_NS = 1_790_857_026_000_000_000  # Kineto's baseTimeNanoseconds (epoch ns of ts 0)
 _FRAMES = ["verl/trainer/main_ppo.py(212): fit", "verl/workers/fsdp_workers.py(611): update_actor",

@@ -14,7 +14,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-from rlwh.synth_pt import zip_archive  # noqa: E402
+from rlwh.synth.pt import zip_archive  # noqa: E402
 
 
 def main() -> None:
