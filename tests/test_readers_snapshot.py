@@ -148,6 +148,8 @@ def test_time_us_becomes_epoch_ns_and_realloc_ends_a_block(tmp_path):
         (None, 1700000000000030000, None, "free_completed", 16),  # allocated before the trace began
     ]
     assert rows["call_stacks"][0]["stack"] == "train.py(3): step"
+    outcome = torch_snapshot.read(tmp_path / "s.pickle", TableSink(tmp_path / "again"), {})
+    assert outcome.rank["capture_started_ns"] == 1700000000000001000 and outcome.rank["device"] == "cuda:1"
 
 
 class _RunsCode:
@@ -206,6 +208,8 @@ def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config,
             "select path, kind, status, message from sources").fetchall()}
         counts = dict(con.execute("""select capture, count(*) from snapshot_trace_blocks group by 1""").fetchall())
         ranks = con.execute("select distinct rank_id from snapshot_segments").fetchall()
+        rank_rows = con.execute("""select capture, rank_id, device, capture_started_ns,
+                                   metadata->>'snapshot_clock' from ranks order by 1""").fetchall()
         stacked = con.execute("""select count(t.stack_id), count(s.stack_id) from snapshot_trace_blocks t
                                  left join call_stacks s using (stack_id)""").fetchone()
     finally:
@@ -214,6 +218,7 @@ def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config,
     assert sources["rank3/notes.pkl"][1] == "ignored"
     assert sources[SINGLE.name][1] == "ok" and "read as rank 0" in sources[SINGLE.name][2]
     assert counts == {SINGLE.name: 3216, MULTI.name: 6115} and ranks == [(0,)]
+    assert rank_rows == [(SINGLE.name, 0, "NPU:0", None, "sequence"), (MULTI.name, 0, None, None, "sequence")]
     with_frames = sum(1 for p in (SINGLE, MULTI) for t in plain_load(p)["device_traces"] for e in t
                       if e["action"] == "alloc" and e["frames"])
     assert stacked == (with_frames, with_frames)  # every alloc with frames has its stack, found in call_stacks

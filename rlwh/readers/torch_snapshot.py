@@ -156,7 +156,7 @@ def _block_frames(block: dict):
     return None
 
 
-def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> None:
+def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> set[str]:
     segments = snapshot["segments"]
     if not isinstance(segments, list):
         raise SourceError(f"{path}: segments is a {type(segments).__name__}, not a list")
@@ -198,6 +198,7 @@ def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: Tabl
             offset += size
     _write(sink, "snapshot_segments", seg_rows, SEGMENTS_SCHEMA)
     _write(sink, "snapshot_blocks", block_rows, BLOCKS_SCHEMA)
+    return {r["device"] for r in seg_rows}
 
 
 def _has_time(traces: list) -> bool:
@@ -268,12 +269,16 @@ class _Rows:
         self.rows = []
 
 
-def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> str:
+def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> tuple[str, set, int | None]:
+    """Write the trace blocks; return the clock, the devices whose trace has entries, and the
+    first entry's epoch ns (None on a sequence clock)."""
     traces = snapshot.get("device_traces") or []
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise SourceError(f"{path}: device_traces is not a list of lists")
     epoch = _has_time(traces)
     clock = "epoch" if epoch else "sequence"
+    first = min((t[0]["time_us"] * 1000 for t in traces if t), default=None) if epoch else None
+    devices = {f"{kind}:{d}" for d, t in enumerate(traces) if t}
     rows = _Rows(sink, "snapshot_trace_blocks", TRACE_SCHEMA)
     for device in range(len(traces)):
         keys = {"device": f"{kind}:{device}", "device_index": device, "clock": clock}
@@ -281,7 +286,7 @@ def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableS
             rows.add({**keys, **block})
         traces[device] = None  # its entries are no longer needed: free them before the next device
     rows.flush()
-    return clock
+    return clock, devices, first
 
 
 def _write(sink: TableSink, table: str, rows: list[dict], schema: pa.Schema) -> None:
@@ -298,13 +303,15 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             f"a {type(snapshot).__name__}"
         return ReadOutcome(status="ignored", message=(
             f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"))
-    rank = {}
-    if context.get("rank_id") is None and context.get("single_process_rank0"):
-        rank = {"rank_id": 0, "note": f"{path.name}: no rank in its path: read as rank 0 (a single-process snapshot)"}
     kind = _device_kind(snapshot)
     stacks = _Stacks()
-    _segments(path, snapshot, kind, stacks, sink)
-    _traces(path, snapshot, kind, stacks, sink)
-    rows = list(stacks.rows.values())
-    _write(sink, "call_stacks", rows, CALL_STACKS_SCHEMA)
+    devices = _segments(path, snapshot, kind, stacks, sink)
+    clock, traced, first_ns = _traces(path, snapshot, kind, stacks, sink)
+    _write(sink, "call_stacks", list(stacks.rows.values()), CALL_STACKS_SCHEMA)
+    devices = sorted(devices | traced)
+    # A ranks row for the capture: its device when it has one, its trace's first time.
+    rank = {"device": devices[0] if len(devices) == 1 else None, "capture_started_ns": first_ns,
+            "metadata": {"snapshot_devices": devices, "snapshot_clock": clock}}
+    if context.get("rank_id") is None and context.get("single_process_rank0"):
+        rank.update(rank_id=0, note=f"{path.name}: no rank in its path: read as rank 0 (a single-process snapshot)")
     return ReadOutcome(rank=rank)
