@@ -11,7 +11,7 @@
 --                  op, the op with the same seq_no and fwd_tid 0 that started last at or
 --                  before the node (Kineto's fwdbwd flow links the same pairs);
 --   'op'           else the matched op's own stack;
---   'enclosing_op' else the innermost op with such a stack whose [ts, ts + dur] holds the
+--   'enclosing_op' else the innermost op with such a stack whose [ts, ts + dur) holds the
 --                  allocation, on any thread of the rank (of the threads' innermost ops the
 --                  one that started last, then the lowest tid): cann::* rows, whose names
 --                  are GE's and never cpu_ops, get their stack this way;

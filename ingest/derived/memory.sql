@@ -64,28 +64,35 @@ from ops_in_nodes
 ;
 
 -- Ops with an attributed stack, each with its nesting level on its thread, for the
--- 'enclosing_op' rule: the innermost such op whose [ts, ts + dur] holds a time. Within one
+-- 'enclosing_op' rule: the innermost such op whose [ts, ts + dur) holds a time. Within one
 -- thread ops nest, so at time t the innermost open op is the one at level depth(t) that
--- started last; depth(t) is a running count of starts minus ends (an op ends after its
--- last ns: at equal times ends apply first, and of ops starting together the longer is
--- outer).
+-- started last; depth(t) is a running count of starts minus ends (at equal times ends
+-- apply first, so an op that starts as another ends is not inside it; of ops starting
+-- together the longer is outer). Ops of no duration enclose nothing.
 create or replace temp table _key_stack_levels as
 with stacked as (
-  select tid, ts_ns, ts_ns + coalesce(dur_ns, 0) as end_ns, attributed_stack_id, name
+  select tid, ts_ns, ts_ns + dur_ns as end_ns, attributed_stack_id, name
   from _key_op_stacks
-  where attributed_stack_id is not null and tid is not null
+  where attributed_stack_id is not null and tid is not null and dur_ns > 0
 ),
 
 edges as (
   select tid, ts_ns as t, 1 as delta, end_ns, attributed_stack_id, name, ts_ns from stacked
   union all
-  select tid, end_ns + 1, -1, end_ns, null, null, ts_ns from stacked
+  select tid, end_ns, -1, end_ns, null, null, ts_ns from stacked
 )
 
 select
   tid, t, delta, attributed_stack_id, name, ts_ns,
+  -- An op's level: the count right after its own start.
   sum(delta) over (partition by tid order by t, delta, end_ns desc rows unbounded preceding) as depth,
+  -- depth(t): the count after every edge at or before t (one value per time).
+  sum(delta) over (partition by tid order by t range unbounded preceding) as depth_at_t,
 from edges
+;
+
+create or replace temp table _key_depths as
+select distinct tid, t, depth_at_t as depth from _key_stack_levels
 ;
 
 -- A rank's device as its data names it (operator_memory.csv's Device Type, e.g. NPU:3)
@@ -112,8 +119,9 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 -- in (ts_ns, preference) order, the last of each ts_ns kept, the last stack so far carried
 -- along. Its sort spills to disk, so a rank of any size fits the memory limit.
 -- An allocation whose op justifies no stack (cann::* rows have no same-name op) takes the
--- innermost op with a stack that encloses it on any thread of the rank ('enclosing_op':
--- of the threads' innermost ops, the one that started last, then the lowest tid).
+-- innermost op with a stack whose [ts, ts + dur) holds it, on any thread of the rank
+-- ('enclosing_op': of the threads' innermost ops, the one that started last, then the
+-- lowest tid).
 insert into _memory_record_ops by name
 with records as (
   select source_id, source_row, name, alloc_ns
@@ -164,7 +172,7 @@ depth_at as (
   select u.source_id, u.source_row, u.alloc_ns, l.tid, l.depth
   from unattributed as u
   cross join threads as th
-  asof join _key_stack_levels as l
+  asof join _key_depths as l
     on l.tid = th.tid
     and u.alloc_ns >= l.t
   where l.depth > 0
@@ -255,7 +263,7 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 -- The PyTorch blocks: each allocation event with an address, paired with the next event
 -- at its (device, addr) in time order across threads (_torch_memory_pairs). Its stack is
 -- the one its enclosing op justifies (_key_op_stacks: 'forward_op' or 'op'), else the
--- innermost op with a stack that encloses it on its own thread ('enclosing_op').
+-- innermost op with a stack whose [ts, ts + dur) holds it on its own thread ('enclosing_op').
 insert into _torch_memory_blocks by name
 with allocations as (
   select * from _torch_memory_pairs
@@ -280,7 +288,7 @@ matched as (
 depth_at as (
   select m.event_index, m.ts_ns, l.tid, l.depth
   from matched as m
-  asof join _key_stack_levels as l
+  asof join _key_depths as l
     on l.tid = m.tid
     and m.ts_ns >= l.t
   where m.attributed_stack_id is null and l.depth > 0
@@ -433,6 +441,9 @@ from (
     ))::bigint as live_bytes,
   from events
 )
+;
+
+drop table _key_depths
 ;
 
 drop table _key_stack_levels

@@ -112,3 +112,45 @@ def test_allocation_before_first_op_keeps_its_row(fresh_db):
     rows = fresh_db.execute(
         "select source_row, op_ts_ns, gap_ns, in_op from memory_alloc_stack order by 1").fetchall()
     assert rows == [(1, None, None, None), (2, 100, 0, True), (3, 100, 11, False)]
+
+
+def _nested_ops(rng, tid: int, start: int, end: int, depth: int, out: list) -> None:
+    """Ops nested in time on one thread, as a real thread's are: children inside parents,
+    siblings one after another, some touching (one starts as the other ends)."""
+    t = start
+    while t < end - 20:
+        length = rng.randrange(10, max(11, (end - t) // 2))
+        stack = rng.choice([None, 1, 2, 3, 4])
+        out.append((tid, t, length, stack))
+        if depth < 3 and length > 30 and rng.random() < 0.7:
+            _nested_ops(rng, tid, t + rng.choice([0, 1, 5]), t + length - rng.choice([0, 2]), depth + 1, out)
+        t += length + rng.choice([0, 0, 3, 17])
+
+
+@pytest.mark.parametrize("seed", [7, 8, 9])
+def test_enclosing_op_rule_matches_independent_computation(fresh_db, seed):
+    """Allocations no same-name op explains (cann::* rows) take the innermost op with a
+    stack whose [ts, ts + dur) holds them, on any thread: the latest start, then the lowest tid."""
+    rng = random.Random(seed)
+    stacks = {1: "a.py(1): f", 2: "b.py(2): g", 3: "c.py(3): h", 4: "d.py(4): k"}
+    for stack_id, text in stacks.items():
+        fresh_db.execute("insert into call_stacks values (?, ?, ?, 1)", [stack_id, text, text])
+    ops: list = []
+    for tid in (1, 2, 3):
+        _nested_ops(rng, tid, 1_000, 20_000, 0, ops)
+    insert_rows(fresh_db, "cpu_ops", ["tid", "ts_ns", "dur_ns", "stack_id"], ops, run="r", role="x", rank_id=0,
+                capture="c", source_id=1, name="aten::op")
+    allocs = [(row, 1_000 + rng.randrange(0, 19_500)) for row in range(1, 600)]
+    insert_rows(fresh_db, "memory_records", ["source_row", "alloc_ns"], allocs, run="r", role="x", rank_id=0,
+                capture="c", source_id=2, name="cann::TransData", size_bytes=64)
+    got = dict(((row, (sid, src)) for row, sid, src in fresh_db.execute(
+        "select source_row, stack_id, stack_source from memory_alloc_stack").fetchall()))
+    for row, t in allocs:
+        around = [o for o in ops if o[3] is not None and o[1] <= t < o[1] + o[2]]
+        inner = {}
+        for o in around:  # innermost per thread: the latest start, then the shortest
+            if o[0] not in inner or (o[1], -o[2]) > (inner[o[0]][1], -inner[o[0]][2]):
+                inner[o[0]] = o
+        best = max(inner.values(), key=lambda o: (o[1], -o[0])) if inner else None
+        want = (best[3], "enclosing_op") if best else (None, None)
+        assert got[row] == want, (row, t)
