@@ -62,7 +62,7 @@ def _is_number(value) -> bool:
 def as_table(result: QueryResult) -> str:
     """Aligned columns; multi-line values span several lines of their row, rows with
     such values are separated by a blank line so each row's extent is visible."""
-    cells = [[_cell(v).split("\n") for v in row] for row in result.rows]
+    cells = [[_cell(v).replace("\r\n", "\n").split("\n") for v in row] for row in result.rows]
     numeric = [
         bool(result.rows) and all(row[i] is None or _is_number(row[i]) for row in result.rows)
         for i in range(len(result.columns))

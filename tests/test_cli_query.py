@@ -109,6 +109,9 @@ def test_table_rounds_floats_and_prints_stacks_as_lines(db):
     assert "0.3552" in lines[2] and "1536.123" in lines[2] and "0.35516" not in result.output
     assert lines[2].endswith("/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1532 _call_impl")
     assert lines[3].strip() == "train.py:88 step" and "\\n" not in result.output
+    windows = CliRunner().invoke(cli, ["query", "select concat('a.py:1 f', chr(13), chr(10), 'b.py:2 g') as s",
+                                       "--db", db])
+    assert windows.output.splitlines()[2:4] == ["a.py:1 f", "b.py:2 g"], windows.output
     raw = CliRunner().invoke(cli, ["query", sql, "--db", db, "--format", "json"])
     assert json.loads(raw.output)[0]["share"] == 0.3551602115841266  # machine formats stay exact
 
