@@ -253,7 +253,8 @@ def runs(config, fmt):
 
 @cli.command()
 @click.option("--run", "run_name", help="Only this run.")
-@click.option("--status", type=click.Choice(["ok", "partial", "failed", "ignored", "skipped"]), help="Only this status.")
+@click.option("--status", type=click.Choice(["ok", "partial", "failed", "ignored", "skipped"]),
+              help="Only this status.")
 @format_option
 @warehouse_options
 def sources(config, run_name, status, fmt):
@@ -475,7 +476,12 @@ def nightly(config, root, out, baseline):
         click.echo(line + (f" ({outcome.message})" if outcome.message else ""))
         for regression in outcome.regressions:
             click.echo(f"  regression: {regression}")
-    click.echo(f"index: {result.index}")
+    if not result.runs:
+        click.echo(f"warning: no run dir under {result.root}: nothing to ingest", err=True)
+    if result.index.exists():
+        click.echo(f"index: {result.index}")
+    else:
+        click.echo(f"no index written: {config.db_path} holds no run yet", err=True)
     sys.exit(result.exit_code)
 
 

@@ -40,3 +40,12 @@ def test_nightly_exit_codes(tmp_path):
     trace.write_text("{broken")
     failed = CliRunner().invoke(cli, ["nightly", str(root), "--db", db, "--out", str(out)])
     assert failed.exit_code == 1, failed.output
+
+
+def test_nightly_over_an_empty_root_says_so_and_exits_6(tmp_path):
+    (tmp_path / "root").mkdir()
+    result = CliRunner().invoke(cli, ["nightly", str(tmp_path / "root"), "--db", str(tmp_path / "w.duckdb"),
+                                      "--out", str(tmp_path / "site")])
+    assert result.exit_code == 6, result.output
+    assert f"no run dir under {tmp_path / 'root'}" in result.output and "no index written" in result.output
+    assert not (tmp_path / "site").exists()
