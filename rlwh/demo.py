@@ -24,13 +24,18 @@ RANKS = 2
 def write_demo_profile(root: Path) -> Path:
     """A run dir with every format rlwh reads, for 2 roles x 2 ranks: Ascend rank dirs
     (memory CSV, traces with stacks, MSTX, Overlap Analysis), PyTorch traces, NVTX
-    exports of a colocated worker and GMM expert-load dumps."""
+    exports of a colocated worker, GMM expert-load dumps, memory_record.csv beside each
+    operator_memory.csv and a memory snapshot per critic rank."""
     from rlwh import synth
     from rlwh.synth import timelines as synth_timelines
+    from rlwh.synth.memory_record import write_memory_record
+    from rlwh.synth.snapshot import write_snapshot
 
     # with_stack on, as a user who asks "which line" profiles: every forward op has a stack.
     synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55,
                                capture_time=CAPTURE_TIME)
+    for rank_dir in sorted((root / "ascend").rglob("*_ascend_pt")):
+        write_memory_record(rank_dir)  # the allocator's totals over time, as torch_npu writes them
     # One job, one clock: the critic's traces start ten minutes after the last Ascend role.
     critic_at_ns = int(datetime.strptime(CAPTURE_TIME, "%Y%m%d_%H%M%S").replace(tzinfo=timezone.utc).timestamp()
                        + 600 * len(ROLES)) * 1_000_000_000
@@ -38,6 +43,9 @@ def write_demo_profile(root: Path) -> Path:
         synth_timelines.write_torch_trace(
             root / "torch" / "critic" / f"prof_rank-{rank}.pt.trace.json.gz", rank=rank, world_size=RANKS,
             start_ns=1_000_000, base_ns=critic_at_ns - 1_000_000)
+        # The critic's memory snapshot, dumped after its step (torch.cuda.memory._snapshot()).
+        write_snapshot(root / "torch" / "critic" / f"snapshot_rank{rank}.pickle", device=rank,
+                       start_us=critic_at_ns // 1000 + 10_000, seed=rank)
         synth_timelines.write_nvtx_export(
             root / "nvtx" / f"worker_process_{7000 + rank}.1.jsonl", rank=rank,
             roles={"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200})
@@ -46,9 +54,9 @@ def write_demo_profile(root: Path) -> Path:
 
 
 PEAKS_SQL = """
-select role, rank_id, device, peak_live_mb, allocator_peak_mb,
+select role, rank_id, device, regexp_extract(capture, '[^/]+$') as capture_file, peak_live_mb, allocator_peak_mb,
        strftime(make_timestamp(peak_at_ns // 1000), '%H:%M:%S.%g') as peak_at_utc
-from memory_peak order by role, rank_id, device
+from memory_peak order by role, rank_id, device, capture
 """
 
 TOP_STACKS_SQL = """

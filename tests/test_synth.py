@@ -246,3 +246,39 @@ def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path):
             assert con.execute("select count(*) from memory_blocks").fetchone()[0] == 0
             assert con.execute("select count(*) from memory_timeline").fetchone()[0] > 0
         con.close()
+
+
+def test_memory_record_and_snapshot_files_load_like_real_ones(tmp_path):
+    """The demo's memory_record.csv agrees with its operator_memory.csv (PTA totals at each
+    allocation), and its snapshot pickle names no global and lands on the epoch clock."""
+    import pickletools
+
+    import duckdb
+
+    from rlwh.config import Config
+    from rlwh.ingest import ingest
+    from rlwh.synth.memory_record import write_memory_record
+    from rlwh.synth.snapshot import write_snapshot
+
+    rank_dir = synth.write_ascend_rank(tmp_path / "job" / "actor_update", n_ops=200, n_allocs=150)
+    write_memory_record(rank_dir)
+    snapshot = write_snapshot(tmp_path / "job" / "critic" / "snapshot_rank1.pickle", device=1,
+                              start_us=1_779_786_715_000_000)
+    opcodes = {op.name for op, _, _ in pickletools.genops(snapshot.read_bytes())}
+    assert not opcodes & {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ"}
+    db = tmp_path / "w.duckdb"
+    ingest(tmp_path / "job", Config(db_path=db, workers=1))
+    con = duckdb.connect(str(db), read_only=True)
+    assert dict(con.execute("select kind, status from sources where kind in"
+                            " ('ascend_memory_record_csv', 'torch_snapshot')").fetchall()) == {
+        "ascend_memory_record_csv": "ok", "torch_snapshot": "ok"}
+    unmatched = con.execute("""
+        select count(*) from memory_records r
+        where r.size_bytes > 0 and not exists (
+          select 1 from memory_usage u
+          where u.component = 'PTA' and u.ts_ns = r.alloc_ns
+            and u.total_allocated_bytes = r.alloc_total_allocated_bytes)""").fetchone()[0]
+    assert unmatched == 0
+    assert con.execute("select count(distinct component) from memory_usage").fetchone()[0] == 3  # APP, PTA, PTA+GE
+    assert con.execute("select clock, device from memory_peak where capture like '%snapshot%'").fetchall() == [
+        ("epoch", "cuda:1")]
