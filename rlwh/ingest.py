@@ -368,16 +368,22 @@ def _parse_all(todo: list[_Planned], config: Config, tmp: Path):
             yield p, parse_source(p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i)))
         return
     workers = min(config.workers, len(ordered))
-    from rlwh.workers import die_with_parent  # workers end with this process, even after kill -9
+    # Workers end with this process, even after kill -9, and leave Ctrl-C to it.
+    from rlwh.workers import die_with_parent, stop_now
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
+    try:
         futures = {
             pool.submit(parse_source, p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i))): p
             for i, p in enumerate(ordered)
         }
         for future in as_completed(futures):
             yield futures[future], future.result()
+    except BaseException:  # Ctrl-C, or loading failed: no parse still running is wanted
+        stop_now(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def ingest(

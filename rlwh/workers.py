@@ -6,12 +6,17 @@ workers to stop: they lived on for hours holding their last file's memory. The p
 initializer `die_with_parent` asks Linux to send the worker SIGKILL when its parent
 exits (prctl PR_SET_PDEATHSIG), and, where that is not available or the parent was
 already gone, a daemon thread checks the parent pid once a second.
+
+Ctrl-C reaches every process of the terminal's group: workers ignore it (each would
+print a KeyboardInterrupt traceback) and the parent, which decides, stops them with
+`stop_now` instead of waiting for the files they are parsing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import multiprocessing
 import os
 import signal
 import sys
@@ -41,10 +46,25 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Pool initializer: end this worker when process `parent_pid` ends."""
+    """Pool initializer: end this worker when process `parent_pid` ends; leave Ctrl-C to it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(1)
     # The fallback runs on Linux too: it costs one getppid a second and covers a kernel
     # or sandbox that refuses prctl.
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="rlwh-parent-watch", daemon=True).start()
+
+
+def stop_now(pool) -> None:
+    """Cancel the pool's queued files and kill its workers now: shutdown() alone waits
+    for the files being parsed (a minute for a large trace) before the process can exit.
+
+    The workers are found as this process's multiprocessing children, which in rlwh are
+    the parse pool's only.
+    """
+    pool.shutdown(wait=False, cancel_futures=True)
+    for child in multiprocessing.active_children():
+        child.kill()
+    for child in multiprocessing.active_children():
+        child.join(timeout=5)

@@ -389,3 +389,25 @@ def test_parse_workers_die_with_a_killed_ingest(db, tmp_path, small):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _kill(proc)
+
+
+def test_ctrl_c_during_a_parse_stops_quietly_and_leaves_nothing(db, tmp_path, big):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it: one short
+    message (no worker tracebacks), no process left, the warehouse as it was."""
+    before = _sha(db)
+    proc = _start(db, big, tmp_path, workers=2)
+    deadline = time.monotonic() + 120
+    while not list(db.parent.glob(db.name + ".parts/0/_raw_events.parquet")):
+        assert proc.poll() is None, f"the ingest ended before the trace was parsed: {proc.stdout.read()[-2000:]}"
+        assert time.monotonic() < deadline, "the large trace parse never started"
+        time.sleep(0.005)
+    workers = _child_pids(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        output = proc.communicate(timeout=60)[0]  # not the minute the big parse would take
+        assert proc.returncode == 1 and "Aborted!" in output, output
+        assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+        assert [pid for pid in workers if _running(pid)] == []
+    finally:
+        _kill(proc)
+    assert _sha(db) == before
