@@ -7,8 +7,8 @@ a fresh machine with no profiler, no torch and no ../shared.
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timezone
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from rlwh.catalog import query

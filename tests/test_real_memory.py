@@ -151,6 +151,11 @@ def _csv_rows(path: Path):
             yield {k.strip(): (v or "").strip() for k, v in row.items()}
 
 
+def _mb(cell: str) -> int | None:
+    """An MB cell as exact bytes (real files write binary fractions: 954.3701171875)."""
+    return int(Decimal(cell) * 1048576) if cell else None
+
+
 def _ascend_expected(rank_dir: Path):
     """Peak live bytes per device, and per (device, allocator) the highest live bytes minus
     the allocator's total at that event (never above 0), from operator_memory.csv alone."""
@@ -160,11 +165,11 @@ def _ascend_expected(rank_dir: Path):
         if size <= 0:
             continue
         allocator = "GE" if row["Name"].startswith("cann::") else "PTA"
-        mb = lambda k: None if not row[k] else int(Decimal(row[k]) * 1048576)  # noqa: E731
-        events.append((_ns(row["Allocation Time(us)"]), 1, n, size, allocator, mb("Allocation Total Allocated(MB)")))
+        events.append((_ns(row["Allocation Time(us)"]), 1, n, size, allocator,
+                       _mb(row["Allocation Total Allocated(MB)"])))
         if row["Release Time(us)"]:
             events.append((_ns(row["Release Time(us)"]), 0, n, -size, allocator,
-                           mb("Release Total Allocated(MB)")))
+                           _mb(row["Release Total Allocated(MB)"])))
     events.sort()
     live, per_allocator, peak, worst = 0, defaultdict(int), 0, {}
     for _ts, _kind, _n, delta, allocator, total in events:

@@ -223,9 +223,9 @@ def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path):
     address reuse, and the invariant; without Addr the timeline is the running sum."""
     import duckdb
 
-    from rlwh.synth import timelines as synth_timelines
     from rlwh.config import Config
     from rlwh.ingest import ingest
+    from rlwh.synth import timelines as synth_timelines
 
     for with_addr in (True, False):
         root = tmp_path / f"addr-{with_addr}"

@@ -467,9 +467,9 @@ def _sweep(reader, names: list, stacks: _Stacks):
     its "Python parent id" when that frame is open and encloses it in time (which settles
     frames that touch at one instant), else the innermost open frame that encloses it:
     where the ids contradict time (activation checkpointing re-runs forward code under
-    other parents), time nesting is what the thread did. An op's stack is the open frames that have not ended before it starts,
-    innermost first, or the "Call stack" it carries (PyTorch 1.8); a memory event's op is
-    the innermost open op whose [ts, ts+dur] holds it.
+    other parents), time nesting is what the thread did. An op's stack is the open frames
+    that have not ended before it starts, innermost first, or the "Call stack" it carries
+    (PyTorch 1.8); a memory event's op is the innermost open op whose [ts, ts+dur] holds it.
     Yields (cpu_ops rows, memory attribution rows) per batch.
     """
     key = None

@@ -28,8 +28,8 @@ def write_memory_record(rank_dir: Path) -> Path:
             component = "GE" if row["Name"].startswith("cann::") else "PTA"
             for when, prefix in (("Allocation Time(us)", "Allocation"), ("Release Time(us)", "Release")):
                 if row[when].strip():
-                    events.append((Decimal(row[when].strip()), component,
-                                   *(row[f"{prefix} Total {k}(MB)"].strip() for k in ("Allocated", "Reserved", "Active")),
+                    totals = (row[f"{prefix} Total {k}(MB)"].strip() for k in ("Allocated", "Reserved", "Active"))
+                    events.append((Decimal(row[when].strip()), component, *totals,
                                    row["Stream Ptr"].strip(), row["Device Type"].strip()))
     events.sort(key=lambda e: (e[0], e[1]))
     latest = {}

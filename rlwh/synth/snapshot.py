@@ -19,8 +19,8 @@ SIZES = [512, 4096, 1 << 20, 8 << 20, 64 << 20]
 FRAMES = [
     [("torch/nn/modules/linear.py", 125, "forward"), ("verl/workers/critic/dp_critic.py", 154, "_forward_micro_batch"),
      ("verl/workers/critic/dp_critic.py", 211, "compute_values"), ("verl/trainer/main_ppo.py", 212, "fit")],
-    [("torch/autograd/graph.py", 825, "_engine_run_backward"), ("verl/workers/critic/dp_critic.py", 248, "update_critic"),
-     ("verl/trainer/main_ppo.py", 212, "fit")],
+    [("torch/autograd/graph.py", 825, "_engine_run_backward"),
+     ("verl/workers/critic/dp_critic.py", 248, "update_critic"), ("verl/trainer/main_ppo.py", 212, "fit")],
     [("torch/optim/adamw.py", 520, "_multi_tensor_adamw"), ("verl/workers/critic/dp_critic.py", 262, "update_critic"),
      ("verl/trainer/main_ppo.py", 212, "fit")],
 ]
