@@ -66,10 +66,6 @@ def warehouse_options(func):
     return wrapper
 
 
-def _fail(exc: Exception) -> click.ClickException:
-    return UserError(str(exc))
-
-
 @click.group()
 @click.version_option(__version__, prog_name="rlwh")
 def cli():
@@ -93,10 +89,7 @@ def init(config):
     """
     from rlwh.warehouse import initialize
 
-    try:
-        applied = initialize(config)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    applied = initialize(config)
     if applied:
         click.echo(f"{config.db_path}: applied {', '.join(applied)}")
     else:
@@ -115,14 +108,11 @@ def migrate(config, list_only):
     """
     from rlwh.warehouse import initialize, migration_status
 
-    try:
-        if list_only:
-            for name, applied_at in migration_status(config):
-                click.echo(f"{'applied ' + str(applied_at) if applied_at else 'pending':<40} {name}")
-            return
-        applied = initialize(config)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    if list_only:
+        for name, applied_at in migration_status(config):
+            click.echo(f"{'applied ' + str(applied_at) if applied_at else 'pending':<40} {name}")
+        return
+    applied = initialize(config)
     click.echo(f"applied {', '.join(applied)}" if applied else "schema is current")
 
 
@@ -174,8 +164,6 @@ def ingest(config, profile_dir, run_name, quiet):
     progress, finish = _progress_printer(quiet)
     try:
         summary = run_ingest(profile_dir, config, run=run_name, progress=progress)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
     finally:
         finish()
     for warning in summary.warnings:
@@ -245,10 +233,7 @@ def runs(config, fmt):
     """
     from rlwh.catalog import runs as list_runs
 
-    try:
-        _echo_result(list_runs(config), fmt)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    _echo_result(list_runs(config), fmt)
 
 
 @cli.command()
@@ -266,10 +251,7 @@ def sources(config, run_name, status, fmt):
     """
     from rlwh.catalog import sources as list_sources
 
-    try:
-        _echo_result(list_sources(config, run_name, status), fmt)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    _echo_result(list_sources(config, run_name, status), fmt)
 
 
 _OPTION_LIKE = re.compile(r"--?[A-Za-z][\w-]*(=\S*)?")
@@ -412,10 +394,7 @@ def shell(config, write):
     """
     from rlwh.catalog import shell_command
 
-    try:
-        argv = shell_command(config, write)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    argv = shell_command(config, write)
     os.execv(argv[0], argv)
 
 
@@ -435,10 +414,7 @@ def report(config, run_name, out):
     """
     from rlwh.report import build_report
 
-    try:
-        pages = build_report(config, out=out, run=run_name)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    pages = build_report(config, out=out, run=run_name)
     click.echo(f"{len(pages)} pages -> {(out or config.reports_dir) / 'index.html'}")
 
 
@@ -461,10 +437,7 @@ def nightly(config, root, out, baseline):
     """
     from rlwh.nightly import run_nightly
 
-    try:
-        result = run_nightly(config, root, out, baseline)
-    except RlwhError as exc:
-        raise _fail(exc) from exc
+    result = run_nightly(config, root, out, baseline)
     for outcome in result.runs:
         line = f"{outcome.run}: {outcome.status}"
         if outcome.failed_files:
