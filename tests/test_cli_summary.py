@@ -123,3 +123,20 @@ def test_forget_removes_every_row_of_the_run_and_only_those(two_runs, tmp_path):
     assert not (db.parent / (db.name + ".ingest")).exists()
     again = _invoke("forget", "run-1", "--db", db)
     assert again.exit_code == 1 and "no run 'run-1'" in again.output
+
+
+def test_forget_with_a_reader_holding_the_file_open(two_runs, tmp_path):
+    """A reader keeps its snapshot (the run still there) and does not block the forget."""
+    db = tmp_path / "w.duckdb"
+    shutil.copy(two_runs[0], db)
+    reader = duckdb.connect(str(db), read_only=True)
+    try:
+        held = reader.execute("select count(*) from memory_records where run = 'run-2'").fetchone()[0]
+        assert held > 0
+        result = _invoke("forget", "run-2", "--db", db)
+        assert result.exit_code == 0, result.output
+        assert reader.execute("select count(*) from memory_records where run = 'run-2'").fetchone()[0] == held
+    finally:
+        reader.close()
+    assert _scalar(db, "select count(*) from memory_records where run = 'run-2'") == 0
+    assert _scalar(db, "select count(*) from memory_records where run = 'run-1'") > 0
