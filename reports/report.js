@@ -32,6 +32,20 @@
     });
   }
 
+  /* A frame (or path) as text nodes with a line-break chance after each "/": frames
+   * wrap at directory boundaries and spaces, never inside a name. */
+  function frameNode(text, className) {
+    var span = document.createElement("span");
+    span.className = "frame" + (className ? " " + className : "");
+    String(text).split("/").forEach(function (part, i, parts) {
+      span.appendChild(document.createTextNode(part + (i < parts.length - 1 ? "/" : "")));
+      if (i < parts.length - 1) span.appendChild(document.createElement("wbr"));
+    });
+    return span;
+  }
+
+  var HOW = { op: "stack of the op", forward_op: "stack of its forward op", enclosing_op: "stack of the enclosing op" };
+
   /* One memory timeline: live line, allocator lines, allocation bars, and an inspector
    * listing the largest live blocks at the hovered time and the clicked call stack. */
   function MemoryPanel(root) {
@@ -44,8 +58,11 @@
     live.hovertext = live.x.map(this.liveText, this);
     d.figure.data.forEach(function (trace) {
       if (trace.type === "bar") {
-        trace.hovertext = trace.customdata.map(function (c, i) {
-          return esc(d.names[c[1]]) + "<br>" + size(c[3]) + "<br>" + esc(this.top(c[2]));
+        trace.hovertext = trace.customdata.map(function (c) {
+          var lines = [esc(d.names[c[1]]) + ", " + size(c[3])];
+          if (c[4] >= 0) lines.push(esc(d.tops[c[4]]));
+          if (c[2] !== c[4]) lines.push(esc(this.top(c[2])));
+          return lines.join("<br>");
         }, this);
       }
     }, this);
@@ -60,15 +77,20 @@
     return index < 0 ? "(no call stack)" : this.d.tops[index];
   };
 
+  /* The frame that says where a block came from: user_frame, else call_stack_top. */
+  MemoryPanel.prototype.where = function (b) {
+    var blocks = this.d.blocks;
+    return this.top(blocks.user[b] >= 0 ? blocks.user[b] : blocks.top[b]);
+  };
+
   MemoryPanel.prototype.liveText = function (x, i) {
-    var d = this.d, lines = ["t = " + x + " ms, live " + size(d.live.bytes[i])];
+    var d = this.d, lines = ["t = " + x + " " + d.unit + ", live " + size(d.live.bytes[i])];
     var blocks = d.live.hover[i];
     if (blocks === null) {
       lines.push("(live blocks not listed for this point: data reduced)");
     } else {
       blocks.forEach(function (b) {
-        lines.push(esc(d.names[d.blocks.name[b]]) + "  " + size(d.blocks.size[b]) + "  " +
-                   esc(this.top(d.blocks.top[b])));
+        lines.push(esc(d.names[d.blocks.name[b]]) + "  " + size(d.blocks.size[b]) + "  " + esc(this.where(b)));
       }, this);
     }
     return lines.join("<br>");
@@ -95,17 +117,39 @@
     var point = event.points[0], d = this.d;
     if (point.data.type === "bar") {
       var c = point.data.customdata[point.pointNumber];
-      this.showStack(c[0], d.names[c[1]] + ", " + size(c[3]));
+      this.showStack(c[0], d.names[c[1]] + ", " + size(c[3]), c[4] >= 0 ? d.tops[c[4]] : null);
     } else {
       var i = point.curveNumber === d.live.trace ? point.pointNumber : this.liveIndexAt(point.x);
-      this.showStack(d.live.stack[i], d.names[d.live.name[i]] + " (" + d.live.event[i] + ")");
+      this.showStack(d.live.stack[i], d.names[d.live.name[i]] + " (" + d.live.event[i] + ")", null);
+    }
+  };
+
+  MemoryPanel.prototype.whereCell = function (cell, b) {
+    var blocks = this.d.blocks, user = blocks.user[b], top = blocks.top[b];
+    cell.className = "where";
+    if (user >= 0) cell.appendChild(frameNode(this.d.tops[user], "user"));
+    if (top !== user || user < 0) {
+      if (cell.firstChild) cell.appendChild(document.createElement("br"));
+      cell.appendChild(frameNode(this.top(top), "top"));
+    }
+  };
+
+  MemoryPanel.prototype.opCell = function (cell, b) {
+    var how = this.d.blocks.source[b];
+    cell.className = "op";
+    cell.appendChild(document.createTextNode(this.d.names[this.d.blocks.name[b]]));
+    if (how) {
+      var note = document.createElement("div");
+      note.className = "how";
+      note.textContent = HOW[how] || how;
+      cell.appendChild(note);
     }
   };
 
   MemoryPanel.prototype.showLive = function (i) {
     var d = this.d, body = this.root.querySelector(".live-blocks tbody"), self = this;
     this.root.querySelector(".live-at").textContent =
-      "at " + this.x[i] + " ms (live " + size(d.live.bytes[i]) + ")";
+      "at " + this.x[i] + " " + d.unit + " (live " + size(d.live.bytes[i]) + ")";
     while (body.firstChild) body.removeChild(body.firstChild);
     var blocks = d.live.hover[i];
     if (blocks === null) {
@@ -116,23 +160,37 @@
     }
     blocks.forEach(function (b) {
       var row = body.insertRow();
-      row.insertCell().textContent = d.names[d.blocks.name[b]];
+      self.opCell(row.insertCell(), b);
       var sizeCell = row.insertCell();
       sizeCell.textContent = mib(d.blocks.size[b]);
       sizeCell.className = "num";
-      row.insertCell().textContent = self.top(d.blocks.top[b]);
+      self.whereCell(row.insertCell(), b);
       row.addEventListener("click", function () {
-        self.showStack(d.blocks.stack[b], d.names[d.blocks.name[b]] + ", " + size(d.blocks.size[b]));
+        var user = d.blocks.user[b];
+        self.showStack(d.blocks.stack[b], d.names[d.blocks.name[b]] + ", " + size(d.blocks.size[b]),
+                       user >= 0 ? d.tops[user] : null);
       });
     });
   };
 
-  MemoryPanel.prototype.showStack = function (index, label) {
-    var d = this.d;
+  /* The whole stack, innermost frame first, the block's user_frame highlighted. */
+  MemoryPanel.prototype.showStack = function (index, label, userFrame) {
+    var d = this.d, list = this.root.querySelector(".call-stack");
     this.root.querySelector(".stack-of").textContent = "of " + label;
-    this.root.querySelector(".call-stack").textContent = index < 0
-      ? "(no call stack recorded for this allocation)"
-      : d.stacks[index].map(function (f) { return d.frames[f]; }).join("\n");
+    while (list.firstChild) list.removeChild(list.firstChild);
+    if (index < 0) {
+      var none = document.createElement("li");
+      none.className = "hint";
+      none.textContent = "(no call stack recorded for this allocation)";
+      list.appendChild(none);
+      return;
+    }
+    d.stacks[index].forEach(function (f) {
+      var item = document.createElement("li"), text = d.frames[f];
+      if (text === userFrame) item.className = "user";
+      item.appendChild(frameNode(text));
+      list.appendChild(item);
+    });
   };
 
   function start() {

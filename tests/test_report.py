@@ -125,6 +125,99 @@ def build_hostile_warehouse(config: Config) -> None:
         con.close()
 
 
+SHAPED = "shaped"
+GIB = 1 << 30
+
+
+def build_shaped_warehouse(config: Config) -> None:
+    """A run shaped like what the report pages got wrong on real data.
+
+    Rank 0 of role actor: 40 PTA blocks of 1-40 MiB over 40 ms (12 ops, so some are
+    "other ops") under PTA totals of ~20 GiB, 4 GE (cann::) blocks of 512 MiB under GE
+    totals of 3 GiB, one PTA block released 150 s after the last allocation, and
+    memory_usage rows (APP, PTA, GE, PTA+GE). Role rollout (ranks 0, 1) has spans and no
+    memory; role gen an NVTX span on the nsys session clock. GMM loads of rollout: rank 1
+    routes ten times the tokens of rank 0. 30 source files named matmul.<k>, one failed.
+    """
+    ms = 1_000_000
+    statements = [
+        "insert into runs values ($run, '/profiles/shaped', now()::timestamp, now()::timestamp)",
+        """insert into sources (source_id, run, role, rank_id, capture, kind, path, bytes, status, rows, message,
+             ingested_at)
+           select i, $run, 'rollout', 0, 'cap', 'gmm_dump', 'gmm/step_1/dump/matmul.' || i || '.pt', 1,
+                  case when i = 7 then 'failed' else 'ok' end, 1, case when i = 7 then 'cut at byte 9' end,
+                  now()::timestamp
+           from range(1, 31) t(i)""",
+        """insert into call_stacks values
+           (1, 'torch/nn/modules/linear.py(125): forward' || chr(10)
+               || 'verl/workers/actor/dp_actor.py(316): _forward_micro_batch' || chr(10)
+               || 'verl/workers/fsdp_workers.py(1151): update_actor',
+            'torch/nn/modules/linear.py(125): forward', 3)""",
+        """insert into cpu_ops (run, role, rank_id, capture, source_id, name, ts_ns, dur_ns, pid, tid, stack_id)
+           select $run, 'actor', 0, 'cap', 100, 'aten::op' || (i % 12), $t0 + i * $ms - 1000, 500, 1, 1, 1
+           from range(40) t(i)""",
+        # PTA: block i of (i + 1) MiB at i ms; odd blocks freed 0.5 ms later, block 3 150 s later.
+        """insert into memory_records (run, role, rank_id, capture, source_id, source_row, name, size_bytes,
+             alloc_ns, release_ns, alloc_total_allocated_bytes, alloc_total_reserved_bytes, device)
+           select $run, 'actor', 0, 'cap', 101, i + 1, 'aten::op' || (i % 12), (i + 1) * 1048576, $t0 + i * $ms,
+                  case when i = 3 then $t0 + 39 * $ms + 150000 * $ms when i % 2 = 1 then $t0 + i * $ms + $ms // 2 end,
+                  20 * $gib + i * 1048576, 22 * $gib, 'NPU:0'
+           from range(40) t(i)""",
+        # GE: four 512 MiB cann:: blocks under GE's own 3 GiB total.
+        """insert into memory_records (run, role, rank_id, capture, source_id, source_row, name, size_bytes,
+             alloc_ns, release_ns, alloc_total_allocated_bytes, alloc_total_reserved_bytes, device)
+           select $run, 'actor', 0, 'cap', 101, 100 + i, 'cann::gather', 512 * 1048576, $t0 + (5 + i * 8) * $ms,
+                  $t0 + (9 + i * 8) * $ms, 3 * $gib, 4 * $gib, 'NPU:0'
+           from range(4) t(i)""",
+        """insert into memory_usage (run, role, rank_id, capture, source_id, source_row, component, ts_ns,
+             total_allocated_bytes, total_reserved_bytes, total_active_bytes, device)
+           select $run, 'actor', 0, 'cap', 102, k * 4 + c, comp, $t0 + k * 5 * $ms,
+                  case comp when 'APP' then null when 'GE' then 3 * $gib else 20 * $gib + k * 1048576 end
+                    + case comp when 'PTA+GE' then 3 * $gib else 0 end,
+                  25 * $gib, null, 'NPU:0'
+           from range(9) a(k), (values (0, 'APP'), (1, 'PTA'), (2, 'GE'), (3, 'PTA+GE')) b(c, comp)""",
+        """insert into ranges (run, role, rank_id, capture, source_id, source, domain, name, start_ns, end_ns,
+             pid, tid, clock)
+           select $run, 'rollout', r, 'cap' || r, 103, 'mstx', 'default', 'rollout', $t0 + r * $ms,
+                  $t0 + (r + 30) * $ms, 1, 1, 'epoch'
+           from range(2) t(r)
+           union all
+           select $run, 'gen', 0, 'nsys', 104, 'nvtx', 'default', 'gen', 1000 * $ms, 4000 * $ms, 1, 1,
+                  'nsys_session'""",
+        """insert into gmm_expert_load (run, role, rank_id, capture, source_id, step, op_index, expert, tokens)
+           select $run, 'rollout', r, 'cap' || r, 105, 1, op, e, (10 + e * (op + 1)) * (1 + 9 * r)
+           from range(2) a(r), range(2) b(op), range(8) c(e)""",
+    ]
+    values = {"run": SHAPED, "t0": T0, "ms": ms, "gib": GIB}
+    # $ms and $gib bind as BIGINT (cast below), so products of them never overflow INTEGER
+    config.db_path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(config.db_path))
+    try:
+        migrate(con)
+        for sql in statements:
+            sql = sql.replace("$ms", "$ms::bigint").replace("$gib", "$gib::bigint")
+            con.execute(sql, {k: v for k, v in values.items() if "$" + k in sql})
+        derive.refresh_all(con)
+    finally:
+        con.close()
+
+
+def shaped_report(tmp_path_factory) -> dict:
+    """The shaped run's report, built once per pytest session."""
+    tmp = tmp_path_factory.getbasetemp() / "shaped-report"
+    config = _config(tmp)
+    if not (tmp / "reports" / "index.html").exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+        build_shaped_warehouse(config)
+        report.build_report(config, out=tmp / "reports")
+    return {"out": tmp / "reports", "run": tmp / "reports" / SHAPED, "config": config}
+
+
+@pytest.fixture(scope="module")
+def shaped(tmp_path_factory):
+    return shaped_report(tmp_path_factory)
+
+
 def build_hostile_report(tmp: Path) -> Path:
     config = _config(tmp)
     build_hostile_warehouse(config)
@@ -230,6 +323,76 @@ def test_memory_compare_marks_outliers(demo):
     assert red == outliers
 
 
+# ---------------------------------------------------------------- the memory page on the shaped run
+
+
+def _shaped_memory(shaped) -> dict:
+    return _panel_data(shaped["run"] / report.memory_page_name("actor", 0))
+
+
+def _traces(data: dict, prefix: str) -> list[dict]:
+    return [t for t in data["figure"]["data"] if t["name"].startswith(prefix)]
+
+
+def test_each_allocator_is_drawn_against_its_own_blocks(shaped):
+    data = _shaped_memory(shaped)
+    ge_total, = _traces(data, "GE: allocated")
+    pta_total, = _traces(data, "PTA: allocated")
+    assert set(ge_total["y"]) == {3072.0}  # GE's own total, never PTA's 20 GiB
+    assert min(pta_total["y"]) >= 20 * 1024
+    ge_live, = _traces(data, "GE: live bytes")
+    assert max(ge_live["y"]) == 512.0  # one 512 MiB cann:: block at a time
+    assert ge_total["yaxis"] == ge_live["yaxis"] != pta_total["yaxis"]
+    live, = _traces(data, "live bytes, all blocks")
+    layout = data["figure"]["layout"]
+    assert live["yaxis"] == "y" and "y" not in {ge_total["yaxis"], pta_total["yaxis"]}
+    assert "domain" in layout["yaxis"] and layout["yaxis"]["domain"][1] == 1  # its own row, on top
+
+
+def test_memory_usage_is_drawn_beside_the_live_line(shaped):
+    data = _shaped_memory(shaped)
+    allocated, = _traces(data, "memory_usage PTA+GE: allocated")
+    assert allocated["y"][0] == 23 * 1024 and len(allocated["y"]) == 9
+    others = {t["yaxis"] for t in data["figure"]["data"] if not t["name"].startswith("memory_usage")}
+    assert allocated["yaxis"] not in others  # a row of its own, on the same time axis
+
+
+def test_the_x_range_follows_the_allocations_and_marks_the_tail(shaped):
+    data = _shaped_memory(shaped)
+    layout = data["figure"]["layout"]
+    assert data["unit"] == "ms"
+    low, high = layout["xaxis"]["range"]
+    assert low < 0 < 39 < high < 40  # the last allocation at 39 ms, not the release at 150 s
+    tail = [s for s in layout["shapes"] if s["type"] == "rect"]
+    assert len(tail) == 1 and tail[0]["x1"] == 150_039.0
+    assert "release tail" in layout["xaxis"]["title"]["text"]
+    page = (shaped["run"] / report.memory_page_name("actor", 0)).read_text(encoding="utf-8")
+    assert "2 release(s) follow until 150,039.000 ms" in page
+
+
+def test_ops_other_ops_peak_and_live_have_distinct_colors(shaped):
+    data = _shaped_memory(shaped)
+    bars = [t for t in data["figure"]["data"] if t["type"] == "bar"]
+    colors = [t["marker"]["color"] for t in bars]
+    assert [t["name"] for t in bars][-1] == "other ops"
+    assert len(bars) == 9 and len(set(colors)) == len(colors)  # 8 colored ops + other ops, 13 ops in all
+    peak, = _traces(data, "peak")
+    live, = _traces(data, "live bytes, all blocks")
+    assert len({*colors, peak["marker"]["color"], live["line"]["color"]}) == len(colors) + 2
+
+
+def test_live_blocks_carry_user_frame_and_how_the_stack_was_found(shaped):
+    data = _shaped_memory(shaped)
+    top = data["live"]["hover"][data["live"]["peak"]]
+    assert [data["names"][data["blocks"]["name"][b]] for b in top][0] == "cann::gather"
+    stacked = [b for b in top if data["blocks"]["user"][b] >= 0]
+    assert stacked
+    for b in stacked:
+        assert data["tops"][data["blocks"]["user"][b]] == "verl/workers/actor/dp_actor.py(316): _forward_micro_batch"
+        assert data["tops"][data["blocks"]["top"][b]] == "torch/nn/modules/linear.py(125): forward"
+        assert data["blocks"]["source"][b] == "op"
+
+
 # ---------------------------------------------------------------- contexts
 
 
@@ -310,6 +473,8 @@ def test_unknown_run_is_an_error(demo):
 def test_queries_read_only_public_views():
     allowed = {"memory_timeline", "memory_peak", "memory_peak_breakdown", "memory_blocks", "role_timeline",
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
+               "memory_usage",  # a public base table no view adds to: memory_record.csv's totals
+               "duckdb_tables",  # the catalog: does this warehouse have memory_usage yet
                "_rlwh_memory_slice"}
     for name in dir(report_queries):
         sql = getattr(report_queries, name)

@@ -184,15 +184,18 @@ HOVER_PEAK_AND_CLICK = """(() => {
   const panel = window.rlwhPanels[0];
   const gd = panel.div, live = panel.d.live;
   Plotly.Fx.hover(gd, [{curveNumber: live.trace, pointNumber: live.peak}]);
+  // op (its first text node: the cell also says how the stack was found), MiB, frames
   const rows = [...panel.root.querySelectorAll('.live-blocks tbody tr')].map(
-    tr => [...tr.cells].map(td => td.textContent));
+    tr => [tr.cells[0].firstChild.textContent, tr.cells[1].textContent,
+           [...tr.cells[2].querySelectorAll('.frame')].map(f => f.textContent).join('\\n')]);
   const bar = gd.data.findIndex(t => t.type === 'bar');
   const barPoint = gd.data[bar].customdata.findIndex(c => c[0] >= 0);
   const cd = gd.data[bar].customdata[barPoint];
   gd.emit('plotly_click', {points: [{curveNumber: bar, pointNumber: barPoint, data: gd.data[bar],
                                      x: gd.data[bar].x[barPoint]}]});
   return {rows: rows, liveAt: panel.root.querySelector('.live-at').textContent,
-          stack: panel.root.querySelector('.call-stack').textContent, barOp: panel.d.names[cd[1]],
+          stack: [...panel.root.querySelectorAll('.call-stack li')].map(li => li.textContent).join('\\n'),
+          barOp: panel.d.names[cd[1]],
           hoverText: gd.data[live.trace].hovertext[live.peak]};
 })()"""
 

@@ -22,7 +22,6 @@ MAX_BARS = 2000  # allocation bars per panel: the largest of each bucket above t
 HOVER_BUDGET = 20_000_000  # (block, point) pairs the live-block lists may cost
 MAX_SPANS = 20_000  # role timeline bars; the longest are kept
 MAX_HEATMAPS = 48  # GMM heatmaps on one page
-OP_COLORS = 10  # ops with their own bar color; the rest share "other ops"
 MIB = 1048576
 
 

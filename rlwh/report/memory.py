@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from rlwh.report import memory_figure as F
 from rlwh.report import queries as Q
 from rlwh.report.context import (
     BUCKETS,
@@ -18,23 +19,13 @@ from rlwh.report.context import (
     MAX_BARS,
     MAX_POINTS,
     MIB,
-    OP_COLORS,
     MemoryPanel,
     ReportSession,
     label,
-    mib,
-    ms,
     query_text,
     script_json,
     utc_text,
 )
-
-SERIES = (
-    ("live", "live bytes (memory_timeline.live_bytes)", {"color": "#1f77b4", "width": 2}),
-    ("allocated", "allocator allocated", {"color": "#2ca02c", "width": 1, "dash": "dot"}),
-    ("reserved", "allocator reserved", {"color": "#9467bd", "width": 1, "dash": "dash"}),
-)
-VALUE = {"live": "live_bytes", "allocated": "allocator_allocated_bytes", "reserved": "allocator_reserved_bytes"}
 
 
 class _Strings:
@@ -53,17 +44,33 @@ class _Strings:
         return self._index[text]
 
 
+USAGE_COMPONENTS = ("PTA+GE", "PTA")  # memory_usage's component drawn, the first one present
+
+
 def memory_panels(s: ReportSession, run: str, role: str, rank_id: int) -> list[MemoryPanel]:
     """One panel per (capture, device) of the rank."""
     slice_params = {"run": run, "role": role, "rank_id": rank_id}
     s.rows(Q.MEMORY_SLICE, slice_params)
+    has_usage = bool(s.rows(Q.HAS_MEMORY_USAGE)[0]["present"])
     try:
-        return [_panel(s, i, p, slice_params) for i, p in enumerate(s.rows(Q.MEMORY_PANELS))]
+        return [_panel(s, i, p, slice_params, has_usage) for i, p in enumerate(s.rows(Q.MEMORY_PANELS))]
     finally:
         s.rows("drop table if exists _rlwh_memory_slice")
 
 
-def _panel(s: ReportSession, i: int, p: dict, slice_params: dict) -> MemoryPanel:
+def _usage(s: ReportSession, where: dict, slice_params: dict) -> tuple[str | None, list[dict], list]:
+    """The memory_usage component to draw beside the live line, its reduced rows and queries."""
+    params = {**slice_params, **where}
+    present = {r["component"] for r in s.rows(Q.MEMORY_USAGE_COMPONENTS, params)}
+    component = next((c for c in USAGE_COMPONENTS if c in present), None)
+    if component is None:
+        return None, [], [query_text(Q.MEMORY_USAGE_COMPONENTS, params)]
+    usage_params = {**params, "component": component, "max_points": MAX_POINTS, "buckets": BUCKETS}
+    return component, s.rows(Q.MEMORY_USAGE, usage_params), [query_text(Q.MEMORY_USAGE_COMPONENTS, params),
+                                                             query_text(Q.MEMORY_USAGE, usage_params)]
+
+
+def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: bool) -> MemoryPanel:
     where = {"capture": p["capture"], "device": p["device"]}
     line_params = {**where, "max_points": MAX_POINTS, "buckets": BUCKETS}
     bar_params = {**where, "max_bars": MAX_BARS, "buckets": BUCKETS}
@@ -80,15 +87,16 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict) -> MemoryPanel
     blocks = s.rows(Q.MEMORY_BLOCKS_BY_SEQ, {**where, "seqs": block_seqs}) if block_seqs else []
     stack_ids = sorted({r["stack_id"] for r in [*live, *bars, *blocks] if r["stack_id"] is not None})
     stacks = s.rows(Q.CALL_STACKS, {"stack_ids": stack_ids}) if stack_ids else []
+    component, usage, usage_queries = _usage(s, where, slice_params) if has_usage else (None, [], [])
 
-    t0 = p["first_ns"]
+    axis = F.TimeAxis.of(p)
     names, tops, frames = _Strings(), _Strings(), _Strings()
     stack_index = {r["stack_id"]: k for k, r in enumerate(stacks)}
     stack_of = lambda sid: stack_index.get(sid, -1)  # noqa: E731
     block_index = {r["seq"]: k for k, r in enumerate(blocks)}
     points_with_lists = set(hover) | ({k for k in range(len(live)) if k % stride == 0 or k == peak})
     data = {
-        "names": names.items, "tops": tops.items, "frames": frames.items,
+        "unit": axis.unit, "names": names.items, "tops": tops.items, "frames": frames.items,
         "stacks": [[frames(f) for f in r["stack"].split("\n")] for r in stacks],
         "live": {
             "trace": 0, "peak": peak,
@@ -103,83 +111,52 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict) -> MemoryPanel
             "name": [names(r["name"] or "(unknown op)") for r in blocks],
             "size": [int(r["size_bytes"]) for r in blocks],
             "top": [tops(r["call_stack_top"]) for r in blocks],
+            "user": [tops(r["user_frame"]) for r in blocks],
+            "source": [r["stack_source"] for r in blocks],
+            "allocator": [r["allocator"] for r in blocks],
             "stack": [stack_of(r["stack_id"]) for r in blocks],
         },
     }
-    traces = _line_traces(lines, t0) + _bar_traces(bars, t0, p, names, tops, stack_of)
-    peak_row = live[peak]
-    traces.append({"type": "scatter", "mode": "markers", "name": "peak", "x": [ms(peak_row["ts_ns"], t0)],
-                   "y": [mib(peak_row["live_bytes"])], "marker": {"color": "#d62728", "size": 10},
-                   "hovertemplate": "peak %{y:,.1f} MiB at %{x} ms<extra></extra>"})
-    data["figure"] = {"data": traces, "layout": _layout(t0, ms(p["last_ns"], t0))}
+    data["figure"] = _figure(p, live, peak, lines, usage, component, bars, axis,
+                             lambda r: [stack_of(r["stack_id"]), names(r["name"] or "(unknown op)"),
+                                        tops(r["call_stack_top"]), int(r["size_bytes"]), tops(r["user_frame"])])
     notes = _reduction_notes(p, live, bars, stride)
+    if axis.has_tail:
+        notes.append(f"The view ends at the last allocation: {axis.tail_releases:,} release(s) follow until "
+                     f"{axis.x(axis.last_ns):,.3f} {axis.unit} (shaded; double-click the chart to see them).")
+    peak_row = live[peak]
     title = f"{p['capture']} · {p['device']}"
     note = (f"{p['events']:,} events from {utc_text(p['first_ns'])} to {utc_text(p['last_ns'])} UTC; "
-            f"peak live {peak_row['live_bytes'] / MIB:,.1f} MiB at {ms(peak_row['ts_ns'], t0):,.3f} ms.")
+            f"peak live {peak_row['live_bytes'] / MIB:,.1f} MiB at {axis.x(peak_row['ts_ns']):,.3f} {axis.unit}.")
     queries = [
-        query_text(Q.MEMORY_SLICE, slice_params), query_text(Q.MEMORY_LINES, line_params),
-        query_text(Q.MEMORY_BARS, bar_params), query_text(Q.MEMORY_HOVER, hover_params),
-        query_text(Q.MEMORY_BLOCKS_BY_SEQ, {**where, "seqs": block_seqs}),
-        query_text(Q.CALL_STACKS, {"stack_ids": stack_ids}),
+        query_text(Q.MEMORY_SLICE, slice_params), query_text(Q.MEMORY_PANELS, {}),
+        query_text(Q.MEMORY_LINES, line_params), query_text(Q.MEMORY_BARS, bar_params),
+        query_text(Q.MEMORY_HOVER, hover_params), query_text(Q.MEMORY_BLOCKS_BY_SEQ, {**where, "seqs": block_seqs}),
+        query_text(Q.CALL_STACKS, {"stack_ids": stack_ids}), *usage_queries,
     ]
     return MemoryPanel(f"memory-{i}", title, note, " ".join(notes) or None, script_json(data), queries)
 
 
-def _line_traces(lines: list[dict], t0: int) -> list[dict]:
-    traces = []
-    for series, name, line in SERIES:
-        rows = [r for r in lines if r["series"] == series and r[VALUE[series]] is not None]
-        if not rows and series != "live":
-            continue
-        trace = {"type": "scatter", "mode": "lines", "name": name, "line": {"shape": "hv", **line},
-                 "x": [ms(r["ts_ns"], t0) for r in rows], "y": [mib(r[VALUE[series]]) for r in rows]}
-        if series == "live":
-            trace["hoverinfo"] = "text"  # report.js fills hovertext with the largest live blocks
-        else:
-            trace["hovertemplate"] = f"{name}: %{{y:,.1f}} MiB at %{{x}} ms<extra></extra>"
-        traces.append(trace)
-    return traces
-
-
-def _bar_traces(bars: list[dict], t0: int, p: dict, names: _Strings, tops: _Strings, stack_of) -> list[dict]:
-    """One trace per op among the OP_COLORS with the most bytes, then one for the rest."""
-    if not bars:
-        return []
-    by_op: dict[str, int] = {}
-    for r in bars:
-        by_op[r["name"] or "(unknown op)"] = by_op.get(r["name"] or "(unknown op)", 0) + int(r["size_bytes"])
-    colored = sorted(by_op, key=lambda n: (-by_op[n], n))[:OP_COLORS]
-    groups: dict[str, list[dict]] = {n: [] for n in [*colored, "other ops"]}
-    for r in bars:
-        op = r["name"] or "(unknown op)"
-        groups[op if op in groups and op != "other ops" else "other ops"].append(r)
-    span_ms = max((p["last_ns"] - p["first_ns"]) / 1e6, 1e-3)
-    width = span_ms / max(len(bars), 200) * 0.9
-    traces = []
-    for op, rows in groups.items():
-        if not rows:
-            continue
-        traces.append({
-            "type": "bar", "name": label(op), "xaxis": "x", "yaxis": "y2", "width": width,
-            "x": [ms(r["ts_ns"], t0) for r in rows], "y": [mib(r["size_bytes"]) for r in rows],
-            "customdata": [[stack_of(r["stack_id"]), names(r["name"] or "(unknown op)"), tops(r["call_stack_top"]),
-                            int(r["size_bytes"])] for r in rows],
-            "hoverinfo": "text",  # report.js fills hovertext: op, size, call_stack_top
-        })
-    return traces
-
-
-def _layout(t0: int, span_ms: float) -> dict:
-    pad = max(span_ms, 1e-3) * 0.01  # an explicit range: Plotly pads a lone bar by a whole unit
-    return {
-        "height": 640, "hovermode": "closest", "barmode": "overlay",
-        "margin": {"l": 70, "r": 20, "t": 30, "b": 50},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
-        "xaxis": {"title": {"text": f"ms since {utc_text(t0)} UTC"}, "anchor": "y2", "zeroline": False,
-                  "range": [-pad, span_ms + pad]},
-        "yaxis": {"title": {"text": "MiB"}, "domain": [0.36, 1]},
-        "yaxis2": {"title": {"text": "allocation MiB"}, "domain": [0, 0.28]},
-    }
+def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list[dict], component: str | None,
+            bars: list[dict], axis: F.TimeAxis, customdata) -> dict:
+    """Rows top to bottom: live bytes, each allocator, memory_usage, allocations."""
+    traces = F.live_traces(live, axis, peak)
+    rows = [F.Row("y", "live MiB<br>(all blocks)", 2.6)]
+    for allocator in p["allocators"] or []:
+        mine = [r for r in lines if r["series"] == "allocator" and r["allocator"] == allocator]
+        yaxis = f"y{len(rows) + 1}"
+        row_traces = F.allocator_traces(mine, allocator, yaxis, axis)
+        if row_traces:
+            rows.append(F.Row(yaxis, f"{label(allocator)} MiB", 1.4))
+            traces += row_traces
+    if usage:
+        rows.append(F.Row(f"y{len(rows) + 1}", f"memory_usage<br>{label(component)} MiB", 1.4))
+        traces += F.usage_traces(usage, component, rows[-1].axis, axis)
+    if bars:
+        rows.append(F.Row(f"y{len(rows) + 1}", "allocation MiB", 1.4))
+        traces += F.bar_traces(bars, axis, rows[-1].axis, F.op_colors(bars), customdata)
+    layout = F.layout(rows, axis, live[peak]["ts_ns"], f"{axis.unit} since {utc_text(axis.t0)} UTC")
+    return {"data": traces, "layout": layout}
 
 
 def _reduction_notes(p: dict, live: list[dict], bars: list[dict], stride: int) -> list[str]:

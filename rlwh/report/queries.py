@@ -60,8 +60,8 @@ MEMORY_SLICE = """
 create or replace temp table _rlwh_memory_slice as
 select
   capture, device, source, ts_ns, event, delta_bytes, live_bytes,
-  allocator_allocated_bytes, allocator_reserved_bytes,
-  name, size_bytes, stack_id, call_stack_top, origin_row,
+  allocator, allocator_live_bytes, allocator_allocated_bytes, allocator_reserved_bytes,
+  name, size_bytes, stack_id, call_stack_top, user_frame, stack_source, origin_row,
   -- the view's own event order: time, releases before allocations
   row_number() over (
     partition by capture, device order by ts_ns, delta_bytes > 0, origin_row, source
@@ -70,15 +70,29 @@ from memory_timeline
 where run = $run and role = $role and rank_id = $rank_id
 """
 
+# One panel per (capture, device). last_alloc_ns ends the allocations: a block released
+# long after them (at the end of the capture) would otherwise stretch the x axis.
 MEMORY_PANELS = """
-select capture, device, count(*) as events, min(ts_ns) as first_ns, max(ts_ns) as last_ns
+with ends as (
+  select capture, device, max(ts_ns) filter (where event = 'alloc') as last_alloc_ns
+  from _rlwh_memory_slice
+  group by capture, device
+)
+select
+  capture, device, count(*) as events, min(ts_ns) as first_ns, max(ts_ns) as last_ns, last_alloc_ns,
+  count(*) filter (where event = 'release' and ts_ns > last_alloc_ns) as tail_releases,
+  list(distinct allocator order by allocator) filter (where allocator is not null) as allocators,
 from _rlwh_memory_slice
-group by capture, device
+join ends using (capture, device)
+group by capture, device, last_alloc_ns
 order by capture, device
 """
 
 # Min and max of each line per time bucket: the peak is the max of its bucket, so it is
 # always kept (uniform sampling drops it). Below $max_points events nothing is reduced.
+# The 'live' series is every block of the device; each allocator's series (its own live
+# bytes and the totals it reported) keeps its own rows only, since an Ascend device has
+# two allocators (PTA and GE) whose totals never compare with each other's blocks.
 MEMORY_LINES = """
 with events as (
   select * from _rlwh_memory_slice where capture = $capture and device = $device
@@ -94,28 +108,35 @@ bucketed as (
          else ((e.ts_ns - b.t0)::hugeint * $buckets // b.width)::bigint end as bucket,
   from events as e, bounds as b
 ),
-picked as (
-  select
-    arg_min(seq, live_bytes) as live_lo, arg_max(seq, live_bytes) as live_hi,
-    arg_min(seq, allocator_allocated_bytes) as allocated_lo, arg_max(seq, allocator_allocated_bytes) as allocated_hi,
-    arg_min(seq, allocator_reserved_bytes) as reserved_lo, arg_max(seq, allocator_reserved_bytes) as reserved_hi,
+live_picked as (
+  select arg_min(seq, live_bytes) as lo, arg_max(seq, live_bytes) as hi
   from bucketed
   group by bucket
 ),
+allocator_picked as (
+  select allocator, [
+    arg_min(seq, allocator_live_bytes), arg_max(seq, allocator_live_bytes),
+    arg_min(seq, allocator_allocated_bytes), arg_max(seq, allocator_allocated_bytes),
+    arg_min(seq, allocator_reserved_bytes), arg_max(seq, allocator_reserved_bytes),
+    min(seq), max(seq)
+  ] as seqs,
+  from bucketed
+  where allocator is not null
+  group by bucket, allocator
+),
 kept as (
-  select 'live' as series, unnest([live_lo, live_hi]) as seq from picked
+  select 'live' as series, unnest([lo, hi]) as seq from live_picked
   union all select 'live', first_seq from bounds
   union all select 'live', last_seq from bounds
-  union all select 'allocated', unnest([allocated_lo, allocated_hi]) from picked
-  union all select 'reserved', unnest([reserved_lo, reserved_hi]) from picked
+  union all select 'allocator', unnest(seqs) from allocator_picked
 )
 select distinct
-  k.series, e.seq, e.ts_ns, e.event, e.live_bytes, e.allocator_allocated_bytes, e.allocator_reserved_bytes,
-  e.name, e.size_bytes, e.stack_id, e.call_stack_top,
+  k.series, e.seq, e.ts_ns, e.event, e.live_bytes, e.allocator, e.allocator_live_bytes,
+  e.allocator_allocated_bytes, e.allocator_reserved_bytes, e.name, e.size_bytes, e.stack_id, e.call_stack_top,
 from kept as k
 join events as e using (seq)
 where k.seq is not null
-order by k.series, e.seq
+order by k.series, if(k.series = 'allocator', e.allocator, null), e.seq
 """
 
 # The largest allocation of each time bucket (every allocation below $max_bars).
@@ -132,7 +153,7 @@ picked as (
   group by case when b.n <= $max_bars then a.seq
                 else ((a.ts_ns - b.t0)::hugeint * $buckets // b.width)::bigint end
 )
-select a.seq, a.ts_ns, a.name, a.size_bytes, a.stack_id, a.call_stack_top, b.n as allocations
+select a.seq, a.ts_ns, a.name, a.size_bytes, a.stack_id, a.call_stack_top, a.user_frame, b.n as allocations
 from picked as p
 join allocations as a using (seq), bounds as b
 order by a.seq
@@ -188,9 +209,49 @@ order by p.point
 """
 
 MEMORY_BLOCKS_BY_SEQ = """
-select seq, ts_ns, name, size_bytes, stack_id, call_stack_top
+select seq, ts_ns, name, size_bytes, stack_id, call_stack_top, user_frame, stack_source, allocator
 from _rlwh_memory_slice
 where capture = $capture and device = $device and seq in (select unnest($seqs::bigint[]))
+"""
+
+# The allocator's totals as memory_record.csv / MEMORY_RECORD has them (issue 12), for
+# the component asked for, reduced like the lines. memory_usage is a public base table:
+# no view adds anything to these rows.
+HAS_MEMORY_USAGE = """
+select count(*) > 0 as present from duckdb_tables() where table_name = 'memory_usage' and schema_name = 'main'
+"""
+
+MEMORY_USAGE_COMPONENTS = """
+select component, count(*) as samples
+from memory_usage
+where run = $run and role = $role and rank_id = $rank_id and capture = $capture and device = $device
+  and total_allocated_bytes is not null
+group by component
+order by component
+"""
+
+MEMORY_USAGE = """
+with usage as (
+  select ts_ns, total_allocated_bytes, total_reserved_bytes, source_row,
+         row_number() over (order by ts_ns, source_row) as k,
+  from memory_usage
+  where run = $run and role = $role and rank_id = $rank_id and capture = $capture and device = $device
+    and component = $component and ts_ns is not null
+),
+bounds as (
+  select min(ts_ns) as t0, max(ts_ns) - min(ts_ns) + 1 as width, count(*) as n from usage
+),
+picked as (
+  select [arg_min(k, total_allocated_bytes), arg_max(k, total_allocated_bytes),
+          arg_min(k, total_reserved_bytes), arg_max(k, total_reserved_bytes), min(k), max(k)] as ks,
+  from usage as u, bounds as b
+  group by case when b.n <= $max_points then u.k
+                else ((u.ts_ns - b.t0)::hugeint * $buckets // b.width)::bigint end
+)
+select distinct u.ts_ns, u.total_allocated_bytes, u.total_reserved_bytes, u.k
+from (select unnest(ks) as k from picked) as p
+join usage as u using (k)
+order by u.k
 """
 
 CALL_STACKS = """
