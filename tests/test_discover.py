@@ -116,6 +116,8 @@ def test_rank_in_a_file_or_folder_name(name, rank):
     (b'  \n{"deviceProperties": [' + b'{"id": 0}, ' * 100, False, "chrome_object"),  # cut before traceEvents
     (b'{"deviceProperties": [{"id": 0}]}', True, None),  # a whole file without traceEvents is no trace
     (b'{"lr": 0.1, "traceEvents": []}', True, None),  # an object that does not start like a trace
+    (b'{"otherData": {"version": "x"}, "traceEvents": [{"ph": "X"}]}', True, "chrome_object"),  # Chrome's own keys
+    (b'{"metadata": {"a": 1}' + b" " * 70000, False, None),  # a Chrome key alone, no traceEvents in view
     (b'[{"ph": "X", "name": "aten::add", "ts": "1.0"}]', True, "chrome_array"),
     (b'{"id":38,"table":"StringIds","value":"x"}\n{"table":"ANALYSIS_DETAILS"}\n', True, "nsys_jsonl"),
     (b'{"Type":59,"NvtxEvent":{"Timestamp":"1"}}\n', True, "nsys_legacy_json"),
