@@ -57,16 +57,32 @@ def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
         )
 
 
-def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] | None = None) -> int:
+def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] | None = None,
+            transaction_per_key: bool = False) -> int:
     """Recompute the derived rows of every marked key; return how many keys. `on_key(i, n)`
-    is told before the i-th of n keys (seconds each on a large rank: progress output)."""
+    is told before the i-th of n keys (seconds each on a large rank: progress output).
+
+    transaction_per_key: commit after each key, for a connection in autocommit mode. One
+    transaction over 1,000 ranks keeps every changed block pinned and runs out of memory
+    at the loader's 384 MB; the ingest's working copy is private until it is published, so
+    no reader sees the keys done so far.
+    """
     _ensure_state(con)
     keys = con.execute("select distinct run, role, rank_id, capture from _rlwh_dirty order by all").fetchall()
     for i, key in enumerate(keys, start=1):
         if on_key:
             on_key(i, len(keys))
-        for statement in statements():
-            statement.run(con, key)
+        if transaction_per_key:
+            con.execute("begin transaction")
+        try:
+            for statement in statements():
+                statement.run(con, key)
+            if transaction_per_key:
+                con.execute("commit")
+        except BaseException:
+            if transaction_per_key:
+                con.execute("rollback")
+            raise
     con.execute("delete from _rlwh_dirty")
     refresh_user_frames(con)
     return len(keys)

@@ -301,22 +301,16 @@ def _load(con, run: str, p: _Planned, parsed: dict, with_step: frozenset[str] | 
 
 
 def _refresh_derived(con, progress: Progress | None, files: int, total_bytes: int) -> None:
-    """Recompute the derived memory tables of every key the loaded files touched, in one
-    transaction. This runs after the parse workers have exited: the timeline's window
-    sorts every event of a rank and takes ~500 MB, more than fits beside them."""
+    """Recompute the derived memory tables of every key the loaded files touched, one
+    transaction per key (memory stays flat whatever the number of ranks). This runs after
+    the parse workers have exited: the timeline's window sorts every event of a rank and
+    takes ~500 MB, more than fits beside them."""
 
     def on_key(i: int, n: int) -> None:
         if progress:
             progress(files, files, total_bytes, total_bytes, f"deriving memory tables: rank {i} of {n}")
 
-    con.execute("begin transaction")
-    try:
-        derive.refresh(con, on_key)
-        con.execute("commit")
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("rollback")
-        raise
+    derive.refresh(con, on_key, transaction_per_key=True)
 
 
 def _set_capture_starts(con, run: str, captures: set) -> None:
