@@ -308,10 +308,55 @@ def test_gmm_heatmap_has_layers_by_experts(demo):
 
 
 def test_role_timeline_has_a_row_per_role_and_rank(demo):
-    figure = _figures((demo["out"] / "demo-run" / "role_timeline.html").read_text(encoding="utf-8"))[0]
-    rows = {y for trace in figure["data"] for y in trace["y"]}
+    figures = _figures((demo["out"] / "demo-run" / "role_timeline.html").read_text(encoding="utf-8"))
+    rows = {y for figure in figures for trace in figure["data"] for y in trace["y"]}
     assert "actor_update · rank 0" in rows and "rollout · rank 1" in rows
-    assert {t["name"] for t in figure["data"]} >= {"actor_update", "rollout"}
+    assert {t["name"] for f in figures for t in f["data"]} >= {"actor_update", "rollout"}
+
+
+def test_role_timeline_draws_each_clock_on_its_own_axis(shaped):
+    page = (shaped["run"] / "role_timeline.html").read_text(encoding="utf-8")
+    epoch, session = _figures(page)
+    assert epoch["layout"]["xaxis"]["type"] == "date"
+    assert {y for t in epoch["data"] for y in t["y"]} == {"actor · rank 0", "rollout · rank 0", "rollout · rank 1"}
+    bar = next(t for t in epoch["data"] if t["type"] == "bar" and t["name"] == "rollout")
+    assert bar["base"][0] == "2026-01-01 00:00:00.000000" and bar["x"][0] == 30.0  # a date, and ms long
+    assert session["layout"]["xaxis"]["type"] == "linear" and "nsys_session clock" in session["layout"]["xaxis"][
+        "title"]["text"]
+    gen = next(t for t in session["data"] if t["type"] == "bar")
+    assert gen["y"] == ["gen · rank 0"] and gen["base"] == [0.0] and gen["x"] == [3.0]  # seconds on its clock
+    assert "Epoch clock" in page and "Clock nsys_session" in page
+
+
+def test_memory_compare_draws_no_empty_chart(shaped):
+    figures = _figures((shaped["run"] / "memory_compare.html").read_text(encoding="utf-8"))
+    assert len(figures) == 3  # actor, gen, rollout
+    for figure in figures:
+        for trace in figure["data"]:
+            assert trace["y"] and all(y > 0 for y in trace["y"]), trace["name"]
+    names = [[t["name"] for t in f["data"]] for f in figures]
+    assert names == [["peak live MiB", "span ms"], ["span ms"], ["span ms"]]
+    assert figures[1]["layout"]["xaxis"]["domain"] == [0, 1.0]  # the span chart alone takes the width
+
+
+def test_gmm_heatmaps_of_a_role_share_one_colour_scale(shaped):
+    figures = _figures((shaped["run"] / "gmm_heatmap.html").read_text(encoding="utf-8"))
+    assert len(figures) == 2
+    scales = {(f["data"][0]["zmin"], f["data"][0]["zmax"]) for f in figures}
+    assert scales == {(0, 240)}  # rank 1's busiest cell sets both
+    for f in figures:
+        assert f["layout"]["yaxis"]["tickvals"] == [0, 1] and f["layout"]["yaxis"]["tickformat"] == "d"
+        assert f["layout"]["xaxis"]["tickvals"] == list(range(8))
+
+
+def test_summary_folds_sources_in_natural_order(shaped):
+    page = (shaped["run"] / "index.html").read_text(encoding="utf-8")
+    opened, folded = page.split("<details class=\"sources ok\">", 1)
+    assert "matmul.7.pt" in opened and "cut at byte 9" in opened
+    assert "29 ok gmm_dump file(s), 29 rows" in folded
+    order = [int(n) for n in re.findall(r"matmul\.(\d+)\.pt", folded)]
+    assert order == [n for n in range(1, 31) if n != 7]
+    assert "gmm/<wbr>step_1/<wbr>dump/<wbr>matmul.10.pt" in folded  # paths wrap at "/" only
 
 
 def test_memory_compare_marks_outliers(demo):

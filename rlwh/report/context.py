@@ -89,6 +89,16 @@ class SourceRow:
     message: str | None
 
 
+@dataclass
+class SourceGroup:
+    """Source files of one (status, kind), folded on the page: a run has hundreds."""
+
+    status: str
+    kind: str
+    rows: int
+    files: list[SourceRow]
+
+
 @dataclass(kw_only=True)
 class RunSummaryPage(Page):
     run: str = _help("Run name.")
@@ -99,7 +109,9 @@ class RunSummaryPage(Page):
     partial_files: int = _help("Source files with status partial.")
     pages: list[Link] = _help("Links to every other page of the run.")
     ranks: list[RankRow] = _help("One row per (role, rank) from rank_skew: peak, span, flags, memory page.")
-    sources: list[SourceRow] = _help("Every source file of the run, failed and partial first.")
+    sources: list[SourceRow] = _help("Every source file of the run, failed and partial first, paths in natural order.")
+    problems: list[SourceRow] = _help("The failed and partial source files, shown unfolded.")
+    source_groups: list[SourceGroup] = _help("The other source files by (status, kind), each folded.")
     queries: list[QueryText] = _help("The SQL behind the tables, with parameters.")
 
 
@@ -126,7 +138,7 @@ class MemoryTimelinePage(Page):
 @dataclass(kw_only=True)
 class RoleTimelinePage(Page):
     run: str = _help("Run name.")
-    figure: Figure = _help("The Gantt chart of role_timeline spans.")
+    figures: list[Figure] = _help("One Gantt chart of role_timeline spans per clock (epoch first).")
 
 
 @dataclass

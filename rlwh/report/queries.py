@@ -44,16 +44,17 @@ where run = $run
 order by role, rank_id
 """
 
+# Each clock is drawn on its own axis: an NVTX export's session clock is not the epoch.
 ROLE_TIMELINE = """
 with spans as (
-  select role, rank_id, capture, source, name, start_ns, end_ns, dur_ns
+  select clock, role, rank_id, capture, source, name, start_ns, end_ns, dur_ns
   from role_timeline
   where run = $run
 )
-select *, count(*) over () as total_spans
+select *, count(*) over (partition by clock) as total_spans
 from spans
-qualify row_number() over (order by dur_ns desc, start_ns) <= $max_spans
-order by role, rank_id, start_ns
+qualify row_number() over (partition by clock order by dur_ns desc, start_ns) <= $max_spans
+order by clock, role, rank_id, start_ns
 """
 
 MEMORY_SLICE = """

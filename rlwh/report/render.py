@@ -14,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 
 from rlwh import __version__
 from rlwh.assets import asset_dir
@@ -67,6 +68,11 @@ def template_dir() -> Path:
     return asset_dir("reports")
 
 
+def path_breaks(text) -> Markup:
+    """A path, escaped, that may wrap after each "/" and nowhere inside a name."""
+    return Markup("/<wbr>").join(escape(part) for part in ("" if text is None else str(text)).split("/"))
+
+
 _ENV: Environment | None = None
 
 
@@ -81,6 +87,7 @@ def environment() -> Environment:
             lstrip_blocks=True,
             finalize=lambda value: "" if value is None else value,  # NULL shows as an empty cell
         )
+        _ENV.filters["path_breaks"] = path_breaks
     return _ENV
 
 

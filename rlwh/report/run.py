@@ -10,10 +10,12 @@ one memory timeline per (role, rank), under out/<run slug>/.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rlwh.report import queries as Q
 from rlwh.report import render
+from rlwh.report.compare import compare_figures
 from rlwh.report.context import (
     MIB,
     GmmHeatmapPage,
@@ -24,12 +26,14 @@ from rlwh.report.context import (
     ReportSession,
     RoleTimelinePage,
     RunSummaryPage,
+    SourceGroup,
     SourceRow,
     num,
     query_text,
 )
-from rlwh.report.figures import compare_figures, gmm_heatmaps, role_timeline_figure
+from rlwh.report.gmm import gmm_heatmaps
 from rlwh.report.memory import memory_panels
+from rlwh.report.timeline import role_timeline_figures
 
 
 def memory_page_name(role: str, rank_id: int) -> str:
@@ -46,10 +50,37 @@ def _flags(r: dict) -> str:
     return ", ".join(flags)
 
 
+_DIGITS = re.compile(r"(\d+)")
+_STATUS_ORDER = {"failed": 0, "partial": 1, "ok": 2}
+
+
+def natural_key(text: str | None) -> tuple:
+    """Sort key that reads digit runs as numbers: matmul.2 before matmul.10."""
+    parts = _DIGITS.split(text or "")
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+
+
+def _source_rows(sources: list[dict]) -> tuple[list[SourceRow], list[SourceRow], list[SourceGroup]]:
+    """All rows (problems first), the problems, and the rest folded by (status, kind)."""
+    ordered = sorted(sources, key=lambda x: (_STATUS_ORDER.get(x["status"], 3), natural_key(x["path"])))
+    rows = [SourceRow(x["status"], x["kind"], x["role"], x["rank_id"], x["path"], x["rows"], num(x["seconds"], 3),
+                      x["message"]) for x in ordered]
+    problems = [r for r in rows if r.status in ("failed", "partial")]
+    groups: dict[tuple[str, str], SourceGroup] = {}
+    for r in rows:
+        if r.status not in ("failed", "partial"):
+            group = groups.setdefault((r.status, r.kind), SourceGroup(r.status, r.kind, 0, []))
+            group.files.append(r)
+            group.rows += r.rows or 0
+    folded = sorted(groups.values(), key=lambda g: (_STATUS_ORDER.get(g.status, 3), g.kind))
+    return rows, problems, folded
+
+
 def _summary_page(s: ReportSession, run: dict, skew: list[dict], pages: list[Link], memory_pages: dict,
                   base: dict) -> RunSummaryPage:
     params = {"run": run["run"]}
     sources = s.rows(Q.RUN_SOURCES, params)
+    rows, problems, groups = _source_rows(sources)
     ranks = [
         RankRow(
             role=r["role"], rank_id=r["rank_id"],
@@ -68,8 +99,7 @@ def _summary_page(s: ReportSession, run: dict, skew: list[dict], pages: list[Lin
         failed_files=sum(1 for x in sources if x["status"] == "failed"),
         partial_files=sum(1 for x in sources if x["status"] == "partial"),
         pages=pages, ranks=ranks,
-        sources=[SourceRow(x["status"], x["kind"], x["role"], x["rank_id"], x["path"], x["rows"],
-                           num(x["seconds"], 3), x["message"]) for x in sources],
+        sources=rows, problems=problems, source_groups=groups,
         queries=[query_text(Q.RUN_SOURCES, params), query_text(Q.RANK_SKEW, params)],
     )
 
@@ -89,9 +119,9 @@ def render_run(s: ReportSession, run: dict, out: Path) -> list[Path]:
     skew = s.skew(name)
     links: list[Link] = []
 
-    figure = role_timeline_figure(s, name)
-    if figure is not None:
-        page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, figure=figure)
+    timelines = role_timeline_figures(s, name)
+    if timelines:
+        page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, figures=timelines)
         written.append(_write(out, run_dir / "role_timeline.html", "role_timeline.html", page))
         links.append(Link("Role timeline (Gantt of role spans)", "role_timeline.html"))
     compare = compare_figures(skew, name)
