@@ -2,8 +2,11 @@
 -- memory, against the role's median rank. Stragglers and outliers at a glance.
 --
 -- Spans are compared like with like: a role's ranks are compared on one kind of span,
--- span_source (NVTX ranges, MSTX ranges, Ascend capture windows or PyTorch trace windows)
--- on one clock, the kind most of the role's ranks have (ties: nvtx, mstx, then windows).
+-- span_source (NVTX ranges, MSTX ranges, the profiler's per-step times of step_times,
+-- Ascend capture windows or PyTorch trace windows) on one clock, the kind most of the
+-- role's ranks have (ties: nvtx, mstx, step_times, then windows). Every rank of an Ascend
+-- job writes step_trace_time.csv, even ranks that keep nothing else, so step_times lets
+-- all of them be compared; a rank's step_times span is the sum of its steps' stage time.
 -- A rank's span_ns is the sum of its spans of that kind only, so an Ascend window is never
 -- added to a PyTorch window, nor an nsys-session span to an epoch one; a rank without
 -- that kind has span_ns NULL and is not compared.
@@ -41,9 +44,9 @@ create or replace view rank_skew (
   peak_vs_median,
   -- True when peak_vs_median is above 1.1 or below 0.9.
   is_memory_outlier,
-  -- The kind of span the role's ranks are compared on: nvtx, mstx, window:ascend, window:torch or window:other.
+  -- The kind of span the role's ranks are compared on: nvtx, mstx, step_times, window:ascend, window:torch or window:other.
   span_source,
-  -- Clock of those spans: epoch or nsys_session.
+  -- Clock of those spans: epoch or nsys_session; NULL for step_times (durations the profiler measured).
   span_clock
 ) as
 with capture_profilers as (
@@ -67,10 +70,20 @@ typed_spans as (
   left join capture_profilers as p using (run, capture)
 ),
 
+step_spans as (
+  select
+    run, role, rank_id, 'step_times' as span_source, null::varchar as clock,
+    sum(coalesce(stage_ns, computing_ns + communication_not_overlapped_ns + free_ns))::bigint as span_ns,
+  from step_times
+  group by run, role, rank_id
+),
+
 rank_spans as (
   select run, role, rank_id, span_source, clock, sum(dur_ns)::bigint as span_ns
   from typed_spans
   group by run, role, rank_id, span_source, clock
+  union all
+  select * from step_spans where span_ns is not null
 ),
 
 role_choice as (
@@ -81,8 +94,8 @@ role_choice as (
       row_number() over (
         partition by run, role
         order by count(*) desc,
-          case span_source when 'nvtx' then 0 when 'mstx' then 1 when 'window:ascend' then 2
-            when 'window:torch' then 3 else 4 end,
+          case span_source when 'nvtx' then 0 when 'mstx' then 1 when 'step_times' then 2
+            when 'window:ascend' then 3 when 'window:torch' then 4 else 5 end,
           clock
       ) as pick,
     from rank_spans
@@ -94,7 +107,8 @@ role_choice as (
 spans as (
   select s.run, s.role, s.rank_id, s.span_ns, s.span_source, s.clock
   from rank_spans as s
-  semi join role_choice as c using (run, role, span_source, clock)
+  semi join role_choice as c
+    on s.run = c.run and s.role = c.role and s.span_source = c.span_source and s.clock is not distinct from c.clock
 ),
 
 peaks as (
