@@ -108,7 +108,7 @@ spans as (
   select s.run, s.role, s.rank_id, s.span_ns, s.span_source, s.clock
   from rank_spans as s
   semi join role_choice as c
-    on s.run = c.run and s.role = c.role and s.span_source = c.span_source and s.clock is not distinct from c.clock
+    on s.run = c.run and s.role = c.role and s.span_source = c.span_source and coalesce(s.clock, '') = coalesce(c.clock, '')
 ),
 
 peaks as (
