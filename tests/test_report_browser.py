@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_report import HOSTILE, build_hostile_report, shared_demo
+from test_report import HOSTILE, build_hostile_report, shaped_report, shared_demo
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -139,6 +140,11 @@ class Browser:
                     raise AssertionError(f"{page}: the charts were not drawn: {self.errors()}")
                 time.sleep(0.1)
 
+    def viewport(self, width: int, height: int) -> None:
+        """What a person at a `width` x `height` window sees (the next open() lays out at it)."""
+        self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
+                                                         "mobile": False}, session=True)
+
     def errors(self) -> list[str]:
         """Console errors, uncaught exceptions and failed loads since the last open()."""
         found = []
@@ -244,3 +250,163 @@ def test_hostile_names_render_as_text(browser, tmp_path):
     legend = browser.evaluate("[...document.querySelectorAll('.legendtext')].map(t => t.textContent)")
     assert HOSTILE in legend
     assert browser.evaluate("document.querySelectorAll('img').length") == 0
+
+
+# ---------------------------------------------------------------- what a person sees
+
+# Every word of a frame (a run without spaces or "/") on one line: frames wrap at "/" and
+# spaces only. Returns the words that were split across lines.
+SPLIT_WORDS = """(root => {
+  const split = [];
+  root.querySelectorAll('.frame').forEach(frame => {
+    frame.childNodes.forEach(node => {
+      if (node.nodeType !== Node.TEXT_NODE) return;
+      for (const m of node.textContent.matchAll(/[^\\s\\/]+\\/?/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1) split.push(m[0]);
+      }
+    });
+  });
+  return split;
+})"""
+
+MEMORY_LAYOUT = """(() => {
+  const box = e => { const r = e.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom,
+                                                                   w: r.width, h: r.height}; };
+  const panel = window.rlwhPanels[0], root = panel.root;
+  const rows = [...root.querySelectorAll('.live-blocks tbody tr')];
+  const cells = rows.flatMap(tr => [...tr.cells]).map(box);
+  const first = rows[0].cells[2], b = panel.d.live.hover[panel.d.live.peak][0], blocks = panel.d.blocks;
+  const user = blocks.user[b], top = blocks.top[b];
+  const expected = (user >= 0 ? panel.d.tops[user] : '') + (top !== user || user < 0 ? panel.top(top) : '');
+  rows[0].click();  // the stack of the largest block
+  const stack = root.querySelector('.call-stack');
+  return {width: document.documentElement.clientWidth, height: window.innerHeight,
+          scrollWidth: document.documentElement.scrollWidth, cells: cells, firstWhere: box(first),
+          firstWhereText: first.textContent, expected: expected, hasUser: user >= 0, inspector: box(root.querySelector('.inspector')),
+          stack: box(stack), stackFrames: stack.querySelectorAll('li').length,
+          split: (SPLIT_WORDS)(root)};
+})()""".replace("(SPLIT_WORDS)", SPLIT_WORDS)
+
+
+@pytest.mark.parametrize("width", [1400, 1920])
+def test_memory_page_shows_who_holds_the_peak_without_scrolling(browser, tmp_path_factory, width):
+    demo = shared_demo(tmp_path_factory)
+    browser.viewport(width, 900)
+    try:
+        browser.open(demo["known"]["page"], charts=True)
+        got = browser.evaluate(MEMORY_LAYOUT)
+    finally:
+        browser.viewport(1400, 900)
+    assert browser.errors() == []
+    assert got["scrollWidth"] <= got["width"], "the page scrolls sideways"
+    for cell in got["cells"]:
+        assert cell["l"] >= 0 and cell["r"] <= got["width"], cell  # no column cut at the right edge
+    where = got["firstWhere"]
+    assert where["b"] <= got["height"] and where["r"] <= got["width"], where  # the answer, in the first screen
+    assert got["hasUser"] and got["firstWhereText"] == got["expected"]  # user_frame, then call_stack_top, whole
+    assert got["inspector"]["w"] >= 440, got["inspector"]
+    assert got["stackFrames"] > 1 and got["stack"]["w"] >= 440
+    assert got["split"] == [], f"frames broken inside a word: {got['split'][:5]}"
+
+
+MEMORY_FIGURE = """(() => {
+  const panel = window.rlwhPanels[0], gd = panel.div, full = gd._fullData, layout = gd._fullLayout;
+  const bars = full.filter(t => t.type === 'bar');
+  const color = t => t.type === 'bar' ? t.marker.color : (t.mode === 'markers' ? t.marker.color : t.line.color);
+  const live = full[panel.d.live.trace], peak = full.find(t => t.name === 'peak');
+  const widths = [...gd.querySelectorAll('.barlayer .point path')].map(p => p.getBoundingClientRect().width);
+  const liveRow = gd.querySelector('.xy .nsewdrag, .nsewdrag').getBoundingClientRect();
+  return {barColors: bars.map(color), barNames: bars.map(t => t.name), peak: color(peak), live: color(live),
+          widths: widths, xrange: layout.xaxis.range, yrange: layout.yaxis.range,
+          peakMib: Math.max(...live.y), liveRowHeight: layout.yaxis._length,
+          tail: [...gd.querySelectorAll('.shapelayer path')].length};
+})()"""
+
+
+def test_memory_chart_colors_bars_and_axes(browser, tmp_path_factory):
+    shaped = shaped_report(tmp_path_factory)
+    browser.open(shaped["run"] / "memory_timeline" / "actor-rank0.html", charts=True)
+    got = browser.evaluate(MEMORY_FIGURE)
+    assert browser.errors() == []
+    colors = got["barColors"]
+    assert got["barNames"][-1] == "other ops" and len(colors) == 9
+    assert len({*colors, got["peak"], got["live"]}) == len(colors) + 2, got
+    assert got["widths"] and all(1 <= w <= 40 for w in got["widths"]), sorted(got["widths"])[:3]
+    assert got["xrange"][1] < 40  # the allocations' 39 ms, not the release 150 s later
+    assert got["tail"] >= 2  # the peak's line and the shaded tail
+    # live bytes fill their own row: not a flat line under totals 25x larger
+    assert got["yrange"][1] <= 1.3 * got["peakMib"], got
+    assert got["liveRowHeight"] >= 150
+
+
+TICKS = """[...document.querySelectorAll('.js-plotly-plot')].map(gd => ({
+  ticks: [...gd.querySelectorAll('.xtick text')].map(t => t.textContent),
+  type: gd._fullLayout.xaxis.type,
+  marks: [...gd.querySelectorAll('.barlayer .point path, .scatterlayer .point')]
+           .map(p => p.getBoundingClientRect()).filter(r => r.width >= 1 || r.height >= 1).length,
+  rows: gd._fullLayout.yaxis._categories.length}))"""
+
+
+def test_role_timeline_one_readable_axis_per_clock(browser, tmp_path_factory):
+    for page, axes in ((shared_demo(tmp_path_factory)["out"] / "demo-run" / "role_timeline.html", ["date"]),
+                       (shaped_report(tmp_path_factory)["run"] / "role_timeline.html", ["date", "linear"])):
+        browser.open(page, charts=True)
+        plots = browser.evaluate(TICKS)
+        assert browser.errors() == []
+        assert [p["type"] for p in plots] == axes, page  # epoch, then the nsys session clock
+        for p in plots:
+            assert p["ticks"], page
+            for tick in p["ticks"]:
+                assert not re.search(r"\d[kMGT]\b", tick), f"{page}: unreadable tick {tick!r}"
+            assert p["marks"] >= p["rows"], f"{page}: a (role, rank) row shows nothing: {p}"
+
+
+def test_compare_page_has_no_empty_chart(browser, tmp_path_factory):
+    for page in (shared_demo(tmp_path_factory)["out"] / "demo-run" / "memory_compare.html",
+                 shaped_report(tmp_path_factory)["run"] / "memory_compare.html"):
+        browser.open(page, charts=True)
+        charts = browser.evaluate("""[...document.querySelectorAll('.js-plotly-plot')].map(gd =>
+          [...gd.querySelectorAll('.subplot.xy, g.subplot')].length === 0 ? [] :
+          gd._fullData.map(t => [...gd.querySelectorAll('.barlayer .trace')][gd._fullData.indexOf(t)]
+            .querySelectorAll('.point path').length))""")
+        assert browser.errors() == []
+        assert charts, page
+        for bars in charts:
+            assert bars and all(n > 0 for n in bars), f"{page}: an empty chart {charts}"
+
+
+GMM = """[...document.querySelectorAll('.js-plotly-plot')].map(gd => {
+  const r = e => e.getBoundingClientRect();
+  const bar = r(gd.querySelector('.modebar')), plot = r(gd.querySelector('.nsewdrag'));
+  const overlap = bar.width > 0 && bar.left < plot.right && bar.right > plot.left && bar.top < plot.bottom &&
+                  bar.bottom > plot.top;
+  return {overlap: overlap, zmax: gd._fullData[0].zmax, zmin: gd._fullData[0].zmin,
+          ticks: [...gd.querySelectorAll('.ytick text')].map(t => t.textContent)};
+})"""
+
+
+def test_gmm_heatmaps_share_a_scale_and_keep_the_toolbar_off_the_cells(browser, tmp_path_factory):
+    browser.open(shaped_report(tmp_path_factory)["run"] / "gmm_heatmap.html", charts=True)
+    maps = browser.evaluate(GMM)
+    assert browser.errors() == []
+    assert len(maps) == 2
+    assert {(m["zmin"], m["zmax"]) for m in maps} == {(0, 240)}
+    for m in maps:
+        assert not m["overlap"], "the toolbar covers cells"
+        assert m["ticks"] == ["0", "1"]
+
+
+def test_run_summary_stays_short_with_many_sources(browser, tmp_path_factory):
+    demo = shared_demo(tmp_path_factory)
+    browser.open(demo["out"] / "demo-run" / "index.html", charts=False)
+    got = browser.evaluate("""({height: document.documentElement.scrollHeight,
+      folded: document.querySelectorAll('details.sources').length,
+      rows: document.querySelectorAll('table.sources tbody tr').length,
+      visible: [...document.querySelectorAll('table.sources tbody tr')].filter(tr => tr.checkVisibility()).length})""")
+    assert got["rows"] > 100 and got["folded"] >= 3, got
+    assert got["visible"] <= 10, got  # the ok files folded away; failed and partial ones in sight
+    assert got["height"] < 2500, got
