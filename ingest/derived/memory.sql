@@ -320,23 +320,56 @@ left join enclosing as e using (event_index)
 ;
 
 delete from _memory_timeline
-where source = 'torch' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+where source in ('torch', 'snapshot')
+  and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
--- The PyTorch timeline: the blocks' allocs and releases, and the events without an
--- address (PyTorch 1.8 wrote none: they form no block, and live bytes are their running
--- sum). The same running sum as for Ascend rows, per device (one allocator per device, so
--- allocator_live_bytes = live_bytes). At equal times releases come first, then the
--- event's position in its file. A statement of its own so the Ascend window stays narrow.
+-- The PyTorch and memory-snapshot timelines, one allocator per device (so
+-- allocator_live_bytes = live_bytes), the same running sum as for Ascend rows: at equal
+-- times releases come first, then the event's position in its file. A statement of its
+-- own so the Ascend window stays narrow. Its events:
+-- - the PyTorch blocks' allocs and releases;
+-- - PyTorch events without an address (PyTorch 1.8 wrote none): no block, and live bytes
+--   are their running sum;
+-- - a memory snapshot's device_traces: the blocks allocated within the trace (the reader
+--   paired each alloc with the free_completed or the next alloc at its address). Where
+--   the entries carry no time the clock is 'sequence': ts_ns holds the entry's position
+--   in the trace, which orders that capture's events and nothing else.
 insert into _memory_timeline by name
-with blocks as (
-  select * from _torch_memory_blocks
+with torch_blocks as (
+  select
+    source_id, device, 'epoch' as clock, alloc_ns, release_ns, release_inferred, size_bytes,
+    allocated_after_alloc_bytes, reserved_after_alloc_bytes,
+    allocated_after_release_bytes, reserved_after_release_bytes,
+    name, stack_id, stack_source, origin_row, 'torch' as source,
+  from _torch_memory_blocks
   where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+),
+
+snapshot_blocks as (
+  -- memory_blocks' snapshot rows, read from the base table (the view would plan every source)
+  select
+    source_id, device, clock,
+    if(clock = 'epoch', alloc_ns, alloc_seq) as alloc_ns,
+    if(clock = 'epoch', release_ns, release_seq) as release_ns,
+    coalesce(release_action = 'alloc', false) as release_inferred, size_bytes,
+    null::bigint, null::bigint, null::bigint, null::bigint,
+    null::varchar as name, stack_id, if(stack_id is not null, 'allocation', null) as stack_source,
+    alloc_seq as origin_row, 'snapshot' as source,
+  from snapshot_trace_blocks
+  where alloc_seq is not null
+    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+),
+
+blocks as (
+  select * from torch_blocks
+  union all
+  select * from snapshot_blocks
 ),
 
 block_events as (
   select
-    b.source_id, b.device,
+    b.source, b.source_id, b.device, b.clock,
     if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
     e.event,
     if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
@@ -353,8 +386,8 @@ block_events as (
 
 addressless as (
   select
-    p.source_id, p.device, p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event, p.bytes as delta_bytes,
-    p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
+    'torch', p.source_id, p.device, 'epoch', p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event,
+    p.bytes as delta_bytes, p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
     o.attributed_stack_id, o.stack_source, p.event_index, false,
   from _torch_memory_pairs as p
   left join (
@@ -374,8 +407,8 @@ events as (
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'torch' as source, 'epoch' as clock,
-  source_id, device, 'torch' as allocator, ts_ns, event, delta_bytes,
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, source, clock,
+  source_id, device, source as allocator, ts_ns, event, delta_bytes,
   live_bytes, live_bytes as allocator_live_bytes,
   allocator_allocated_bytes, allocator_reserved_bytes, name, size_bytes, stack_id, stack_source, origin_row,
   release_inferred,
@@ -383,59 +416,7 @@ from (
   select
     *,
     (sum(delta_bytes) over (
-      partition by device
-      order by ts_ns::hugeint * 2199023255552 + (event = 'alloc')::hugeint * 1099511627776 + origin_row
-      rows between unbounded preceding and current row
-    ))::bigint as live_bytes,
-  from events
-)
-;
-
-delete from _memory_timeline
-where source = 'snapshot' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
-;
-
--- A memory snapshot's device_traces: the blocks allocated within the trace (the reader
--- paired each alloc with the free_completed or the next alloc at its address), summed per
--- device like the others. Where the trace entries carry no time the clock is 'sequence':
--- ts_ns holds the entry's position in the trace, which orders the events of that capture
--- and nothing else.
-insert into _memory_timeline by name
-with blocks as (
-  -- memory_blocks' snapshot rows, read from the base table (the view would plan every source)
-  select
-    device, clock, size_bytes, stack_id, alloc_seq as origin_row,
-    if(clock = 'epoch', alloc_ns, alloc_seq) as alloc_ns,
-    if(clock = 'epoch', release_ns, release_seq) as release_ns,
-    coalesce(release_action = 'alloc', false) as release_inferred,
-    if(stack_id is not null, 'allocation', null) as stack_source,
-  from snapshot_trace_blocks
-  where alloc_seq is not null
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
-),
-
-events as (
-  select
-    b.device, b.clock,
-    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
-    e.event,
-    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
-    b.size_bytes, b.stack_id, b.stack_source, b.origin_row,
-    e.event = 'release' and b.release_inferred as release_inferred,
-  from blocks as b
-  cross join (values ('alloc'), ('release')) as e (event)
-  where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
-)
-
-select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'snapshot' as source,
-  device, clock, 'snapshot' as allocator, ts_ns, event, delta_bytes,
-  live_bytes, live_bytes as allocator_live_bytes, size_bytes, stack_id, stack_source, origin_row, release_inferred,
-from (
-  select
-    *,
-    (sum(delta_bytes) over (
-      partition by device
+      partition by source, device
       order by ts_ns::hugeint * 2199023255552 + (event = 'alloc')::hugeint * 1099511627776 + origin_row
       rows between unbounded preceding and current row
     ))::bigint as live_bytes,
