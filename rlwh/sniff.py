@@ -21,9 +21,6 @@ TRACE_HEADER_KEYS = frozenset((
     "record_shapes", "with_stack", "profile_memory", "with_flops", "with_modules", "baseTimeNanoseconds",
     "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "trace_id", "cupti_version",
 ))
-# Other top-level keys of the Chrome trace object format: a trace only with traceEvents in view.
-CHROME_KEYS = frozenset(("otherData", "stackFrames", "samples", "systemTraceEvents", "metadata",
-                         "controllerTraceDataKey"))
 _FIRST_KEY = re.compile(r'\{\s*"([^"\\]{1,64})"\s*:')
 _NSYS_TABLE = re.compile(r'^\{[^\n]*"table"\s*:\s*"[A-Za-z_]+"')
 _NSYS_LEGACY = re.compile(r'^\{\s*"Type"\s*:\s*\d+')
@@ -71,7 +68,7 @@ def classify_head(head: bytes, complete: bool) -> str | None:
         if first in TRACE_HEADER_KEYS:
             if first == "traceEvents" or '"traceEvents"' in text or not complete:
                 return "chrome_object"
-        elif first in CHROME_KEYS and re.search(r'"traceEvents"\s*:\s*\[', text):
+        elif re.search(r'"traceEvents"\s*:\s*\[', text):  # any other first key (a newer Kineto's, Chrome's)
             return "chrome_object"
         return None
     if text.startswith("[") and re.match(r'\[\s*\{', text) and '"ph"' in text[:4096]:
