@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from rlwh.warehouse import pause_for_test
+
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 POLL_S = 1.0
 
@@ -51,6 +53,7 @@ def die_with_parent(parent_pid: int) -> None:
     _set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(1)
+    pause_for_test("worker_started")
     # The fallback runs on Linux too: it costs one getppid a second and covers a kernel
     # or sandbox that refuses prctl.
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="rlwh-parent-watch", daemon=True).start()
