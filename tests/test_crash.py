@@ -7,7 +7,8 @@ and the whole process group is killed, parse workers included, as cron or system
 Exact points come from the runner's test hook: with RLWH_TEST_PAUSE_AT=<stage> the
 process stops itself (SIGSTOP) at that stage, the test sees it stop and kills it there.
 Stages: between_files (after a file committed to the working copy), publish (working copy
-checkpointed, not yet renamed), published (renamed, not yet cleaned up).
+checkpointed, not yet renamed), published (renamed, not yet cleaned up), worker_started (each
+parse worker, once started).
 """
 
 from __future__ import annotations
