@@ -25,6 +25,11 @@
     return bytes + " B";
   }
 
+  /* A point of the x axis in words: a time, or a position where the source records no time. */
+  function at(x, unit) {
+    return unit === "position" ? "at trace position " + x : "t = " + x + " " + unit;
+  }
+
   function drawFigures() {
     document.querySelectorAll("[data-figure]").forEach(function (div) {
       var fig = readJson(div.getAttribute("data-figure"));
@@ -44,7 +49,8 @@
     return span;
   }
 
-  var HOW = { op: "stack of the op", forward_op: "stack of its forward op", enclosing_op: "stack of the enclosing op" };
+  var HOW = { op: "stack of the op", forward_op: "stack of its forward op", enclosing_op: "stack of the enclosing op",
+              allocation: "stack recorded by the allocator" };
 
   /* One memory timeline: live line, allocator lines, allocation bars, and an inspector
    * listing the largest live blocks at the hovered time and the clicked call stack. */
@@ -84,7 +90,7 @@
   };
 
   MemoryPanel.prototype.liveText = function (x, i) {
-    var d = this.d, lines = ["t = " + x + " " + d.unit + ", live " + size(d.live.bytes[i])];
+    var d = this.d, lines = [at(x, d.unit) + ", live " + size(d.live.bytes[i])];
     var blocks = d.live.hover[i];
     if (blocks === null) {
       lines.push("(live blocks not listed for this point: data reduced)");
@@ -149,7 +155,7 @@
   MemoryPanel.prototype.showLive = function (i) {
     var d = this.d, body = this.root.querySelector(".live-blocks tbody"), self = this;
     this.root.querySelector(".live-at").textContent =
-      "at " + this.x[i] + " " + d.unit + " (live " + size(d.live.bytes[i]) + ")";
+      at(this.x[i], d.unit) + " (live " + size(d.live.bytes[i]) + ")";
     while (body.firstChild) body.removeChild(body.firstChild);
     var blocks = d.live.hover[i];
     if (blocks === null) {

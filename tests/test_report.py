@@ -135,7 +135,8 @@ def build_shaped_warehouse(config: Config) -> None:
     Rank 0 of role actor: 40 PTA blocks of 1-40 MiB over 40 ms (12 ops, so some are
     "other ops") under PTA totals of ~20 GiB, 4 GE (cann::) blocks of 512 MiB under GE
     totals of 3 GiB, one PTA block released 150 s after the last allocation, and
-    memory_usage rows (APP, PTA, GE, PTA+GE). Role rollout (ranks 0, 1) has spans and no
+    memory_usage rows (APP, PTA, GE, PTA+GE). Rank 1 of actor: a memory snapshot's trace
+    without time (clock 'sequence'). Role rollout (ranks 0, 1) has spans and no
     memory; role gen an NVTX span on the nsys session clock. GMM loads of rollout: rank 1
     routes ten times the tokens of rank 0. 30 source files named matmul.<k>, one failed.
     """
@@ -187,6 +188,12 @@ def build_shaped_warehouse(config: Config) -> None:
         """insert into gmm_expert_load (run, role, rank_id, capture, source_id, step, op_index, expert, tokens)
            select $run, 'rollout', r, 'cap' || r, 105, 1, op, e, (10 + e * (op + 1)) * (1 + 9 * r)
            from range(2) a(r), range(2) b(op), range(8) c(e)""",
+        # A memory snapshot of rank 1 whose trace records no time: 6 blocks of 64 MiB at positions.
+        """insert into snapshot_trace_blocks (run, role, rank_id, capture, source_id, device, device_index, clock,
+             alloc_seq, release_seq, addr, size_bytes, stack_id)
+           select $run, 'actor', 1, 'snapshot.pickle', 106, 'cuda:0', 0, 'sequence', 2 * i,
+                  case when i < 3 then 2 * i + 5 end, 4096 * (i + 1), 64 * 1048576, 1
+           from range(6) t(i)""",
     ]
     values = {"run": SHAPED, "t0": T0, "ms": ms, "gib": GIB}
     # $ms and $gib bind as BIGINT (cast below), so products of them never overflow INTEGER
@@ -424,6 +431,17 @@ def test_ops_other_ops_peak_and_live_have_distinct_colors(shaped):
     peak, = _traces(data, "peak")
     live, = _traces(data, "live bytes, all blocks")
     assert len({*colors, peak["marker"]["color"], live["line"]["color"]}) == len(colors) + 2
+
+
+def test_a_snapshot_without_time_is_drawn_by_position_never_as_time(shaped):
+    page = shaped["run"] / report.memory_page_name("actor", 1)
+    data = _panel_data(page)
+    layout = data["figure"]["layout"]
+    assert data["unit"] == "position"
+    assert "position in the snapshot's trace" in layout["xaxis"]["title"]["text"]
+    assert "UTC" not in layout["xaxis"]["title"]["text"] and "1970" not in page.read_text(encoding="utf-8")
+    live, = _traces(data, "live bytes, all blocks")
+    assert max(live["y"]) == 3 * 64.0 and live["x"][0] == 0
 
 
 def test_live_blocks_carry_user_frame_and_how_the_stack_was_found(shaped):

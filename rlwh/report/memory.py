@@ -71,7 +71,7 @@ def _usage(s: ReportSession, where: dict, slice_params: dict) -> tuple[str | Non
 
 
 def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: bool) -> MemoryPanel:
-    where = {"capture": p["capture"], "device": p["device"]}
+    where = {"capture": p["capture"], "device": p["device"], "clock": p["clock"]}
     line_params = {**where, "max_points": MAX_POINTS, "buckets": BUCKETS}
     bar_params = {**where, "max_bars": MAX_BARS, "buckets": BUCKETS}
     lines = s.rows(Q.MEMORY_LINES, line_params)
@@ -87,7 +87,9 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: boo
     blocks = s.rows(Q.MEMORY_BLOCKS_BY_SEQ, {**where, "seqs": block_seqs}) if block_seqs else []
     stack_ids = sorted({r["stack_id"] for r in [*live, *bars, *blocks] if r["stack_id"] is not None})
     stacks = s.rows(Q.CALL_STACKS, {"stack_ids": stack_ids}) if stack_ids else []
-    component, usage, usage_queries = _usage(s, where, slice_params) if has_usage else (None, [], [])
+    on_time = p["clock"] == "epoch"  # memory_usage is timed: nothing to set beside trace positions
+    component, usage, usage_queries = (_usage(s, {"capture": p["capture"], "device": p["device"]}, slice_params)
+                                       if has_usage and on_time else (None, [], []))
 
     axis = F.TimeAxis.of(p)
     names, tops, frames = _Strings(), _Strings(), _Strings()
@@ -126,8 +128,13 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: boo
                      f"{axis.x(axis.last_ns):,.3f} {axis.unit} (shaded; double-click the chart to see them).")
     peak_row = live[peak]
     title = f"{p['capture']} · {p['device']}"
-    note = (f"{p['events']:,} events from {utc_text(p['first_ns'])} to {utc_text(p['last_ns'])} UTC; "
-            f"peak live {peak_row['live_bytes'] / MIB:,.1f} MiB at {axis.x(peak_row['ts_ns']):,.3f} {axis.unit}.")
+    if on_time:
+        note = (f"{p['events']:,} events from {utc_text(p['first_ns'])} to {utc_text(p['last_ns'])} UTC; "
+                f"peak live {peak_row['live_bytes'] / MIB:,.1f} MiB at {axis.x(peak_row['ts_ns']):,.3f} {axis.unit}.")
+    else:
+        note = (f"{p['events']:,} events of a memory snapshot's trace, which records no time: the x axis is each "
+                f"event's position in the trace (clock {p['clock']}); peak live {peak_row['live_bytes'] / MIB:,.1f} "
+                f"MiB at position {axis.x(peak_row['ts_ns']):,.0f}.")
     queries = [
         query_text(Q.MEMORY_SLICE, slice_params), query_text(Q.MEMORY_PANELS, {}),
         query_text(Q.MEMORY_LINES, line_params), query_text(Q.MEMORY_BARS, bar_params),
@@ -146,6 +153,8 @@ def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list
         mine = [r for r in lines if r["series"] == "allocator" and r["allocator"] == allocator]
         yaxis = f"y{len(rows) + 1}"
         row_traces = F.allocator_traces(mine, allocator, yaxis, axis)
+        if len(row_traces) == 1 and len(p["allocators"]) == 1:
+            continue  # its live bytes alone, no totals: the live line again
         if row_traces:
             rows.append(F.Row(yaxis, f"{label(allocator)} MiB", 1.4))
             traces += row_traces
@@ -155,7 +164,9 @@ def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list
     if bars:
         rows.append(F.Row(f"y{len(rows) + 1}", "allocation MiB", 1.4))
         traces += F.bar_traces(bars, axis, rows[-1].axis, F.op_colors(bars), customdata)
-    layout = F.layout(rows, axis, live[peak]["ts_ns"], f"{axis.unit} since {utc_text(axis.t0)} UTC")
+    title = (f"{axis.unit} since {utc_text(axis.t0)} UTC" if axis.unit in ("ms", "s")
+             else f"position in the snapshot's trace (clock {p['clock']}: no time recorded)")
+    layout = F.layout(rows, axis, live[peak]["ts_ns"], title)
     return {"data": traces, "layout": layout}
 
 

@@ -32,7 +32,7 @@ class TimeAxis:
     """Times of one panel as numbers on the x axis: `unit` since `t0`, range and tail."""
 
     t0: int
-    unit: str  # "ms" or "s"
+    unit: str  # "ms" or "s"; "position" on a clock that is not time (a snapshot's trace order)
     end_ns: int  # right end of the initial view
     last_ns: int
     tail_releases: int
@@ -43,11 +43,14 @@ class TimeAxis:
         alloc_span = max(last_alloc - first, 1)
         cut = p["tail_releases"] > 0 and last - last_alloc > TAIL_SHARE * alloc_span
         end = last_alloc if cut else last
+        if p.get("clock", "epoch") != "epoch":
+            return cls(0, "position", end, last, p["tail_releases"] if cut else 0)
         unit = "s" if end - first >= 10_000_000_000 else "ms"
         return cls(first, unit, end, last, p["tail_releases"] if cut else 0)
 
     def x(self, ns: int) -> float:
-        return round((ns - self.t0) / (1e9 if self.unit == "s" else 1e6), 9)
+        scale = {"s": 1e9, "ms": 1e6}.get(self.unit, 1)
+        return round((ns - self.t0) / scale, 9)
 
     @property
     def has_tail(self) -> bool:

@@ -62,31 +62,33 @@ create or replace temp table _rlwh_memory_slice as
 select
   capture, device, source, ts_ns, event, delta_bytes, live_bytes,
   allocator, allocator_live_bytes, allocator_allocated_bytes, allocator_reserved_bytes,
-  name, size_bytes, stack_id, call_stack_top, user_frame, stack_source, origin_row,
+  name, size_bytes, stack_id, call_stack_top, user_frame, stack_source, origin_row, clock,
   -- the view's own event order: time, releases before allocations
   row_number() over (
-    partition by capture, device order by ts_ns, delta_bytes > 0, origin_row, source
+    partition by capture, device, clock order by ts_ns, delta_bytes > 0, origin_row, source
   ) - 1 as seq,
 from memory_timeline
 where run = $run and role = $role and rank_id = $rank_id
 """
 
-# One panel per (capture, device). last_alloc_ns ends the allocations: a block released
-# long after them (at the end of the capture) would otherwise stretch the x axis.
+# One panel per (capture, device, clock): a memory snapshot whose trace records no time is
+# on the 'sequence' clock (positions), never drawn on a time axis. last_alloc_ns ends the
+# allocations: a block released long after them (at the end of the capture) would
+# otherwise stretch the x axis.
 MEMORY_PANELS = """
 with ends as (
-  select capture, device, max(ts_ns) filter (where event = 'alloc') as last_alloc_ns
+  select capture, device, clock, max(ts_ns) filter (where event = 'alloc') as last_alloc_ns
   from _rlwh_memory_slice
-  group by capture, device
+  group by capture, device, clock
 )
 select
-  capture, device, count(*) as events, min(ts_ns) as first_ns, max(ts_ns) as last_ns, last_alloc_ns,
+  capture, device, clock, count(*) as events, min(ts_ns) as first_ns, max(ts_ns) as last_ns, last_alloc_ns,
   count(*) filter (where event = 'release' and ts_ns > last_alloc_ns) as tail_releases,
   list(distinct allocator order by allocator) filter (where allocator is not null) as allocators,
 from _rlwh_memory_slice
-join ends using (capture, device)
-group by capture, device, last_alloc_ns
-order by capture, device
+join ends using (capture, device, clock)
+group by capture, device, clock, last_alloc_ns
+order by capture, device, clock
 """
 
 # Min and max of each line per time bucket: the peak is the max of its bucket, so it is
@@ -96,7 +98,7 @@ order by capture, device
 # two allocators (PTA and GE) whose totals never compare with each other's blocks.
 MEMORY_LINES = """
 with events as (
-  select * from _rlwh_memory_slice where capture = $capture and device = $device
+  select * from _rlwh_memory_slice where capture = $capture and device = $device and clock = $clock
 ),
 bounds as (
   select min(ts_ns) as t0, max(ts_ns) - min(ts_ns) + 1 as width, count(*) as n, min(seq) as first_seq,
@@ -143,7 +145,8 @@ order by k.series, if(k.series = 'allocator', e.allocator, null), e.seq
 # The largest allocation of each time bucket (every allocation below $max_bars).
 MEMORY_BARS = """
 with allocations as (
-  select * from _rlwh_memory_slice where capture = $capture and device = $device and event = 'alloc'
+  select * from _rlwh_memory_slice
+  where capture = $capture and device = $device and clock = $clock and event = 'alloc'
 ),
 bounds as (
   select min(ts_ns) as t0, max(ts_ns) - min(ts_ns) + 1 as width, count(*) as n from allocations
@@ -165,7 +168,7 @@ order by a.seq
 # blocks live at a point add up to its live_bytes exactly.
 _BLOCK_SPANS = """
 with events as (
-  select * from _rlwh_memory_slice where capture = $capture and device = $device
+  select * from _rlwh_memory_slice where capture = $capture and device = $device and clock = $clock
 ),
 numbered as (
   select seq, row_number() over (order by seq) - 1 as point
@@ -212,7 +215,7 @@ order by p.point
 MEMORY_BLOCKS_BY_SEQ = """
 select seq, ts_ns, name, size_bytes, stack_id, call_stack_top, user_frame, stack_source, allocator
 from _rlwh_memory_slice
-where capture = $capture and device = $device and seq in (select unnest($seqs::bigint[]))
+where capture = $capture and device = $device and clock = $clock and seq in (select unnest($seqs::bigint[]))
 """
 
 # The allocator's totals as memory_record.csv / MEMORY_RECORD has them (issue 12), for
