@@ -271,6 +271,8 @@ def _read_sql(parts: tuple[str, ...], sql_file: str | None) -> tuple[str, str]:
                 'no SQL given: rlwh query "select ...", rlwh query --file query.sql, or rlwh query - (stdin)')
         return sql, "the SQL argument"
     if sql_file in (None, "-"):
+        if sys.stdin.isatty():
+            click.echo("reading SQL from stdin; end it with Ctrl-D", err=True)
         return sys.stdin.read(), "stdin"
     try:
         return Path(sql_file).read_text(encoding="utf-8"), sql_file

@@ -95,9 +95,16 @@ def as_csv(result: QueryResult) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
+def _json_value(value):
+    """JSON has no NaN or infinity (json.dumps would write invalid JSON): null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return _plain(value)
+
+
 def as_json(result: QueryResult) -> str:
-    records = [{c: _plain(v) for c, v in zip(result.columns, row)} for row in result.rows]
-    return json.dumps(records, indent=2, default=str)
+    records = [{c: _json_value(v) for c, v in zip(result.columns, row)} for row in result.rows]
+    return json.dumps(records, indent=2, default=str, allow_nan=False)
 
 
 FORMATS = {"table": as_table, "csv": as_csv, "json": as_json}

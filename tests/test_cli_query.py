@@ -129,3 +129,11 @@ def test_sources_prints_whole_paths(db):
     paths = [line for line in result.output.splitlines() if "ASCEND_PROFILER_OUTPUT" in line]
     assert len(paths) == 2 and "…" not in result.output
     assert any("20260526_085155_ascend_pt/ASCEND_PROFILER_OUTPUT/operator_memory.csv" in p for p in paths)
+
+
+def test_json_output_is_valid_json_even_for_nan(db):
+    result = CliRunner().invoke(cli, ["query", "select 'nan'::double as x, 'inf'::double as y, 1.5::double as z",
+                                      "--db", db, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [{"x": None, "y": None, "z": 1.5}]
+    assert "NaN" not in result.output and "Infinity" not in result.output
