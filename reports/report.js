@@ -27,7 +27,7 @@
 
   /* A point of the x axis in words: a time, or a position where the source records no time. */
   function at(x, unit) {
-    return unit === "position" ? "at trace position " + x : "t = " + x + " " + unit;
+    return unit === "position" ? "at trace position " + x : "at t = " + x + " " + unit;
   }
 
   function drawFigures() {
