@@ -586,3 +586,12 @@ def _panel_data(page: Path) -> dict:
 def _figures(text: str) -> list[dict]:
     return [json.loads(m) for m in re.findall(r'<script type="application/json" id="[\w-]+-data">(.*?)</script>',
                                               text, re.S)]
+
+
+def test_the_readme_screenshot_is_a_small_png_of_the_memory_page():
+    """docs/memory-timeline.png: what the README shows of the memory page, small enough for a repo."""
+    png = (REPO / "docs" / "memory-timeline.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (width, height) == (1400, 900)
+    assert len(png) < 300_000
