@@ -30,12 +30,14 @@ def write_demo_profile(root: Path) -> Path:
     from rlwh.synth import timelines as synth_timelines
     from rlwh.synth.memory_record import write_memory_record
     from rlwh.synth.snapshot import write_snapshot
+    from rlwh.synth.step_trace import write_step_trace_time
 
     # with_stack on, as a user who asks "which line" profiles: every forward op has a stack.
     synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55,
                                capture_time=CAPTURE_TIME)
     for rank_dir in sorted((root / "ascend").rglob("*_ascend_pt")):
         write_memory_record(rank_dir)  # the allocator's totals over time, as torch_npu writes them
+        write_step_trace_time(rank_dir)  # each step's computing / communication / free time
     # One job, one clock: the critic's traces start ten minutes after the last Ascend role.
     critic_at_ns = int(datetime.strptime(CAPTURE_TIME, "%Y%m%d_%H%M%S").replace(tzinfo=timezone.utc).timestamp()
                        + 600 * len(ROLES)) * 1_000_000_000

@@ -282,3 +282,24 @@ def test_memory_record_and_snapshot_files_load_like_real_ones(tmp_path):
     assert con.execute("select count(distinct component) from memory_usage").fetchone()[0] == 3  # APP, PTA, PTA+GE
     assert con.execute("select clock, device from memory_peak where capture like '%snapshot%'").fetchall() == [
         ("epoch", "cuda:1")]
+
+
+def test_step_trace_time_adds_up_like_a_real_one(tmp_path):
+    """Each step's stage is its computing + not-overlapped communication + free time, and
+    the file lands in step_times with the real reader."""
+    import duckdb
+
+    from rlwh.config import Config
+    from rlwh.ingest import ingest
+    from rlwh.synth.step_trace import write_step_trace_time
+
+    rank_dir = synth.write_ascend_rank(tmp_path / "job" / "actor_update", n_ops=45_000, n_allocs=100)
+    write_step_trace_time(rank_dir)
+    db = tmp_path / "w.duckdb"
+    ingest(tmp_path / "job", Config(db_path=db, workers=1))
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("select step, computing_ns, communication_not_overlapped_ns, free_ns, stage_ns"
+                       " from step_times order by step").fetchall()
+    assert [r[0] for r in rows] == [1, 2, 3]  # 45,000 ops are three steps
+    for _, computing, comm, free, stage in rows:
+        assert abs(computing + comm + free - stage) <= 1_000, (computing, comm, free, stage)
