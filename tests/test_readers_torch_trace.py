@@ -470,3 +470,23 @@ def test_malformed_event_is_skipped(tmp_path):
     outcome, tables = run_reader(path, tmp_path)
     assert outcome.status == "partial" and "1 malformed" in outcome.message
     assert len(tables["cpu_ops"]) == 3
+
+
+def test_time_nesting_wins_where_python_parent_ids_contradict_it(tmp_path):
+    """Activation checkpointing re-runs forward code during backward: the re-run frames say
+    "Python parent id" of a forward frame that ended long ago. The op's stack is what the
+    thread did then: the frames enclosing it in time, innermost first."""
+    path = tmp_path / "prof_rank-0.json"
+    write_trace(path, [
+        py("train.py(10): step", "0.000", "1000.000", 1, None),
+        py("model.py(20): forward", "10.000", "100.000", 2, 1),          # forward, ends at 110
+        py("train.py(30): backward", "200.000", "700.000", 3, 1),
+        py("checkpoint.py(40): recompute", "300.000", "100.000", 4, 3),
+        py("model.py(21): block", "310.000", "50.000", 5, 2),            # its id says: inside forward
+        X("cpu_op", "aten::mm", "320.000", "10.000"),
+    ])
+    outcome, tables = run_reader(path, tmp_path)
+    got = stacks_by_op(tables)
+    assert got == {("aten::mm", BASE + 320_000, 10): [
+        "model.py(21): block\ncheckpoint.py(40): recompute\ntrain.py(30): backward\ntrain.py(10): step"]}
+    assert got == reference(path)[0]
