@@ -247,7 +247,7 @@ def test_hostile_names_render_as_text(browser, tmp_path):
     assert got["barOp"] == HOSTILE
     assert HOSTILE in got["stack"]
     # Plotly shows the escaped label as the literal text, never as markup.
-    legend = browser.evaluate("[...document.querySelectorAll('.legendtext')].map(t => t.textContent)")
+    legend = browser.evaluate("[...document.querySelectorAll('.legendtext, .legend2text')].map(t => t.textContent)")
     assert HOSTILE in legend
     assert browser.evaluate("document.querySelectorAll('img').length") == 0
 
@@ -286,7 +286,8 @@ MEMORY_LAYOUT = """(() => {
   const stack = root.querySelector('.call-stack');
   return {width: document.documentElement.clientWidth, height: window.innerHeight,
           scrollWidth: document.documentElement.scrollWidth, cells: cells, firstWhere: box(first),
-          firstWhereText: first.textContent, expected: expected, hasUser: user >= 0, inspector: box(root.querySelector('.inspector')),
+          firstWhereText: first.textContent, expected: expected, hasUser: user >= 0,
+          inspector: box(root.querySelector('.inspector')),
           stack: box(stack), stackFrames: stack.querySelectorAll('li').length,
           split: (SPLIT_WORDS)(root)};
 })()""".replace("(SPLIT_WORDS)", SPLIT_WORDS)
@@ -323,7 +324,10 @@ MEMORY_FIGURE = """(() => {
   return {barColors: bars.map(color), barNames: bars.map(t => t.name), peak: color(peak), live: color(live),
           widths: widths, xrange: layout.xaxis.range, yrange: layout.yaxis.range,
           peakMib: Math.max(...live.y), liveRowHeight: layout.yaxis._length,
-          tail: [...gd.querySelectorAll('.shapelayer path')].length};
+          tail: [...gd.querySelectorAll('.shapelayer path')].length,
+          opsLegendTop: gd.querySelector('g.legend2').getBoundingClientRect().top,
+          plotsBottom: Math.max(...[...gd.querySelectorAll('.nsewdrag')].map(d => d.getBoundingClientRect().bottom)),
+          opsInLegend: [...gd.querySelectorAll('g.legend2 .legend2text')].map(x => x.textContent)};
 })()"""
 
 
@@ -336,6 +340,7 @@ def test_memory_chart_colors_bars_and_axes(browser, tmp_path_factory):
     assert got["barNames"][-1] == "other ops" and len(colors) == 9
     assert len({*colors, got["peak"], got["live"]}) == len(colors) + 2, got
     assert got["widths"] and all(1 <= w <= 40 for w in got["widths"]), sorted(got["widths"])[:3]
+    assert got["opsInLegend"] == got["barNames"] and got["opsLegendTop"] > got["plotsBottom"]  # under the bars
     assert got["xrange"][1] < 40  # the allocations' 39 ms, not the release 150 s later
     assert got["tail"] >= 2  # the peak's line and the shaded tail
     # live bytes fill their own row: not a flat line under totals 25x larger

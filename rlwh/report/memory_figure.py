@@ -147,7 +147,7 @@ def bar_traces(bars: list[dict], axis: TimeAxis, yaxis: str, colors: dict[str, s
     for op, rows in groups.items():
         if rows:
             traces.append({
-                "type": "bar", "name": label(op), "yaxis": yaxis, "width": width,
+                "type": "bar", "name": label(op), "yaxis": yaxis, "width": width, "legend": "legend2",
                 "marker": {"color": colors.get(op, OTHER_OPS_COLOR)},
                 "x": [axis.x(r["ts_ns"]) for r in rows], "y": [mib(r["size_bytes"]) for r in rows],
                 "customdata": [customdata(r) for r in rows], "hoverinfo": "text",
@@ -162,9 +162,12 @@ def layout(rows: list[Row], axis: TimeAxis, peak_ns: int, time_title: str) -> di
     usable = 1 - gap * (len(rows) - 1)
     top = 1.0
     out = {
-        "height": 150 + int(115 * total), "hovermode": "closest", "barmode": "overlay",
-        "margin": {"l": 80, "r": 20, "t": 30, "b": 50},
+        "height": 230 + int(115 * total), "hovermode": "closest", "barmode": "overlay",
+        "margin": {"l": 80, "r": 20, "t": 30, "b": 130},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+        # the ops' colours under the allocation bars they name, not in the lines' legend on top
+        "legend2": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0,
+                    "font": {"size": 11}, "title": {"text": "allocations by op:", "font": {"size": 11}}},
         "shapes": [],
     }
     for row in rows:
@@ -186,5 +189,5 @@ def layout(rows: list[Row], axis: TimeAxis, peak_ns: int, time_title: str) -> di
                               "fillcolor": "#9aa5b1", "opacity": 0.18, "line": {"width": 0}})
         out["xaxis"]["title"]["text"] += (f"<br>shaded at the right: release tail, {axis.tail_releases:,} release(s) "
                                           f"until {last:,.3f} {axis.unit} → (double-click to see it all)")
-        out["margin"]["b"] = 70
+        out["margin"]["b"] = 150
     return out
