@@ -1,4 +1,5 @@
-"""The memory timeline of one rank: reduced lines, allocation bars and hover data.
+"""The memory timeline of one rank: one panel per (capture, device, clock), its reduced
+lines, allocation bars and hover data (the figure itself is memory_figure's).
 
 A rank with a million allocations has two million timeline events, too many for a
 browser. The lines keep the min and max of each time bucket (so the peak survives),
@@ -48,7 +49,7 @@ USAGE_COMPONENTS = ("PTA+GE", "PTA")  # memory_usage's component drawn, the firs
 
 
 def memory_panels(s: ReportSession, run: str, role: str, rank_id: int) -> list[MemoryPanel]:
-    """One panel per (capture, device) of the rank."""
+    """One panel per (capture, device, clock) of the rank."""
     slice_params = {"run": run, "role": role, "rank_id": rank_id}
     s.rows(Q.MEMORY_SLICE, slice_params)
     has_usage = bool(s.rows(Q.HAS_MEMORY_USAGE)[0]["present"])
