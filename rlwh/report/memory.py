@@ -166,7 +166,7 @@ def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list
         rows.append(F.Row(f"y{len(rows) + 1}", "allocation MiB", 1.4))
         traces += F.bar_traces(bars, axis, rows[-1].axis, F.op_colors(bars), customdata)
     title = (f"{axis.unit} since {utc_text(axis.t0)} UTC" if axis.unit in ("ms", "s")
-             else f"position in the snapshot's trace (clock {p['clock']}: no time recorded)")
+             else f"position in the snapshot's trace (clock {label(p['clock'])}: no time recorded)")
     layout = F.layout(rows, axis, live[peak]["ts_ns"], title)
     return {"data": traces, "layout": layout}
 
