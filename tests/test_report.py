@@ -90,7 +90,7 @@ def build_demo_report(tmp: Path) -> tuple[Path, dict]:
 
 
 def build_hostile_warehouse(config: Config) -> None:
-    """Every name the pages show is HOSTILE: run, role, capture, op, stack, file, message."""
+    """Every name the pages show is HOSTILE: run, role, capture, op, stack, file, message, clock."""
     statements = [
         "insert into runs values ($h, $h, now()::timestamp, now()::timestamp)",
         """insert into sources (source_id, run, role, rank_id, capture, kind, path, bytes, status, rows, message,
@@ -110,6 +110,9 @@ def build_hostile_warehouse(config: Config) -> None:
            values ($h, $h, 0, $h, 2, $h, $t0, 5000, 1, 1, 42)""",
         """insert into ranges (run, role, rank_id, capture, source_id, source, domain, name, start_ns, end_ns,
              pid, tid) values ($h, $h, 0, $h, 2, 'mstx', 'default', $h, $t0, $t0 + 60000, 1, 1)""",
+        # an NVTX span on a clock named HOSTILE: its chart's title and axis name the clock
+        """insert into ranges (run, role, rank_id, capture, source_id, source, domain, name, start_ns, end_ns,
+             pid, tid, clock) values ($h, $h, 0, $h, 2, 'nvtx', 'default', $h, 5000, 9000, 1, 1, $h)""",
         """insert into gmm_expert_load (run, role, rank_id, capture, source_id, step, op_index, expert, tokens)
            select $h, $h, 0, $h, 3, 1, op, e, 10 + e * (op + 1) from range(6) a(op), range(4) b(e)""",
     ]
