@@ -344,8 +344,11 @@ def summary(config, run_name):
 @click.argument("run_a")
 @click.argument("run_b")
 @format_option
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the comparison as an HTML page into this folder (linking the runs' "
+                   "memory timelines rendered there by `rlwh report --out`).")
 @warehouse_options
-def compare(config, run_a, run_b, fmt):
+def compare(config, run_a, run_b, fmt, out):
     """Compare RUN_B with RUN_A per (role, rank): peak memory and time in role side by side,
     the change in %, and the regressions by nightly's thresholds ([thresholds] in
     warehouse.toml).
@@ -353,8 +356,9 @@ def compare(config, run_a, run_b, fmt):
     \b
     Example:
       rlwh compare grpo-0411 grpo-0412
+      rlwh compare grpo-0411 grpo-0412 --out /shared/reports
     """
-    from rlwh.compare import compare_runs
+    from rlwh.compare import compare_runs, rule_text
 
     result = compare_runs(config, run_a, run_b)
     if fmt == "table":
@@ -364,6 +368,13 @@ def compare(config, run_a, run_b, fmt):
         click.echo(f"{len(result.regressions)} regression(s) of {run_b} against {run_a}")
         for regression in result.regressions:
             click.echo(f"  regression: {regression}")
+    if out is not None:
+        from rlwh.report import write_assets
+        from rlwh.report.run_compare import write_compare_page
+
+        write_assets(out)
+        page = write_compare_page(result, out, out, rule_text(config, f"run {run_a}."))
+        click.echo(f"page: {page}", err=fmt != "table")
 
 
 @cli.command()

@@ -65,6 +65,12 @@ def find_regressions(current: dict[tuple[str, int], RankMetrics], baseline: dict
     return found
 
 
+def rule_text(config: Config, against: str) -> str:
+    """The regression rule in words, for pages: `against` names the baseline."""
+    return (f"A (role, rank) regresses when its peak live memory rises more than {config.peak_memory_pct:g}% "
+            f"or its role span more than {config.role_span_pct:g}% above the baseline: {against}")
+
+
 SIDE_BY_SIDE = """
 with a as (select role, rank_id, peak_live_bytes, span_ns from rank_skew where run = $a),
      b as (select role, rank_id, peak_live_bytes, span_ns from rank_skew where run = $b)

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlwh import exitcodes, report
-from rlwh.compare import RankMetrics, Regression, find_regressions  # noqa: F401 (re-exported)
+from rlwh.compare import RankMetrics, Regression, find_regressions, rule_text  # noqa: F401 (re-exported)
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest import ingest
@@ -223,8 +223,7 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
 def _rule_text(config: Config, baseline: str | None) -> str:
     against = (f"run {baseline} (--baseline)." if baseline else
                "the previous run (by first ingest) whose name has the same prefix before its last '-' or '_'.")
-    return (f"A (role, rank) regresses when its peak live memory rises more than {config.peak_memory_pct:g}% "
-            f"or its role span more than {config.role_span_pct:g}% above the baseline: {against}")
+    return rule_text(config, against)
 
 
 def _check(s: report.ReportSession, o: RunOutcome, runs: dict, history: list, baseline: str | None,

@@ -1,0 +1,77 @@
+"""The page of `rlwh compare RUN_A RUN_B --out DIR`, and of each regression nightly finds:
+two runs per (role, rank) side by side, with links to both runs' memory timelines.
+
+The figures are rlwh.compare's (rank_skew, nightly's rule), so the page, the terminal
+table and the nightly index always agree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlwh.compare import Comparison
+from rlwh.report import render
+from rlwh.report.context import Page
+from rlwh.report.run import memory_page_name
+
+
+def _help(text: str):
+    return field(metadata={"help": text})
+
+
+@dataclass
+class CompareRow:
+    role: str = _help("Role.")
+    rank_id: int = _help("Global rank.")
+    a_peak_mib: float | None = _help("Peak live MiB in run A.")
+    b_peak_mib: float | None = _help("Peak live MiB in run B.")
+    peak_change_pct: float | None = _help("Change of the peak from A to B, %.")
+    a_time_ms: float | None = _help("Time in the role in run A, ms.")
+    b_time_ms: float | None = _help("Time in the role in run B, ms.")
+    time_change_pct: float | None = _help("Change of the time in role from A to B, %.")
+    regression: str | None = _help("What regressed by nightly's rule, or None.")
+    a_memory_href: str | None = _help("Run A's memory timeline page of this rank, when rendered.")
+    b_memory_href: str | None = _help("Run B's memory timeline page of this rank, when rendered.")
+
+
+@dataclass(kw_only=True)
+class RunComparePage(Page):
+    run_a: str = _help("The baseline run.")
+    run_b: str = _help("The run compared with it.")
+    rows: list[CompareRow] = _help("Per (role, rank) of either run: both runs' figures and the change.")
+    regressions: list[str] = _help("The regressions by nightly's rule, one line each.")
+    rule: str = _help("The regression rule and its thresholds, in words.")
+
+
+def compare_page_name(run_a: str, run_b: str) -> str:
+    """File name of the page comparing run_b with run_a."""
+    return f"compare-{render.slug(run_b)}-vs-{render.slug(run_a)}.html"
+
+
+def write_compare_page(comparison: Comparison, out: Path, reports: Path, rule: str,
+                       index: Path | None = None) -> Path:
+    """Write the comparison into `out` (a folder); `reports` is where run pages live
+    (`<reports>/<run slug>/memory_timeline/...`), linked where they exist."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / compare_page_name(comparison.run_a, comparison.run_b)
+    columns = comparison.table.columns
+    rows = []
+    for values in comparison.table.rows:
+        r = dict(zip(columns, values))
+        links = {}
+        for side, run in (("a", comparison.run_a), ("b", comparison.run_b)):
+            page = reports / render.slug(run) / memory_page_name(r["role"], r["rank_id"])
+            links[side] = os.path.relpath(page, out) if page.exists() else None
+        rows.append(CompareRow(
+            role=r["role"], rank_id=r["rank_id"], a_peak_mib=r["a_peak_mib"], b_peak_mib=r["b_peak_mib"],
+            peak_change_pct=r["peak_change_pct"], a_time_ms=r["a_time_in_role_ms"],
+            b_time_ms=r["b_time_in_role_ms"], time_change_pct=r["time_change_pct"], regression=r["regression"],
+            a_memory_href=links["a"], b_memory_href=links["b"]))
+    nav = [("All runs", index)] if index is not None else []
+    page = RunComparePage(
+        **render.page_base(f"{comparison.run_b} against {comparison.run_a}", out, out, nav, False),
+        run_a=comparison.run_a, run_b=comparison.run_b, rows=rows,
+        regressions=[str(g) for g in comparison.regressions], rule=rule)
+    return render.write_text(out, path, render.render_page("run_compare.html", page))
