@@ -445,6 +445,7 @@ def test_a_snapshot_without_time_is_drawn_by_position_never_as_time(shaped):
     assert "UTC" not in layout["xaxis"]["title"]["text"] and "1970" not in page.read_text(encoding="utf-8")
     live, = _traces(data, "live bytes, all blocks")
     assert max(live["y"]) == 3 * 64.0 and live["x"][0] == 0
+    assert data["names"] == ["(snapshot block)"]  # the allocator records no op
 
 
 def test_live_blocks_carry_user_frame_and_how_the_stack_was_found(shaped):

@@ -104,14 +104,14 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: boo
         "live": {
             "trace": 0, "peak": peak,
             "bytes": [int(r["live_bytes"]) for r in live],
-            "name": [names(r["name"] or "(unknown op)") for r in live],
+            "name": [names(F.op_name(r)) for r in live],
             "stack": [stack_of(r["stack_id"]) for r in live],
             "event": [r["event"] for r in live],
             "hover": [[block_index[seq] for seq in hover.get(k, [])] if k in points_with_lists else None
                       for k in range(len(live))],
         },
         "blocks": {
-            "name": [names(r["name"] or "(unknown op)") for r in blocks],
+            "name": [names(F.op_name(r)) for r in blocks],
             "size": [int(r["size_bytes"]) for r in blocks],
             "top": [tops(r["call_stack_top"]) for r in blocks],
             "user": [tops(r["user_frame"]) for r in blocks],
@@ -121,7 +121,7 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: boo
         },
     }
     data["figure"] = _figure(p, live, peak, lines, usage, component, bars, axis,
-                             lambda r: [stack_of(r["stack_id"]), names(r["name"] or "(unknown op)"),
+                             lambda r: [stack_of(r["stack_id"]), names(F.op_name(r)),
                                         tops(r["call_stack_top"]), int(r["size_bytes"]), tops(r["user_frame"])])
     notes = _reduction_notes(p, live, bars, stride)
     if axis.has_tail:

@@ -66,11 +66,18 @@ class Row:
     weight: float
 
 
+def op_name(r: dict) -> str:
+    """The op a block is shown under; a snapshot's blocks have none (the allocator records no op)."""
+    if r["name"]:
+        return r["name"]
+    return "(snapshot block)" if r.get("allocator") == "snapshot" else "(unknown op)"
+
+
 def op_colors(bars: list[dict]) -> dict[str, str]:
     """The ops with the most allocated bytes, one palette color each; the rest are "other ops"."""
     by_op: dict[str, int] = {}
     for r in bars:
-        op = r["name"] or "(unknown op)"
+        op = op_name(r)
         by_op[op] = by_op.get(op, 0) + int(r["size_bytes"])
     top = sorted(by_op, key=lambda n: (-by_op[n], n))[: len(OP_PALETTE)]
     return dict(zip(top, OP_PALETTE))
@@ -137,7 +144,7 @@ def bar_traces(bars: list[dict], axis: TimeAxis, yaxis: str, colors: dict[str, s
     groups: dict[str, list[dict]] = {op: [] for op in colors}
     groups["other ops"] = []
     for r in bars:
-        op = r["name"] or "(unknown op)"
+        op = op_name(r)
         groups[op if op in colors else "other ops"].append(r)
     shown = max(axis.end_ns - axis.t0, 1000)
     per_unit = 1e9 if axis.unit == "s" else 1e6

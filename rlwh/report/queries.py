@@ -157,7 +157,8 @@ picked as (
   group by case when b.n <= $max_bars then a.seq
                 else ((a.ts_ns - b.t0)::hugeint * $buckets // b.width)::bigint end
 )
-select a.seq, a.ts_ns, a.name, a.size_bytes, a.stack_id, a.call_stack_top, a.user_frame, b.n as allocations
+select a.seq, a.ts_ns, a.name, a.allocator, a.size_bytes, a.stack_id, a.call_stack_top, a.user_frame,
+  b.n as allocations
 from picked as p
 join allocations as a using (seq), bounds as b
 order by a.seq
