@@ -138,7 +138,7 @@ def build_shaped_warehouse(config: Config) -> None:
     Rank 0 of role actor: 40 PTA blocks of 1-40 MiB over 40 ms (12 ops, so some are
     "other ops") under PTA totals of ~20 GiB, 4 GE (cann::) blocks of 512 MiB under GE
     totals of 3 GiB, one PTA block released 150 s after the last allocation, and
-    memory_usage rows (APP, PTA, GE, PTA+GE). Rank 1 of actor: a memory snapshot's trace
+    memory_usage rows (APP, PTA, GE, PTA+GE), npu_module_memory rows of 8 modules. Rank 1 of actor: a memory snapshot's trace
     without time (clock 'sequence'). Role rollout (ranks 0, 1) has spans and no
     memory; role gen an NVTX span on the nsys session clock. GMM loads of rollout: rank 1
     routes ten times the tokens of rank 0. 30 source files named matmul.<k>, one failed.
@@ -180,6 +180,12 @@ def build_shaped_warehouse(config: Config) -> None:
                     + case comp when 'PTA+GE' then 3 * $gib else 0 end,
                   25 * $gib, null, 'NPU:0'
            from range(9) a(k), (values (0, 'APP'), (1, 'PTA'), (2, 'GE'), (3, 'PTA+GE')) b(c, comp)""",
+        # eight CANN modules, module k reserving (k + 1) x 100 MiB: the six largest are drawn
+        """insert into npu_module_memory (run, role, rank_id, capture, source_id, source_row, module, ts_ns,
+             total_reserved_bytes, device)
+           select $run, 'actor', 0, 'cap', 107, k * 8 + m, 'MOD' || m, $t0 + k * 5 * $ms, (m + 1) * 100 * 1048576,
+                  'NPU:0'
+           from range(9) a(k), range(8) b(m)""",
         """insert into ranges (run, role, rank_id, capture, source_id, source, domain, name, start_ns, end_ns,
              pid, tid, clock)
            select $run, 'rollout', r, 'cap' || r, 103, 'mstx', 'default', 'rollout', $t0 + r * $ms,
@@ -412,6 +418,15 @@ def test_memory_usage_is_drawn_beside_the_live_line(shaped):
     assert allocated["yaxis"] not in others  # a row of its own, on the same time axis
 
 
+def test_the_cann_modules_that_reserved_most_are_drawn(shaped):
+    data = _shaped_memory(shaped)
+    modules = _traces(data, "CANN ")
+    assert [t["name"] for t in modules] == [f"CANN MOD{m}: reserved" for m in (7, 6, 5, 4, 3, 2)]
+    assert modules[0]["y"] == [800.0] * 9
+    assert len({t["yaxis"] for t in modules}) == 1
+    assert modules[0]["yaxis"] not in {t["yaxis"] for t in data["figure"]["data"] if t not in modules}
+
+
 def test_the_x_range_follows_the_allocations_and_marks_the_tail(shaped):
     data = _shaped_memory(shaped)
     layout = data["figure"]["layout"]
@@ -540,8 +555,8 @@ def test_unknown_run_is_an_error(demo):
 def test_queries_read_only_public_views():
     allowed = {"memory_timeline", "memory_peak", "memory_peak_breakdown", "memory_blocks", "role_timeline",
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
-               "memory_usage",  # a public base table no view adds to: memory_record.csv's totals
-               "duckdb_tables",  # the catalog: does this warehouse have memory_usage yet
+               "memory_usage", "npu_module_memory",  # public base tables no view adds to
+               "duckdb_tables",  # the catalog: does this warehouse have those tables yet
                "_rlwh_memory_slice"}
     for name in dir(report_queries):
         sql = getattr(report_queries, name)

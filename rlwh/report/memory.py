@@ -46,15 +46,17 @@ class _Strings:
 
 
 USAGE_COMPONENTS = ("PTA+GE", "PTA")  # memory_usage's component drawn, the first one present
+MAX_MODULES = 6  # CANN modules drawn, those that reserved the most
 
 
 def memory_panels(s: ReportSession, run: str, role: str, rank_id: int) -> list[MemoryPanel]:
     """One panel per (capture, device, clock) of the rank."""
     slice_params = {"run": run, "role": role, "rank_id": rank_id}
     s.rows(Q.MEMORY_SLICE, slice_params)
-    has_usage = bool(s.rows(Q.HAS_MEMORY_USAGE)[0]["present"])
+    tables = {"memory_usage": bool(s.rows(Q.HAS_MEMORY_USAGE)[0]["present"]),
+              "npu_module_memory": bool(s.rows(Q.HAS_NPU_MODULE_MEMORY)[0]["present"])}
     try:
-        return [_panel(s, i, p, slice_params, has_usage) for i, p in enumerate(s.rows(Q.MEMORY_PANELS))]
+        return [_panel(s, i, p, slice_params, tables) for i, p in enumerate(s.rows(Q.MEMORY_PANELS))]
     finally:
         s.rows("drop table if exists _rlwh_memory_slice")
 
@@ -71,7 +73,13 @@ def _usage(s: ReportSession, where: dict, slice_params: dict) -> tuple[str | Non
                                                              query_text(Q.MEMORY_USAGE, usage_params)]
 
 
-def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: bool) -> MemoryPanel:
+def _modules(s: ReportSession, where: dict, slice_params: dict) -> tuple[list[dict], list]:
+    """What the CANN modules reserved (npu_module_memory), the modules that reserved most."""
+    params = {**slice_params, **where, "max_modules": MAX_MODULES, "max_points": MAX_POINTS, "buckets": BUCKETS}
+    return s.rows(Q.NPU_MODULE_MEMORY, params), [query_text(Q.NPU_MODULE_MEMORY, params)]
+
+
+def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, tables: dict[str, bool]) -> MemoryPanel:
     where = {"capture": p["capture"], "device": p["device"], "clock": p["clock"]}
     line_params = {**where, "max_points": MAX_POINTS, "buckets": BUCKETS}
     bar_params = {**where, "max_bars": MAX_BARS, "buckets": BUCKETS}
@@ -88,9 +96,12 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: boo
     blocks = s.rows(Q.MEMORY_BLOCKS_BY_SEQ, {**where, "seqs": block_seqs}) if block_seqs else []
     stack_ids = sorted({r["stack_id"] for r in [*live, *bars, *blocks] if r["stack_id"] is not None})
     stacks = s.rows(Q.CALL_STACKS, {"stack_ids": stack_ids}) if stack_ids else []
-    on_time = p["clock"] == "epoch"  # memory_usage is timed: nothing to set beside trace positions
-    component, usage, usage_queries = (_usage(s, {"capture": p["capture"], "device": p["device"]}, slice_params)
-                                       if has_usage and on_time else (None, [], []))
+    on_time = p["clock"] == "epoch"  # the allocator's samples are timed: nothing to set beside positions
+    timed_where = {"capture": p["capture"], "device": p["device"]}
+    component, usage, usage_queries = (_usage(s, timed_where, slice_params)
+                                       if tables["memory_usage"] and on_time else (None, [], []))
+    modules, module_queries = (_modules(s, timed_where, slice_params)
+                               if tables["npu_module_memory"] and on_time else ([], []))
 
     axis = F.TimeAxis.of(p)
     names, tops, frames = _Strings(), _Strings(), _Strings()
@@ -120,7 +131,7 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: boo
             "stack": [stack_of(r["stack_id"]) for r in blocks],
         },
     }
-    data["figure"] = _figure(p, live, peak, lines, usage, component, bars, axis,
+    data["figure"] = _figure(p, live, peak, lines, usage, component, modules, bars, axis,
                              lambda r: [stack_of(r["stack_id"]), names(F.op_name(r)),
                                         tops(r["call_stack_top"]), int(r["size_bytes"]), tops(r["user_frame"])])
     notes = _reduction_notes(p, live, bars, stride)
@@ -140,14 +151,14 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, has_usage: boo
         query_text(Q.MEMORY_SLICE, slice_params), query_text(Q.MEMORY_PANELS, {}),
         query_text(Q.MEMORY_LINES, line_params), query_text(Q.MEMORY_BARS, bar_params),
         query_text(Q.MEMORY_HOVER, hover_params), query_text(Q.MEMORY_BLOCKS_BY_SEQ, {**where, "seqs": block_seqs}),
-        query_text(Q.CALL_STACKS, {"stack_ids": stack_ids}), *usage_queries,
+        query_text(Q.CALL_STACKS, {"stack_ids": stack_ids}), *usage_queries, *module_queries,
     ]
     return MemoryPanel(f"memory-{i}", title, note, " ".join(notes) or None, script_json(data), queries)
 
 
 def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list[dict], component: str | None,
-            bars: list[dict], axis: F.TimeAxis, customdata) -> dict:
-    """Rows top to bottom: live bytes, each allocator, memory_usage, allocations."""
+            modules: list[dict], bars: list[dict], axis: F.TimeAxis, customdata) -> dict:
+    """Rows top to bottom: live bytes, each allocator, memory_usage, CANN modules, allocations."""
     traces = F.live_traces(live, axis, peak)
     rows = [F.Row("y", "live MiB<br>(all blocks)", 2.6)]
     for allocator in p["allocators"] or []:
@@ -162,6 +173,9 @@ def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list
     if usage:
         rows.append(F.Row(f"y{len(rows) + 1}", f"memory_usage<br>{label(component)} MiB", 1.4))
         traces += F.usage_traces(usage, component, rows[-1].axis, axis)
+    if modules:
+        rows.append(F.Row(f"y{len(rows) + 1}", "CANN modules<br>reserved MiB", 1.4))
+        traces += F.module_traces(modules, rows[-1].axis, axis)
     if bars:
         rows.append(F.Row(f"y{len(rows) + 1}", "allocation MiB", 1.4))
         traces += F.bar_traces(bars, axis, rows[-1].axis, F.op_colors(bars), customdata)

@@ -4,7 +4,8 @@ Top to bottom: live bytes of every block of the device (the page's answer, on it
 axis so it never lies flat under totals 100x larger); one row per allocator (PTA, GE,
 torch) with that allocator's own live bytes against the totals it reported, never one
 allocator's totals against another's blocks; the component of memory_usage the profiler
-recorded (memory_record.csv), when there is one; the allocations as bars.
+recorded (memory_record.csv), when there is one; what each CANN module reserved
+(npu_module_mem.csv), when recorded; the allocations as bars.
 
 The x axis follows the allocations: releases long after the last allocation (a block
 freed at the end of the capture) are left outside the initial view and marked.
@@ -23,6 +24,7 @@ OTHER_OPS_COLOR = "#b0b0b0"
 ALLOCATED_COLOR = "#222222"
 RESERVED_COLOR = "#7a7a7a"
 USAGE_COLORS = ("#b35806", "#8073ac")  # memory_usage allocated, reserved
+MODULE_COLORS = ("#00441b", "#238b45", "#66c2a4", "#6a51a3", "#9e9ac8", "#8c510a")  # CANN modules, most first
 OP_PALETTE = ("#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2", "#9c755f", "#ff9da7", "#a0cbe8")
 TAIL_SHARE = 0.1  # a release tail longer than this share of the allocations' span is left out of view
 
@@ -136,6 +138,24 @@ def usage_traces(rows: list[dict], component: str, yaxis: str, axis: TimeAxis) -
                 "x": [axis.x(r["ts_ns"]) for r in points], "y": [mib(r[column]) for r in points],
                 "hovertemplate": f"{title}: %{{y:,.1f}} MiB at %{{x}} {axis.unit}<extra></extra>",
             })
+    return traces
+
+
+def module_traces(rows: list[dict], yaxis: str, axis: TimeAxis) -> list[dict]:
+    """One line per CANN module: the device memory it reserved (npu_module_memory), most first."""
+    peak: dict[str, int] = {}
+    for r in rows:
+        peak[r["module"]] = max(peak.get(r["module"], 0), int(r["total_reserved_bytes"]))
+    traces = []
+    for module, color in zip(sorted(peak, key=lambda m: (-peak[m], m)), MODULE_COLORS):
+        points = [r for r in rows if r["module"] == module]
+        title = f"CANN {label(module)}: reserved"
+        traces.append({
+            "type": "scatter", "mode": "lines", "name": title, "yaxis": yaxis,
+            "line": {"shape": "hv", "color": color, "width": 1.5},
+            "x": [axis.x(r["ts_ns"]) for r in points], "y": [mib(r["total_reserved_bytes"]) for r in points],
+            "hovertemplate": f"{title}: %{{y:,.1f}} MiB at %{{x}} {axis.unit}<extra></extra>",
+        })
     return traces
 
 

@@ -226,6 +226,10 @@ HAS_MEMORY_USAGE = """
 select count(*) > 0 as present from duckdb_tables() where table_name = 'memory_usage' and schema_name = 'main'
 """
 
+HAS_NPU_MODULE_MEMORY = """
+select count(*) > 0 as present from duckdb_tables() where table_name = 'npu_module_memory' and schema_name = 'main'
+"""
+
 MEMORY_USAGE_COMPONENTS = """
 select component, count(*) as samples
 from memory_usage
@@ -257,6 +261,40 @@ select distinct u.ts_ns, u.total_allocated_bytes, u.total_reserved_bytes, u.k
 from (select unnest(ks) as k from picked) as p
 join usage as u using (k)
 order by u.k
+"""
+
+# The device memory each CANN module reserved (npu_module_mem.csv / NPU_MODULE_MEM), for
+# the $max_modules modules that reserved the most, reduced like the lines. A public base
+# table no view adds to.
+NPU_MODULE_MEMORY = """
+with modules as (
+  select module, ts_ns, total_reserved_bytes, source_row,
+  from npu_module_memory
+  where run = $run and role = $role and rank_id = $rank_id and capture = $capture and device = $device
+    and ts_ns is not null and total_reserved_bytes is not null
+),
+top as (
+  select module from modules group by module order by max(total_reserved_bytes) desc, module limit $max_modules
+),
+numbered as (
+  select m.*, row_number() over (partition by m.module order by m.ts_ns, m.source_row) as k,
+  from modules as m
+  semi join top using (module)
+),
+bounds as (
+  select min(ts_ns) as t0, max(ts_ns) - min(ts_ns) + 1 as width, count(*) as n from numbered
+),
+picked as (
+  select n.module, [arg_min(n.k, n.total_reserved_bytes), arg_max(n.k, n.total_reserved_bytes),
+                    min(n.k), max(n.k)] as ks,
+  from numbered as n, bounds as b
+  group by n.module, case when b.n <= $max_points then n.k
+                          else ((n.ts_ns - b.t0)::hugeint * $buckets // b.width)::bigint end
+)
+select distinct n.module, n.ts_ns, n.total_reserved_bytes, n.k
+from (select module, unnest(ks) as k from picked) as p
+join numbered as n using (module, k)
+order by n.module, n.k
 """
 
 CALL_STACKS = """
