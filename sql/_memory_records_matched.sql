@@ -22,12 +22,10 @@ final as (
     m.attributed_stack_id,
     m.stack_source,
   from records as r
+  -- source_id comes from one sequence for the whole warehouse, so (source_id, source_row)
+  -- names one row: two BIGINT keys keep the join's hash table small (1.5 M rows).
   left join matches as m
-    on r.run = m.run
-    and r.role = m.role
-    and r.rank_id = m.rank_id
-    and r.capture = m.capture
-    and r.source_id = m.source_id
+    on r.source_id = m.source_id
     and r.source_row = m.source_row
 )
 
