@@ -11,6 +11,7 @@ page at a few MB.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from rlwh.report import memory_figure as F
 from rlwh.report import queries as Q
@@ -79,7 +80,25 @@ def _modules(s: ReportSession, where: dict, slice_params: dict) -> tuple[list[di
     return s.rows(Q.NPU_MODULE_MEMORY, params), [query_text(Q.NPU_MODULE_MEMORY, params)]
 
 
-def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, tables: dict[str, bool]) -> MemoryPanel:
+@dataclass
+class _PanelRows:
+    """What one panel's queries returned, and the queries as the page shows them."""
+
+    lines: list[dict]
+    live: list[dict]
+    peak: int
+    bars: list[dict]
+    hover: dict[int, list[int]]
+    stride: int
+    blocks: list[dict]
+    stacks: list[dict]
+    component: str | None
+    usage: list[dict]
+    modules: list[dict]
+    queries: list
+
+
+def _query(s: ReportSession, p: dict, slice_params: dict, tables: dict[str, bool]) -> _PanelRows:
     where = {"capture": p["capture"], "device": p["device"], "clock": p["clock"]}
     line_params = {**where, "max_points": MAX_POINTS, "buckets": BUCKETS}
     bar_params = {**where, "max_bars": MAX_BARS, "buckets": BUCKETS}
@@ -102,64 +121,71 @@ def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, tables: dict[s
                                        if tables["memory_usage"] and on_time else (None, [], []))
     modules, module_queries = (_modules(s, timed_where, slice_params)
                                if tables["npu_module_memory"] and on_time else ([], []))
-
-    axis = F.TimeAxis.of(p)
-    names, tops, frames = _Strings(), _Strings(), _Strings()
-    stack_index = {r["stack_id"]: k for k, r in enumerate(stacks)}
-    stack_of = lambda sid: stack_index.get(sid, -1)  # noqa: E731
-    block_index = {r["seq"]: k for k, r in enumerate(blocks)}
-    points_with_lists = set(hover) | ({k for k in range(len(live)) if k % stride == 0 or k == peak})
-    data = {
-        "unit": axis.unit, "names": names.items, "tops": tops.items, "frames": frames.items,
-        "stacks": [[frames(f) for f in r["stack"].split("\n")] for r in stacks],
-        "live": {
-            "trace": 0, "peak": peak,
-            "bytes": [int(r["live_bytes"]) for r in live],
-            "name": [names(F.op_name(r)) for r in live],
-            "stack": [stack_of(r["stack_id"]) for r in live],
-            "event": [r["event"] for r in live],
-            "hover": [[block_index[seq] for seq in hover.get(k, [])] if k in points_with_lists else None
-                      for k in range(len(live))],
-        },
-        "blocks": {
-            "name": [names(F.op_name(r)) for r in blocks],
-            "size": [int(r["size_bytes"]) for r in blocks],
-            "top": [tops(r["call_stack_top"]) for r in blocks],
-            "user": [tops(r["user_frame"]) for r in blocks],
-            "source": [r["stack_source"] for r in blocks],
-            "allocator": [r["allocator"] for r in blocks],
-            "stack": [stack_of(r["stack_id"]) for r in blocks],
-        },
-    }
-    data["figure"] = _figure(p, live, peak, lines, usage, component, modules, bars, axis,
-                             lambda r: [stack_of(r["stack_id"]), names(F.op_name(r)),
-                                        tops(r["call_stack_top"]), int(r["size_bytes"]), tops(r["user_frame"])])
-    notes = _reduction_notes(p, live, bars, stride)
-    if axis.has_tail:
-        notes.append(f"The view ends at the last allocation: {axis.tail_releases:,} release(s) follow until "
-                     f"{axis.x(axis.last_ns):,.3f} {axis.unit} (shaded; double-click the chart to see them).")
-    peak_row = live[peak]
-    title = f"{p['capture']} · {p['device']}"
-    if on_time:
-        note = (f"{p['events']:,} events from {utc_text(p['first_ns'])} to {utc_text(p['last_ns'])} UTC; "
-                f"peak live {peak_row['live_bytes'] / MIB:,.1f} MiB at {axis.x(peak_row['ts_ns']):,.3f} {axis.unit}.")
-    else:
-        note = (f"{p['events']:,} events of a memory snapshot's trace, which records no time: the x axis is each "
-                f"event's position in the trace (clock {p['clock']}); peak live {peak_row['live_bytes'] / MIB:,.1f} "
-                f"MiB at position {axis.x(peak_row['ts_ns']):,.0f}.")
     queries = [
         query_text(Q.MEMORY_SLICE, slice_params), query_text(Q.MEMORY_PANELS, {}),
         query_text(Q.MEMORY_LINES, line_params), query_text(Q.MEMORY_BARS, bar_params),
         query_text(Q.MEMORY_HOVER, hover_params), query_text(Q.MEMORY_BLOCKS_BY_SEQ, {**where, "seqs": block_seqs}),
         query_text(Q.CALL_STACKS, {"stack_ids": stack_ids}), *usage_queries, *module_queries,
     ]
-    return MemoryPanel(f"memory-{i}", title, note, " ".join(notes) or None, script_json(data), queries)
+    return _PanelRows(lines, live, peak, bars, hover, stride, blocks, stacks, component, usage, modules, queries)
 
 
-def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list[dict], component: str | None,
-            modules: list[dict], bars: list[dict], axis: F.TimeAxis, customdata) -> dict:
+def _panel(s: ReportSession, i: int, p: dict, slice_params: dict, tables: dict[str, bool]) -> MemoryPanel:
+    q = _query(s, p, slice_params, tables)
+    live, peak = q.live, q.peak
+    axis = F.TimeAxis.of(p)
+    names, tops, frames = _Strings(), _Strings(), _Strings()
+    stack_index = {r["stack_id"]: k for k, r in enumerate(q.stacks)}
+    stack_of = lambda sid: stack_index.get(sid, -1)  # noqa: E731
+    block_index = {r["seq"]: k for k, r in enumerate(q.blocks)}
+    points_with_lists = set(q.hover) | ({k for k in range(len(live)) if k % q.stride == 0 or k == peak})
+    data = {
+        "unit": axis.unit, "names": names.items, "tops": tops.items, "frames": frames.items,
+        "stacks": [[frames(f) for f in r["stack"].split("\n")] for r in q.stacks],
+        "live": {
+            "trace": 0, "peak": peak,
+            "bytes": [int(r["live_bytes"]) for r in live],
+            "name": [names(F.op_name(r)) for r in live],
+            "stack": [stack_of(r["stack_id"]) for r in live],
+            "event": [r["event"] for r in live],
+            "hover": [[block_index[seq] for seq in q.hover.get(k, [])] if k in points_with_lists else None
+                      for k in range(len(live))],
+        },
+        "blocks": {
+            "name": [names(F.op_name(r)) for r in q.blocks],
+            "size": [int(r["size_bytes"]) for r in q.blocks],
+            "top": [tops(r["call_stack_top"]) for r in q.blocks],
+            "user": [tops(r["user_frame"]) for r in q.blocks],
+            "source": [r["stack_source"] for r in q.blocks],
+            "allocator": [r["allocator"] for r in q.blocks],
+            "stack": [stack_of(r["stack_id"]) for r in q.blocks],
+        },
+    }
+    data["figure"] = _figure(p, q, axis, lambda r: [stack_of(r["stack_id"]), names(F.op_name(r)),
+                                                    tops(r["call_stack_top"]), int(r["size_bytes"]),
+                                                    tops(r["user_frame"])])
+    notes = _reduction_notes(p, live, q.bars, q.stride)
+    if axis.has_tail:
+        notes.append(f"The view ends at the last allocation: {axis.tail_releases:,} release(s) follow until "
+                     f"{axis.x(axis.last_ns):,.3f} {axis.unit} (shaded; double-click the chart to see them).")
+    return MemoryPanel(f"memory-{i}", f"{p['capture']} · {p['device']}", _note(p, live[peak], axis),
+                       " ".join(notes) or None, script_json(data), q.queries)
+
+
+def _note(p: dict, peak_row: dict, axis: F.TimeAxis) -> str:
+    peak_mib = peak_row["live_bytes"] / MIB
+    if p["clock"] == "epoch":
+        return (f"{p['events']:,} events from {utc_text(p['first_ns'])} to {utc_text(p['last_ns'])} UTC; "
+                f"peak live {peak_mib:,.1f} MiB at {axis.x(peak_row['ts_ns']):,.3f} {axis.unit}.")
+    return (f"{p['events']:,} events of a memory snapshot's trace, which records no time: the x axis is each "
+            f"event's position in the trace (clock {p['clock']}); peak live {peak_mib:,.1f} MiB at position "
+            f"{axis.x(peak_row['ts_ns']):,.0f}.")
+
+
+def _figure(p: dict, q: _PanelRows, axis: F.TimeAxis, customdata) -> dict:
     """Rows top to bottom: live bytes, each allocator, memory_usage, CANN modules, allocations."""
-    traces = F.live_traces(live, axis, peak)
+    lines, usage, component, modules, bars = q.lines, q.usage, q.component, q.modules, q.bars
+    traces = F.live_traces(q.live, axis, q.peak)
     rows = [F.Row("y", "live MiB<br>(all blocks)", 2.6)]
     for allocator in p["allocators"] or []:
         mine = [r for r in lines if r["series"] == "allocator" and r["allocator"] == allocator]
@@ -181,7 +207,7 @@ def _figure(p: dict, live: list[dict], peak: int, lines: list[dict], usage: list
         traces += F.bar_traces(bars, axis, rows[-1].axis, F.op_colors(bars), customdata)
     title = (f"{axis.unit} since {utc_text(axis.t0)} UTC" if axis.unit in ("ms", "s")
              else f"position in the snapshot's trace (clock {label(p['clock'])}: no time recorded)")
-    layout = F.layout(rows, axis, live[peak]["ts_ns"], title)
+    layout = F.layout(rows, axis, q.live[q.peak]["ts_ns"], title)
     return {"data": traces, "layout": layout}
 
 
