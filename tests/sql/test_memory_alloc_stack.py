@@ -36,7 +36,8 @@ def _setup(con, seed: int):
             alloc = rng.choice([500_000, 999_999]) if row % 37 == 0 else 1_000_000 + rng.randrange(0, 5_100) * 10
             allocs.append(("r", "actor", 3, capture, row, name, rng.choice([512, 1024, -512]), alloc))
     columns = ["run", "role", "rank_id", "capture", "source_row", "name", "size_bytes", "alloc_ns"]
-    insert_rows(con, "memory_records", columns, allocs, source_id=2)
+    for source_id, capture in ((2, "cap_a"), (3, "cap_b")):  # one CSV per capture, as ingest loads them
+        insert_rows(con, "memory_records", columns, [a for a in allocs if a[3] == capture], source_id=source_id)
     return ops, allocs, stacks
 
 
