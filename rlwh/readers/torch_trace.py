@@ -413,6 +413,9 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         con.execute("set temp_directory = ?", [str(tmp / "duckdb")])
         con.execute("set preserve_insertion_order = false")
         con.execute("set enable_progress_bar = false")  # it would print to our caller's stdout
+        # One sort thread: each thread holds its own sort buffers, and two of them ran a
+        # 1 GB trace out of the worker's 256 MB; the other core parses another file.
+        con.execute("set threads = 1")
         sweep = con.execute(
             """
             select 0 as kind, pid, tid, ts, "end" - ts as dur, pyid as id, parent, name,
