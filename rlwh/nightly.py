@@ -17,6 +17,7 @@ not recomputed while its data is unchanged.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -199,6 +200,7 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
                 continue
             o.pages = report.render_run(s, row, reports)
             _check(s, o, runs, history, baseline, config, state)
+            _write_comparison(o, config, reports, index, baseline, state)
         summary = {
             "at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
             "regressions_found": sum(len(o.regressions) for o in outcomes),
@@ -224,6 +226,28 @@ def _rule_text(config: Config, baseline: str | None) -> str:
     against = (f"run {baseline} (--baseline)." if baseline else
                "the previous run (by first ingest) whose name has the same prefix before its last '-' or '_'.")
     return rule_text(config, against)
+
+
+def _write_comparison(o: RunOutcome, config: Config, reports: Path, index: Path, baseline: str | None,
+                      state: dict) -> None:
+    """The run-against-baseline page beside the run's pages, and links for the index: to
+    that page, and from each regression to the rank's memory timeline."""
+    if o.baseline is None:
+        return
+    from rlwh.compare import compare_runs
+    from rlwh.report.run_compare import write_compare_page
+
+    run_dir = reports / report.slug(o.run)
+    page = write_compare_page(compare_runs(config, o.baseline, o.run), run_dir, reports,
+                              _rule_text(config, baseline), index)
+    entry = state["runs"][o.run]
+    entry["compare_page"] = os.path.relpath(page, index.parent)
+    links = []
+    for g in o.regressions:
+        memory = run_dir / report.memory_page_name(g.role, g.rank_id)
+        href = os.path.relpath(memory, index.parent) if memory.exists() else None
+        links.append({"text": str(g), "memory_page": href})
+    entry["regression_links"] = links
 
 
 def _check(s: report.ReportSession, o: RunOutcome, runs: dict, history: list, baseline: str | None,

@@ -143,6 +143,13 @@ def test_nights(config, tmp_path):
     assert "1 regression(s)" in index
     assert index.index("grpo-0002") < index.index("grpo-0001")  # newest first
     assert 'href="grpo-0002/index.html"' in index
+    # The regression links to the rank's memory timeline and to the page of the two runs side by side.
+    compare = config.reports_dir / "grpo-0002" / "compare-grpo-0002-vs-grpo-0001.html"
+    memory = config.reports_dir / "grpo-0002" / "memory_timeline" / "actor_update-rank0.html"
+    assert compare.is_file() and memory.is_file()
+    assert 'href="grpo-0002/compare-grpo-0002-vs-grpo-0001.html"' in index
+    assert 'href="grpo-0002/memory_timeline/actor_update-rank0.html"' in index
+    assert "1 regression(s) of grpo-0002 against grpo-0001" in compare.read_text(encoding="utf-8")
 
     night = run_nightly(config, root, None, None)  # nothing new
     assert night.exit_code == EXIT_CLEAN

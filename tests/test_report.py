@@ -138,8 +138,8 @@ def build_shaped_warehouse(config: Config) -> None:
     Rank 0 of role actor: 40 PTA blocks of 1-40 MiB over 40 ms (12 ops, so some are
     "other ops") under PTA totals of ~20 GiB, 4 GE (cann::) blocks of 512 MiB under GE
     totals of 3 GiB, one PTA block released 150 s after the last allocation, and
-    memory_usage rows (APP, PTA, GE, PTA+GE), npu_module_memory rows of 8 modules. Rank 1 of actor: a memory snapshot's trace
-    without time (clock 'sequence'). Role rollout (ranks 0, 1) has spans and no
+    memory_usage rows (APP, PTA, GE, PTA+GE), npu_module_memory rows of 8 modules. Rank 1 of
+    actor: a memory snapshot's trace without time (clock 'sequence'). Role rollout (ranks 0, 1) has spans and no
     memory; role gen an NVTX span on the nsys session clock. GMM loads of rollout: rank 1
     routes ten times the tokens of rank 0. 30 source files named matmul.<k>, one failed.
     """

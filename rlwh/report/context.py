@@ -184,6 +184,8 @@ class IndexRow:
     baseline: str
     checked: str
     regressions: list[str]
+    compare_href: str | None = None  # the run-against-baseline page (rlwh.report.run_compare)
+    regression_links: list[Link] = field(default_factory=list)  # regression text -> the rank's memory page
 
 
 @dataclass(kw_only=True)

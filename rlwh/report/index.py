@@ -11,7 +11,12 @@ from pathlib import Path
 
 from rlwh.report import queries as Q
 from rlwh.report import render
-from rlwh.report.context import IndexRow, NightlyIndexPage, ReportSession
+from rlwh.report.context import IndexRow, Link, NightlyIndexPage, ReportSession
+
+
+def _existing(href, index: Path) -> str | None:
+    """A link from nightly.json, kept only while its page is still there."""
+    return href if isinstance(href, str) and (index.parent / href).is_file() else None
 
 
 def write_index(s: ReportSession, index: Path, reports: Path, state: dict | None = None) -> Path:
@@ -36,6 +41,9 @@ def write_index(s: ReportSession, index: Path, reports: Path, state: dict | None
             partial=c["partial"], status=str(known.get("status", "")), baseline=str(known.get("baseline") or ""),
             checked=str(known.get("checked", "not checked")),
             regressions=[str(g) for g in known.get("regressions", [])],
+            compare_href=_existing(known.get("compare_page"), index),
+            regression_links=[Link(str(g.get("text")), _existing(g.get("memory_page"), index))
+                              for g in known.get("regression_links", []) if isinstance(g, dict)],
         ))
     last = state.get("last_nightly") or {}
     page = NightlyIndexPage(
