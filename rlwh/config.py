@@ -34,6 +34,7 @@ class Config:
     peak_memory_pct: float = 10.0
     role_span_pct: float = 10.0
     ops_per_layer: int = 3
+    usage_component: str = "PTA+GE"
     library_frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES
     stdlib_is_library: bool = True
     source: Path | None = field(default=None, compare=False)
@@ -78,6 +79,7 @@ _KEYS = {
     ("ingest", "memory_limit"): ("ingest_memory_limit", str),
     ("ingest", "lock_timeout"): ("lock_timeout", float),
     ("reports", "dir"): ("reports_dir", Path),
+    ("reports", "memory_usage_component"): ("usage_component", str),
     ("nightly", "root"): ("nightly_root", Path),
     ("nightly", "index"): ("nightly_index", Path),
     ("thresholds", "peak_memory_pct"): ("peak_memory_pct", float),

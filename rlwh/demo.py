@@ -48,9 +48,11 @@ def write_demo_profile(root: Path) -> Path:
         # The critic's memory snapshot, dumped after its step (torch.cuda.memory._snapshot()).
         write_snapshot(root / "torch" / "critic" / f"snapshot_rank{rank}.pickle", device=rank,
                        start_us=critic_at_ns // 1000 + 10_000, seed=rank)
+        # The colocated worker's NVTX ranges, on the run's clock: its session began with the critic.
         synth_timelines.write_nvtx_export(
             root / "nvtx" / f"worker_process_{7000 + rank}.1.jsonl", rank=rank,
-            roles={"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200})
+            roles={"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200},
+            utc_start_ns=critic_at_ns + 60_000_000_000)
     synth_timelines.write_gmm_dumps(root / "gmm", ranks=RANKS)
     return root
 

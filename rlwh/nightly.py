@@ -186,7 +186,7 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
     state.setdefault("runs", {})
     con = connect_read(config)
     try:
-        s = report.ReportSession(con)
+        s = report.ReportSession(con, config.usage_component)
         runs = {r["run"]: r for r in s.rows(RUNS)}
         if baseline is not None and baseline not in runs:
             raise RlwhError(f"--baseline {baseline!r} is not a run of {config.db_path}: see `rlwh runs`")

@@ -418,6 +418,18 @@ def test_memory_usage_is_drawn_beside_the_live_line(shaped):
     assert allocated["yaxis"] not in others  # a row of its own, on the same time axis
 
 
+def test_the_user_picks_the_memory_usage_component(shaped, tmp_path):
+    """[reports] memory_usage_component: the page draws GE's totals when asked; a component
+    the capture lacks falls back to PTA+GE."""
+    from dataclasses import replace
+
+    for wanted, drawn in (("GE", "GE"), ("no-such-component", "PTA+GE")):
+        out = tmp_path / wanted
+        report.build_report(replace(shaped["config"], usage_component=wanted), out=out)
+        data = _panel_data(out / SHAPED / report.memory_page_name("actor", 0))
+        assert [t["name"] for t in _traces(data, "memory_usage")][0] == f"memory_usage {drawn}: allocated"
+
+
 def test_the_cann_modules_that_reserved_most_are_drawn(shaped):
     data = _shaped_memory(shaped)
     modules = _traces(data, "CANN ")

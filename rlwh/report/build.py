@@ -28,7 +28,7 @@ def build_report(config: Config, out: Path | None = None, run: str | None = None
     out.mkdir(parents=True, exist_ok=True)
     con = connect_read(config)
     try:
-        s = ReportSession(con)
+        s = ReportSession(con, config.usage_component)
         runs = s.rows(Q.RUNS)
         if run is not None:
             runs = [r for r in runs if r["run"] == run]

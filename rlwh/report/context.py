@@ -250,8 +250,10 @@ def params_text(params: dict) -> str:
 class ReportSession:
     """One read connection for a whole render; remembers rank_skew per run (an expensive view)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: duckdb.DuckDBPyConnection, usage_component: str | None = None):
         self.con = con
+        # memory_usage's component the memory page draws first ([reports] in warehouse.toml).
+        self.usage_component = usage_component
         self._skew: dict[str, list[dict]] = {}
 
     def skew(self, run: str) -> list[dict]:

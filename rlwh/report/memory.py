@@ -66,7 +66,8 @@ def _usage(s: ReportSession, where: dict, slice_params: dict) -> tuple[str | Non
     """The memory_usage component to draw beside the live line, its reduced rows and queries."""
     params = {**slice_params, **where}
     present = {r["component"] for r in s.rows(Q.MEMORY_USAGE_COMPONENTS, params)}
-    component = next((c for c in USAGE_COMPONENTS if c in present), None)
+    wanted = ((s.usage_component,) if s.usage_component else ()) + USAGE_COMPONENTS
+    component = next((c for c in wanted if c in present), None)
     if component is None:
         return None, [], [query_text(Q.MEMORY_USAGE_COMPONENTS, params)]
     usage_params = {**params, "component": component, "max_points": MAX_POINTS, "buckets": BUCKETS}

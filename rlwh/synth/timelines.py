@@ -160,9 +160,11 @@ class _Allocator:
 
 
 def write_nvtx_export(path: Path, *, rank: int, roles: dict[str, int], start_ns: int = 6_589_107_243_593_703,
-                      seed: int = 0) -> Path:
+                      seed: int = 0, utc_start_ns: int | None = None) -> Path:
     """An `nsys export --type jsonlines` file: one NVTX range per role, in order, as one
-    colocated VeRL worker process records them; the rank in META_DATA_CAPTURE."""
+    colocated VeRL worker process records them; the rank in META_DATA_CAPTURE. Times are on
+    the nsys session clock (start_ns); utc_start_ns, when given, is the session start in
+    UTC as newer exports say it (TARGET_INFO_SESSION_START_TIME), which puts them on the epoch."""
     rng = random.Random(seed * 1000 + rank)
     lines = [{"id": 100 + i, "table": "StringIds", "value": role} for i, role in enumerate(roles)]
     offset = 20_000_000
@@ -177,6 +179,8 @@ def write_nvtx_export(path: Path, *, rank: int, roles: dict[str, int], start_ns:
     lines.insert(len(roles), {"duration": total, "globalVid": 281474976710656, "startTime": start_ns,
                               "stopTime": start_ns + total, "table": "ANALYSIS_DETAILS"})
     lines.append({"name": "PROCESS_0:ENVIRONMENT_VARIABLE", "table": "META_DATA_CAPTURE", "value": f'RANK="{rank}"'})
+    if utc_start_ns is not None:
+        lines.append({"table": "TARGET_INFO_SESSION_START_TIME", "utcEpochNs": utc_start_ns})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
     return path
