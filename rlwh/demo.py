@@ -64,10 +64,11 @@ from memory_peak order by role, rank_id, device, capture
 """
 
 TOP_STACKS_SQL = """
-select role, rank_id, user_frame, name, blocks, live_mb, round(100 * share_of_peak, 1) as pct_of_peak
+select role, rank_id, regexp_extract(capture, '[^/]+$') as capture_file, user_frame,
+       coalesce(name, '(no op: snapshot)') as name, blocks, live_mb, round(100 * share_of_peak, 1) as pct_of_peak
 from memory_peak_breakdown
-qualify row_number() over (partition by role, rank_id, device order by live_bytes desc) <= 3
-order by role, rank_id, live_mb desc
+qualify row_number() over (partition by role, rank_id, capture, device order by live_bytes desc) <= 2
+order by role, rank_id, capture, live_mb desc
 """
 
 
