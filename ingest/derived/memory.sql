@@ -4,16 +4,19 @@
 -- Statements are separated by a line holding only ';'. They run once every file of an
 -- ingest is loaded and the parse workers have exited (the window sorts take ~500 MB).
 --
--- Order: the rank's ops and the stack each one justifies (_key_op_stacks, a temp table),
--- the Ascend match and timeline, then the PyTorch blocks and timeline.
+-- Order: the rank's ops and the stack each one justifies (_key_op_stacks) and their
+-- nesting (_key_stack_levels, _key_depths), temp tables dropped at the end; the rank's
+-- device; the Ascend match and timeline; then the PyTorch blocks and the PyTorch and
+-- snapshot timelines.
 
 -- Every cpu_op of the key with the stack its allocations get. An autograd node is a
 -- backward op with seq_no >= 0 and fwd_tid > 0; its forward op is the op with the same
 -- seq_no and fwd_tid 0 that started last at or before the node (the pairs of Kineto's
 -- fwdbwd flow events; of forward ops starting in the same ns, one with a stack, then the
--- lowest stack_id; of nodes starting together on a thread, the longest). An op inside a node on its thread (the node included) gets the
--- forward op's stack: 'forward_op' (the code that made the tensor the backward pass works
--- on; Ascend writes no stack on backward threads). Otherwise its own stack: 'op'.
+-- lowest stack_id; of nodes starting together on a thread, the longest). An op inside a
+-- node on its thread (the node included) gets the forward op's stack: 'forward_op' (the
+-- code that made the tensor the backward pass works on; Ascend writes no stack on
+-- backward threads). Otherwise its own stack: 'op'.
 create or replace temp table _key_op_stacks as
 with ops as (
   select pid, tid, name, ts_ns, dur_ns, stack_id, seq_no, fwd_tid
