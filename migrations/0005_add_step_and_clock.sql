@@ -37,3 +37,9 @@ comment on column gmm_expert_load.capture is 'The dump folder (path relative to 
 comment on column gmm_expert_load.role is 'Role: the nearest folder above the dump that is no step, rank or dump folder; NULL when there is none (msprobe''s step<n>/rank<k>/ layout).';
 comment on column gmm_expert_load.rank_id is 'Global rank (the rank<k> / rank_<k> folder).';
 comment on column gmm_expert_load.step is 'Training step (the step_<n> / step<n> folder).';
+
+-- Rows loaded before this migration carry the old capture (the dir or file name, under
+-- which captures of two steps merged) and no step. Their files must be read again: a
+-- fingerprint no file has makes the next `rlwh ingest` of each run reload every file.
+update sources set fingerprint = 'reload: captures are named by their path since migration 0005'
+where fingerprint is not null;

@@ -186,3 +186,38 @@ def test_the_rest_of_the_contract_exists_with_comments(fresh_db):
     missing = [f"{table}.{column}" for table, columns in CONTRACT_BEYOND_THE_CHECKER.items() for column in columns
                if not comments.get((table, column))]
     assert missing == []
+
+
+def test_rows_from_before_0005_are_reloaded_by_the_next_ingest(tmp_path):
+    """Captures were file names before 0005, so two steps' traces of one rank merged; after
+    the upgrade the next ingest reads every file again and names captures by their path."""
+    from conftest import copy_fixture
+
+    from rlwh.config import Config
+    from rlwh.ingest import ingest
+
+    root = tmp_path / "run"
+    for step in ("1", "2"):  # VeRL's <save_path>/<step>/<role>/prof_rank-<k>.json.gz
+        copy_fixture("torch_profile/actor_update", root / step)
+    db = tmp_path / "w.duckdb"
+    config = Config(db_path=db, workers=1)
+    ingest(root, config)
+    con = duckdb.connect(str(db))
+    # What the old release left: captures named by the file alone, no step columns, 0005 pending.
+    for view in con.execute("select view_name from duckdb_views() where not internal").fetchall():
+        con.execute(f"drop view {view[0]}")
+    for table in ("cpu_ops", "memory_records", "ranges", "torch_memory_events", "ranks", "_memory_timeline",
+                  "_torch_memory_blocks", "_memory_record_ops"):
+        con.execute(f"update {table} set capture = regexp_extract(capture, '[^/]+$')")
+    for table in ("sources", "ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events"):
+        con.execute(f"alter table {table} drop column step")
+    con.execute("alter table ranges drop column clock")
+    con.execute("delete from _rlwh_migrations where version = 5")
+    assert "0005_add_step_and_clock.sql" in migrate(con)
+    con.close()
+    summary = ingest(root, config)
+    assert sum(r.status == "unchanged" for r in summary.results) == 0  # every file read again
+    con = duckdb.connect(str(db), read_only=True)
+    captures = {c for (c,) in con.execute("select distinct capture from memory_peak").fetchall()}
+    assert captures == {f"{step}/actor_update/prof_rank-{k}.pt.trace.json.gz" for step in "12" for k in "01"}
+    assert con.execute("select count(*) from cpu_ops where capture not like '%/%'").fetchone()[0] == 0
