@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import InvalidOperation
 from functools import reduce
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
-from rlwh.readers.base import ReadOutcome, TableSink
+from rlwh.readers.base import ReadOutcome, TableSink, rows_outcome, scaled
 
 # CSV header -> (memory_records column, kind). Kinds: time/duration in us -> ns,
 # kb -> bytes, mb -> bytes, text.
@@ -194,13 +194,7 @@ def _convert(text: str, kind: str):
         return None
     if kind == "text":
         return text
-    value = Decimal(text)
-    if not value.is_finite():
-        raise InvalidOperation(f"{text!r} is not a finite number")
-    result = int((value * _SCALE[kind]).to_integral_value(rounding=ROUND_HALF_UP))
-    if not -(2**63) <= result < 2**63:
-        raise InvalidOperation(f"{text!r} is out of range")
-    return result
+    return scaled(text, _SCALE[kind])
 
 
 def _read_row_by_row(path: Path, header: list[str], sink: TableSink) -> tuple[int, list[str]]:
@@ -260,9 +254,4 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         kept, bad = _read_row_by_row(path, header, sink)
     except UnicodeDecodeError as exc:
         raise SourceError(f"{path}: not UTF-8 text near byte {exc.start}") from exc
-    if not bad:
-        return ReadOutcome()
-    shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more bad rows" if len(bad) > 5 else "")
-    if kept == 0:
-        raise SourceError(f"{path}: no readable rows: {shown}")
-    return ReadOutcome(status="partial", message=f"{path}: kept {kept} rows, skipped {len(bad)}: {shown}")
+    return rows_outcome(path, kept, bad)

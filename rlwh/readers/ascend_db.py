@@ -23,8 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from rlwh.errors import SourceError
-from rlwh.readers.ascend_usage import scaled
-from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
+from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack, scaled
 
 BATCH_ROWS = 65536
 SQLITE_MAGIC = b"SQLite format 3\x00"

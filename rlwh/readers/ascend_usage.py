@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import InvalidOperation
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
-from rlwh.readers.base import ReadOutcome, TableSink
+from rlwh.readers.base import ReadOutcome, TableSink, rows_outcome, scaled
 
 BATCH_ROWS = 65536
 _SPACE = " \t\r\n"
@@ -88,17 +88,6 @@ STEP_TRACE_TIME = Format("step_times", (
     _stage("communication_not_overlapped_exclude_receive_ns", "Communication(Not Overlapped and Exclude Receive)"),
     _stage("preparing_ns", "Preparing"),
 ))
-
-
-def scaled(text: str, factor: int) -> int:
-    """Decimal text times factor, rounded half away from zero: exact ns or bytes."""
-    value = Decimal(text)
-    if not value.is_finite():
-        raise InvalidOperation(f"{text!r} is not a finite number")
-    result = int((value * factor).to_integral_value(rounding=ROUND_HALF_UP))
-    if not -(2**63) <= result < 2**63:
-        raise InvalidOperation(f"{text!r} is out of range")
-    return result
 
 
 def _plan(path: Path, header: list[str], fmt: Format) -> list[tuple[Column, int | None, int]]:
@@ -264,12 +253,7 @@ def read_csv(path: Path, sink: TableSink, fmt: Format) -> ReadOutcome:
     except (pa.ArrowException, _Unusual):
         part.unlink(missing_ok=True)
     kept, bad = _read_rows(path, header, plan, fmt, sink)
-    if not bad:
-        return ReadOutcome()
-    shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more bad rows" if len(bad) > 5 else "")
-    if kept == 0:
-        raise SourceError(f"{path}: no readable rows: {shown}")
-    return ReadOutcome(status="partial", message=f"{path}: kept {kept} rows, skipped {len(bad)}: {shown}")
+    return rows_outcome(path, kept, bad)
 
 
 def read_memory_record(path: Path, sink: TableSink, context: dict) -> ReadOutcome:

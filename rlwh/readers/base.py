@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 
 import pyarrow as pa
@@ -73,6 +74,32 @@ class TableSink:
             for d in sorted(self.root.iterdir())
             if d.is_dir() and any(d.glob("*.parquet"))
         }
+
+
+def scaled(text: str, factor: int) -> int:
+    """Decimal text times factor (µs -> ns, KB -> bytes), rounded half away from zero:
+    exact where a DOUBLE is not. InvalidOperation for text that is no finite number or
+    whose result leaves BIGINT."""
+    value = Decimal(text)
+    if not value.is_finite():
+        raise InvalidOperation(f"{text!r} is not a finite number")
+    result = int((value * factor).to_integral_value(rounding=ROUND_HALF_UP))
+    if not -(2**63) <= result < 2**63:
+        raise InvalidOperation(f"{text!r} is out of range")
+    return result
+
+
+def rows_outcome(path: Path, kept: int, bad: list[str]) -> ReadOutcome:
+    """A row-by-row read's verdict: ok, partial naming the first bad rows, or (no row
+    kept) a SourceError."""
+    from rlwh.errors import SourceError
+
+    if not bad:
+        return ReadOutcome()
+    shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more bad rows" if len(bad) > 5 else "")
+    if kept == 0:
+        raise SourceError(f"{path}: no readable rows: {shown}")
+    return ReadOutcome(status="partial", message=f"{path}: kept {kept} rows, skipped {len(bad)}: {shown}")
 
 
 def stack_id(stack: str) -> int:
