@@ -4,10 +4,10 @@
 -- Statements are separated by a line holding only ';'. They run once every file of an
 -- ingest is loaded and the parse workers have exited (the window sorts take ~500 MB).
 --
--- Order: the rank's ops and the stack each one justifies (_key_op_stacks) and their
--- nesting (_key_stack_levels, _key_depths), temp tables dropped at the end; the rank's
--- device; the Ascend match and timeline; then the PyTorch blocks and the PyTorch and
--- snapshot timelines.
+-- Order: the rank's ops and the stack each one justifies (_key_op_stacks), their nesting
+-- (_key_stack_levels, _key_depths) and their starts (_key_op_starts), temp tables dropped
+-- at the end; the rank's device; the Ascend match and timeline; then the PyTorch blocks
+-- and the PyTorch and snapshot timelines.
 
 -- Every cpu_op of the key with the stack its allocations get. An autograd node is a
 -- backward op with seq_no >= 0 and fwd_tid > 0; its forward op is the op with the same
@@ -72,30 +72,46 @@ from ops_in_nodes
 -- started last; depth(t) is a running count of starts minus ends (at equal times ends
 -- apply first, so an op that starts as another ends is not inside it; of ops starting
 -- together the longer is outer). Ops of no duration enclose nothing.
-create or replace temp table _key_stack_levels as
+-- _key_depths: depth(t) after every edge at or before t, one row per (thread, time);
+-- _key_stack_levels: each such op's level, the count right after its own start.
+create or replace temp table _key_edges as
 with stacked as (
-  select tid, ts_ns, ts_ns + dur_ns as end_ns, attributed_stack_id, name
+  select tid, ts_ns, ts_ns + dur_ns as end_ns, attributed_stack_id
   from _key_op_stacks
   where attributed_stack_id is not null and tid is not null and dur_ns > 0
 ),
 
 edges as (
-  select tid, ts_ns as t, 1 as delta, end_ns, attributed_stack_id, name, ts_ns from stacked
+  select tid, ts_ns as t, 1 as delta, end_ns, attributed_stack_id from stacked
   union all
-  select tid, end_ns, -1, end_ns, null, null, ts_ns from stacked
+  select tid, end_ns, -1, end_ns, null from stacked
 )
 
 select
-  tid, t, delta, attributed_stack_id, name, ts_ns,
-  -- An op's level: the count right after its own start.
+  tid, t, delta, attributed_stack_id,
   sum(delta) over (partition by tid order by t, delta, end_ns desc rows unbounded preceding) as depth,
-  -- depth(t): the count after every edge at or before t (one value per time).
   sum(delta) over (partition by tid order by t range unbounded preceding) as depth_at_t,
 from edges
 ;
 
+create or replace temp table _key_stack_levels as
+select tid, t as ts_ns, depth, attributed_stack_id from _key_edges where delta = 1
+;
+
 create or replace temp table _key_depths as
-select distinct tid, t, depth_at_t as depth from _key_stack_levels
+select distinct tid, t, depth_at_t as depth from _key_edges
+;
+
+drop table _key_edges
+;
+
+-- Each op start's attributed stack, one per (thread, start, name): how a PyTorch memory
+-- event (which names its enclosing op by thread, start and name) finds it.
+create or replace temp table _key_op_starts as
+select
+  tid, ts_ns, name, any_value(attributed_stack_id) as attributed_stack_id, any_value(stack_source) as stack_source,
+from _key_op_stacks
+group by tid, ts_ns, name
 ;
 
 -- A rank's device as its data names it (operator_memory.csv's Device Type, e.g. NPU:3)
@@ -168,7 +184,7 @@ unattributed as (
 ),
 
 threads as (
-  select distinct tid from _key_stack_levels
+  select distinct tid from _key_depths
 ),
 
 depth_at as (
@@ -184,7 +200,7 @@ depth_at as (
 innermost as (
   select d.source_id, d.source_row, l.ts_ns, l.tid, l.attributed_stack_id
   from depth_at as d
-  asof join (select * from _key_stack_levels where delta = 1) as l
+  asof join _key_stack_levels as l
     on l.tid = d.tid
     and l.depth = d.depth
     and d.alloc_ns >= l.ts_ns
@@ -280,17 +296,10 @@ with allocations as (
     and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
-op_stacks as (
-  select tid, ts_ns, name, any_value(attributed_stack_id) as attributed_stack_id,
-    any_value(stack_source) as stack_source,
-  from _key_op_stacks
-  group by tid, ts_ns, name
-),
-
 matched as (
   select a.*, o.attributed_stack_id, o.stack_source
   from allocations as a
-  left join op_stacks as o
+  left join _key_op_starts as o
     on a.tid = o.tid and a.op_ts_ns = o.ts_ns and a.op_name = o.name
 ),
 
@@ -306,7 +315,7 @@ depth_at as (
 enclosing as (
   select d.event_index, l.attributed_stack_id
   from depth_at as d
-  asof join (select * from _key_stack_levels where delta = 1) as l
+  asof join _key_stack_levels as l
     on l.tid = d.tid
     and l.depth = d.depth
     and d.ts_ns >= l.ts_ns
@@ -399,11 +408,7 @@ addressless as (
     p.bytes as delta_bytes, p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
     o.attributed_stack_id, o.stack_source, p.event_index, false,
   from _torch_memory_pairs as p
-  left join (
-    select tid, ts_ns, name, any_value(attributed_stack_id) as attributed_stack_id,
-      any_value(stack_source) as stack_source,
-    from _key_op_stacks group by tid, ts_ns, name
-  ) as o
+  left join _key_op_starts as o
     on p.tid = o.tid and p.op_ts_ns = o.ts_ns and p.op_name = o.name
   where p.addr is null and p.bytes <> 0 and p.ts_ns is not null
     and p.run = $run and p.role = $role and p.rank_id = $rank_id and p.capture = $capture
@@ -431,6 +436,9 @@ from (
     ))::bigint as live_bytes,
   from events
 )
+;
+
+drop table _key_op_starts
 ;
 
 drop table _key_depths
