@@ -361,13 +361,32 @@ def _child_pids(parent: int) -> list[int]:
     return found
 
 
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (R, S, T, Z, ...); None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie waiting to be reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+    return _state(pid) not in (None, "Z", "X")
+
+
+def _wait_until_gone(workers: list[int]) -> list[int]:
+    """The workers still running after up to 30 s (the resource tracker ends once its pipe closes)."""
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in workers if _running(pid)]
+
+
+def _kill_all(workers: list[int], proc) -> None:
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _kill(proc)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
@@ -381,22 +400,9 @@ def test_parse_workers_die_with_a_killed_ingest(db, tmp_path, small):
         assert len(workers) >= 2, workers
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert [pid for pid in workers if _running(pid)] == []
+        assert _wait_until_gone(workers) == []
     finally:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _kill(proc)
-
-
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
+        _kill_all(workers, proc)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
@@ -418,14 +424,7 @@ def test_ctrl_c_stops_at_once_and_leaves_nothing(db, tmp_path, small):
         output = proc.communicate(timeout=60)[0]
         assert proc.returncode == 1 and "Aborted!" in output, output
         assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
-        # multiprocessing's resource tracker ends on its own once its pipe closes: give it time.
-        deadline = time.monotonic() + 30
-        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert [pid for pid in workers if _running(pid)] == []
+        assert _wait_until_gone(workers) == []
     finally:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _kill(proc)
+        _kill_all(workers, proc)
     assert _sha(db) == before
