@@ -39,14 +39,19 @@ def _ns(us) -> int:
     return int((Decimal(str(us).strip()) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
+def _ingested(relative: str, tmp: Path) -> tuple[duckdb.DuckDBPyConnection, Path]:
+    """A copy of ../shared/fixtures/<relative> ingested into a fresh warehouse: (read-only
+    connection, the copy's root)."""
+    root = copy_fixture(relative, tmp)
+    db = tmp / "w.duckdb"
+    ingest(root, Config(db_path=db, workers=1))
+    return duckdb.connect(str(db), read_only=True), root
+
+
 @pytest.fixture(scope="module")
 def kineto(tmp_path_factory):
     """Every real Kineto trace, ingested once: (connection, {capture: raw trace path})."""
-    tmp = tmp_path_factory.mktemp("kineto")
-    root = copy_fixture("real/kineto", tmp)
-    db = tmp / "w.duckdb"
-    ingest(root, Config(db_path=db, workers=1))
-    con = duckdb.connect(str(db), read_only=True)
+    con, root = _ingested("real/kineto", tmp_path_factory.mktemp("kineto"))
     captures = {c: root / c for (c,) in con.execute("select distinct capture from ranks").fetchall()}
     yield con, captures
     con.close()
@@ -55,11 +60,7 @@ def kineto(tmp_path_factory):
 @pytest.fixture(scope="module")
 def alexnet(tmp_path_factory):
     """The two real Ascend ranks (text export), ingested once."""
-    tmp = tmp_path_factory.mktemp("alexnet")
-    root = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp)
-    db = tmp / "w.duckdb"
-    ingest(root, Config(db_path=db, workers=1))
-    con = duckdb.connect(str(db), read_only=True)
+    con, root = _ingested("real/ascend/msinsight-alexnet-level1/text", tmp_path_factory.mktemp("alexnet"))
     yield con, root
     con.close()
 
@@ -216,11 +217,8 @@ def _innermost_python_frames(path: Path) -> dict:
     return result
 
 
-def test_pytorch_stacks_are_innermost_first(kineto, tmp_path):
-    root = copy_fixture("torch_profile", tmp_path)
-    db = tmp_path / "w.duckdb"
-    ingest(root, Config(db_path=db, workers=1))
-    con = duckdb.connect(str(db), read_only=True)
+def test_pytorch_stacks_are_innermost_first(tmp_path):
+    con, root = _ingested("torch_profile", tmp_path)
     compared = 0
     for (capture,) in con.execute("select distinct capture from cpu_ops").fetchall():
         base = con.execute("select min(ts_ns) from cpu_ops where capture = ?", [capture]).fetchone()[0]
@@ -367,10 +365,7 @@ def _snapshot_peaks(path: Path) -> dict[int, int]:
 
 
 def test_memory_snapshots_feed_the_memory_views(tmp_path):
-    root = copy_fixture("real/ascend/memory-snapshots", tmp_path)
-    db = tmp_path / "w.duckdb"
-    ingest(root, Config(db_path=db, workers=1))
-    con = duckdb.connect(str(db), read_only=True)
+    con, root = _ingested("real/ascend/memory-snapshots", tmp_path)
     for path in sorted(root.glob("*.pkl")):
         expected = _snapshot_peaks(path)
         got = con.execute("""select b.device_index, p.peak_live_bytes, p.clock from memory_peak p
