@@ -10,8 +10,6 @@ dump outside the layouts. A problem marked `fails` is one ingest would mark fail
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import re
 from collections import Counter
@@ -145,60 +143,51 @@ def _nvtx(f: SourceFile, head: bytes) -> list[Problem]:
     return []
 
 
-def _ascend_info(f: SourceFile, head: bytes) -> list[Problem]:
-    if len(head) >= _INFO_LIMIT:
-        return []
-    try:
-        data = json.loads(f.path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        return [Problem(f.rel_path, f"{f.rel_path}: not UTF-8 text (byte {exc.start})", True)]
-    except (OSError, json.JSONDecodeError) as exc:
-        return [Problem(f.rel_path, f"{f.rel_path}: invalid JSON ({exc})", True)]
-    except RecursionError:
-        return [Problem(f.rel_path, f"{f.rel_path}: JSON nested too deeply to read", True)]
-    if not isinstance(data, dict):
-        return [Problem(f.rel_path, f"{f.rel_path}: expected a JSON object at the top level", True)]
-    return []
-
-
-def _operator_memory(f: SourceFile, head: bytes) -> list[Problem]:
-    from rlwh.readers.ascend_csv import read_header
-
-    try:
-        read_header(f.path)
-    except SourceError as exc:
-        return [Problem(f.rel_path, str(exc), True)]
-    return []
-
-
-def _usage_csv(fmt_name: str):
-    """A header check for an ascend_usage CSV: each required column under one of its names."""
+def _readers_own(check_file):
+    """A look that asks the reader's own first check (a header, a small JSON file): what it
+    refuses, ingest would fail the same way, in the same words."""
 
     def look(f: SourceFile, head: bytes) -> list[Problem]:
-        from rlwh.readers import ascend_usage
-
-        fmt = getattr(ascend_usage, fmt_name)
-        line = head.split(b"\n", 1)[0].decode("utf-8", "replace")
-        header = {re.sub(r"\(.*\)$", "", h.strip().lstrip("\ufeff")) for h in next(csv.reader([line]), [])}
-        header |= {h.strip().lstrip("\ufeff") for h in next(csv.reader([line]), [])}
-        missing = [c.headers[0] for c in fmt.columns if c.required and not header & set(c.headers)]
-        if missing:
-            return [Problem(f.rel_path, f"{f.rel_path}: missing column(s) {', '.join(missing)} in the header (row 0)",
-                            True)]
+        try:
+            check_file(f.path)
+        except SourceError as exc:
+            return [Problem(f.rel_path, str(exc), True)]
         return []
 
     return look
+
+
+def _ascend_info(path: Path) -> None:
+    from rlwh.readers.ascend_info import load_json
+
+    if path.stat().st_size < _INFO_LIMIT:
+        load_json(path)
+
+
+def _operator_memory(path: Path) -> None:
+    from rlwh.readers.ascend_csv import read_header
+
+    read_header(path)
+
+
+def _usage_csv(fmt_name: str):
+    def header(path: Path) -> None:
+        from rlwh.readers import ascend_usage
+
+        ascend_usage.read_header(path, getattr(ascend_usage, fmt_name))
+
+    return header
 
 
 _LOOKS = {
     "torch_trace": _torch_trace,
     "ascend_trace": _ascend_trace,
     "nvtx_jsonl": _nvtx,
-    "ascend_info": _ascend_info,
-    "ascend_memory_csv": _operator_memory,
-    "ascend_memory_record_csv": _usage_csv("MEMORY_RECORD"),
-    "ascend_npu_module_mem_csv": _usage_csv("NPU_MODULE_MEM"),
-    "ascend_step_trace_csv": _usage_csv("STEP_TRACE_TIME"),
+    "ascend_info": _readers_own(_ascend_info),
+    "ascend_memory_csv": _readers_own(_operator_memory),
+    "ascend_memory_record_csv": _readers_own(_usage_csv("MEMORY_RECORD")),
+    "ascend_npu_module_mem_csv": _readers_own(_usage_csv("NPU_MODULE_MEM")),
+    "ascend_step_trace_csv": _readers_own(_usage_csv("STEP_TRACE_TIME")),
 }
 
 

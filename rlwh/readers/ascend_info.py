@@ -11,13 +11,17 @@ from rlwh.readers.base import ReadOutcome, TableSink
 _VERSION_KEYS = ("torch_npu_version", "cann_version", "torch_version", "driver_version")
 
 
-def _load_json(path: Path) -> dict:
+def load_json(path: Path) -> dict:
+    """The file's JSON object; SourceError naming the file and the position otherwise
+    (`rlwh check` asks the same question before any ingest)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise SourceError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise SourceError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} (byte {exc.pos})") from exc
+    except RecursionError as exc:
+        raise SourceError(f"{path}: JSON nested too deeply to read") from exc
     if not isinstance(data, dict):
         raise SourceError(f"{path}: expected a JSON object at the top level")
     return data
@@ -33,9 +37,9 @@ def _device_from_config(info: dict) -> str | None:
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
-    info = _load_json(path)
+    info = load_json(path)
     metadata_path = path.parent / "profiler_metadata.json"
-    metadata = _load_json(metadata_path) if metadata_path.is_file() else {}
+    metadata = load_json(metadata_path) if metadata_path.is_file() else {}
     rank = info.get("rank_id", context.get("rank_id"))
     try:
         rank_id = int(rank) if rank is not None else None
