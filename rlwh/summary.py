@@ -37,11 +37,11 @@ from rank_skew where run = $run
 order by role, rank_id
 """
 
-# {frames}: user_frame first where memory_peak_breakdown has it (the innermost frame
-# outside library code, the line a user would change), then call_stack_top.
+# user_frame first (the innermost frame outside library code, the line a user would
+# change), then call_stack_top.
 TOP_STACKS = """
 select role, rank_id, round(live_bytes / 1048576, 1) as live_mib,
-  round(100 * share_of_peak, 1) as pct_of_peak, name as op, {frames}
+  round(100 * share_of_peak, 1) as pct_of_peak, name as op, user_frame, call_stack_top
 from memory_peak_breakdown where run = $run
 qualify row_number() over (partition by role, rank_id order by live_bytes desc, name) <= {top}
 order by role, rank_id, live_bytes desc, name
@@ -54,11 +54,6 @@ order by status, path
 """
 
 LATEST_RUN = "select run from runs order by last_ingested_at desc, run limit 1"
-
-HAS_USER_FRAME = """
-select count(*) from duckdb_columns()
-where database_name = current_database() and table_name = 'memory_peak_breakdown' and column_name = 'user_frame'
-"""
 
 
 @dataclass
@@ -88,17 +83,15 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
     name, profile_dir, ingested_at, files, failed, partial = facts.rows[0]
     header = (f"run {name}: {files} files ({failed} failed, {partial} partial), "
               f"last ingested {str(ingested_at)[:19]} UTC from {profile_dir}")
-    by_user_frame = bool(query(config, HAS_USER_FRAME).rows[0][0])
-    frames = "user_frame, call_stack_top" if by_user_frame else "call_stack_top"
     params = {"run": run}
     return RunSummary(run, header, [
         Section("Per role and rank: peak live memory and time in role, against the role's median",
                 query(config, PER_RANK, params), "no memory or role spans for this run"),
         Section("Stragglers (time > 1.1 x median) and memory outliers (peak outside 0.9-1.1 x median)",
                 query(config, f"select * from ({PER_RANK}) where flags is not null", params), "none"),
-        Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}"
-                f"{', user_frame first' if by_user_frame else ''})",
-                query(config, TOP_STACKS.format(frames=frames, top=TOP_STACKS_PER_RANK), params),
+        Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, "
+                "user_frame first)",
+                query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),
                 "no memory records for this run"),
         Section("Files that failed or loaded only in part", query(config, BAD_FILES, params),
                 "none: every file loaded whole"),
