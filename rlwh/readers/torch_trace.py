@@ -72,8 +72,8 @@ _SPILLS = {
                      ("name", _I)]),
     "mem": pa.schema([("idx", _I), ("ts", _I), ("bytes", _I), ("addr", _I), ("alloc", _I), ("reserved", _I),
                       ("dtype", _I), ("did", _I), ("pid", _I), ("tid", _I)]),
-    "ranges": pa.schema([("domain", pa.string()), ("name", pa.string()), ("ts", _I), ("end", _I),
-                         ("pid", _I), ("tid", _I)]),
+    "ranges": pa.schema([("source", pa.string()), ("domain", pa.string()), ("name", pa.string()), ("ts", _I),
+                         ("end", _I), ("pid", _I), ("tid", _I)]),
     "attr": pa.schema([("idx", _I), ("op_name", pa.string()), ("stack_id", _I), ("op_ts", _I)]),
 }
 
@@ -243,7 +243,6 @@ class _Scan:
                          "gpu_user_annotation": self.annotation, "kernel": self.gpu,
                          "gpu_memcpy": self.gpu, "gpu_memset": self.gpu, "mtia_runtime": self.gpu,
                          "Trace": self.window}
-        self.windows: list[tuple[int, int]] = []
 
     def event(self, ev: dict) -> None:
         self.seq += 1
@@ -308,7 +307,7 @@ class _Scan:
     def annotation(self, ev, ts):
         if ev.get("ph", "X") == "X":
             start = _ns(ts)
-            self._add("ranges", (ANNOTATION_DOMAINS[ev["cat"]], ev.get("name"), start,
+            self._add("ranges", ("torch_annotation", ANNOTATION_DOMAINS[ev["cat"]], ev.get("name"), start,
                                  start + _ns(ev.get("dur") or 0), _int(ev.get("pid")), _int(ev.get("tid"))))
 
     def gpu(self, ev, ts):
@@ -320,7 +319,7 @@ class _Scan:
         """The profiler's own span ("PyTorch Profiler (0)"): what the capture covers."""
         if ev.get("ph") == "X" and ev.get("dur") is not None:
             start = _ns(ts)
-            self._add("ranges", ("profiler", ev.get("name"), start, start + _ns(ev["dur"]), None, None))
+            self._add("ranges", ("profiler", "default", ev.get("name"), start, start + _ns(ev["dur"]), None, None))
 
 
 def _parse_trailer(text: str, last_event) -> dict | None:
@@ -450,8 +449,7 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
             from read_parquet($mem) m left join read_parquet($attr) a using (idx)
             order by m.idx""", {"base": base, "mem": spill.path("mem"), "attr": str(tmp / "attr.parquet")})
         _copy(con, sink, "ranges", RANGES_SCHEMA, """
-            select if(domain = 'profiler', 'profiler', 'torch_annotation'), if(domain = 'profiler', 'default', domain),
-                   name, ts + $base, "end" + $base, pid, tid, null
+            select source, domain, name, ts + $base, "end" + $base, pid, tid, null
             from read_parquet($ranges)""", {"base": base, "ranges": spill.path("ranges")})
     finally:
         con.close()
@@ -530,14 +528,9 @@ class _Stacks:
 
     def of_text(self, text: str) -> int | None:
         """stack_id of a stack written as one text, frames split by ';' (innermost first)."""
-        sid = self._texts.get(text, 0)
-        if sid == 0:
-            normalized = normalize_stack(text.replace(";", "\n"))
-            row = call_stack_row(normalized) if normalized else None
-            if row is not None:
-                self.rows.setdefault(row["stack_id"], row)
-            sid = self._texts[text] = row and row["stack_id"]
-        return sid
+        if text not in self._texts:
+            self._texts[text] = self._intern(normalize_stack(text.replace(";", "\n")))
+        return self._texts[text]
 
     def of(self, frames: list) -> int | None:
         """stack_id of the open frames (listed outermost first, stored innermost first);
@@ -559,12 +552,16 @@ class _Stacks:
             while n > 0:
                 chain.append(self.names[self._name[n]] or "")
                 n = self._parent[n]
-            text = normalize_stack("\n".join(chain))  # chain runs from the innermost frame out
-            row = call_stack_row(text) if text else None
-            if row is not None:
-                self.rows.setdefault(row["stack_id"], row)
-            self._sid[node] = row and row["stack_id"]
+            self._sid[node] = self._intern(normalize_stack("\n".join(chain)))  # innermost frame first
         return self._sid[node]
+
+    def _intern(self, text: str) -> int | None:
+        """stack_id of a normalized stack text, its call_stacks row kept once; None for ''."""
+        if not text:
+            return None
+        row = call_stack_row(text)
+        self.rows.setdefault(row["stack_id"], row)
+        return row["stack_id"]
 
 
 def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) -> dict:
