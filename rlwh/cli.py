@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -147,8 +148,13 @@ def _progress_printer(quiet: bool):
 @click.argument("profile_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--run", "run_name", help="Run name (default: the profile dir's name).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-format lines (failures still print).")
+@click.option("--executor", type=click.Choice(["local", "ray"]),
+              help="Where files are parsed: this machine's workers, or a Ray cluster "
+                   "(default: [ingest] executor, else local).")
+@click.option("--ray-address", help="The Ray cluster to use with --executor ray (default: [ingest] ray_address, "
+                                    "else RAY_ADDRESS, else auto).")
 @warehouse_options
-def ingest(config, profile_dir, run_name, quiet):
+def ingest(config, profile_dir, run_name, quiet, executor, ray_address):
     """Load every role's and rank's profiler files under PROFILE_DIR.
 
     Unchanged files are skipped; a changed file replaces its own rows. A bad file never
@@ -161,6 +167,9 @@ def ingest(config, profile_dir, run_name, quiet):
     """
     from rlwh.ingest import ingest as run_ingest
 
+    if executor or ray_address:
+        config = dataclasses.replace(config, executor=executor or ("ray" if ray_address else config.executor),
+                                     ray_address=ray_address or config.ray_address)
     progress, finish = _progress_printer(quiet)
     try:
         summary = run_ingest(profile_dir, config, run=run_name, progress=progress)

@@ -17,6 +17,7 @@ from rlwh.errors import ConfigError
 from rlwh.stacks import DEFAULT_LIBRARY_FRAMES, library_pattern
 
 CONFIG_NAME = "warehouse.toml"
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Config:
     threads: int = 2
     memory_limit: str = "1GB"
     workers: int = 2
+    executor: str = "local"  # local | ray: where parse tasks run
+    ray_address: str | None = None  # a Ray cluster's address; None: RAY_ADDRESS, else "auto"
     worker_memory_limit: str = "256MB"
     ingest_memory_limit: str = "384MB"
     lock_timeout: float = 600.0
@@ -75,6 +78,8 @@ _KEYS = {
     ("warehouse", "threads"): ("threads", int),
     ("warehouse", "memory_limit"): ("memory_limit", str),
     ("ingest", "workers"): ("workers", int),
+    ("ingest", "executor"): ("executor", str),
+    ("ingest", "ray_address"): ("ray_address", str),
     ("ingest", "worker_memory_limit"): ("worker_memory_limit", str),
     ("ingest", "memory_limit"): ("ingest_memory_limit", str),
     ("ingest", "lock_timeout"): ("lock_timeout", float),
@@ -134,4 +139,6 @@ def load_config(path: str | os.PathLike | None = None, db: str | os.PathLike | N
             config = replace(config, **{attr: base / value})
     if config.workers < 1 or config.threads < 1:
         raise ConfigError("threads and workers must be at least 1")
+    if config.executor not in EXECUTORS:
+        raise ConfigError(f"[ingest] executor = {config.executor!r}: expected one of {', '.join(EXECUTORS)}")
     return config.with_db(db or os.environ.get("RLWH_DB"))

@@ -12,10 +12,8 @@ import json
 import os
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +23,7 @@ from rlwh import derive
 from rlwh.config import Config
 from rlwh.discover import SourceFile, discover
 from rlwh.errors import RlwhError
+from rlwh.executor import Task, local_pool
 from rlwh.fingerprint import fingerprint
 from rlwh.jobs import FACT_TABLES, SHARED_TABLES, jobs
 from rlwh.parse import failed_result, parse_source
@@ -354,30 +353,26 @@ def _record_run(con, run: str, profile_dir: Path) -> None:
     )
 
 
+def _parse_task(i: int, p: _Planned, config: Config) -> Task:
+    return Task(f"file-{i}", parse_source, (p.source.kind, str(p.source.path), _context(p, config)), p.size,
+                (str(p.source.path),))
+
+
+def run_tasks(tasks: list[Task], config: Config, parts: Path):
+    """Yield (task, result) as tasks finish, on the executor the config names."""
+    if config.executor == "ray":
+        from rlwh.ray_executor import ray_pool  # imports ray only when asked for
+
+        return ray_pool(tasks, parts, config)
+    return local_pool(tasks, parts, config.workers)
+
+
 def _parse_all(todo: list[_Planned], config: Config, tmp: Path):
     """Yield (planned, parsed) as files finish parsing, largest files started first."""
-    ordered = sorted(todo, key=lambda p: -p.size)
-    if config.workers <= 1 or len(ordered) <= 1:
-        for i, p in enumerate(ordered):
-            yield p, parse_source(p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i)))
-        return
-    workers = min(config.workers, len(ordered))
-    # Workers end with this process, even after kill -9, and leave Ctrl-C to it.
-    from rlwh.workers import die_with_parent, stop_now
-
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                               initializer=die_with_parent, initargs=(os.getpid(),))
-    try:
-        futures = {
-            pool.submit(parse_source, p.source.kind, str(p.source.path), _context(p, config), str(tmp / str(i))): p
-            for i, p in enumerate(ordered)
-        }
-        for future in as_completed(futures):
-            yield futures[future], future.result()
-    except BaseException:  # Ctrl-C, or loading failed: no parse still running is wanted
-        stop_now(pool)
-        raise
-    pool.shutdown(wait=True)
+    tasks = [_parse_task(i, p, config) for i, p in enumerate(todo)]
+    planned = {t.name: p for t, p in zip(tasks, todo)}
+    for task, parsed in run_tasks(tasks, config, tmp):
+        yield planned[task.name], parsed
 
 
 def ingest(
