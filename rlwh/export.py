@@ -5,23 +5,29 @@ Spark, Trino, Polars or another DuckDB read the warehouse without opening the .d
 file. The views' rows matter to engines that cannot run DuckDB SQL (the ASOF join of
 memory_alloc_stack, the window of memory_timeline): with --views each view is
 materialized from the same snapshot as the tables, in the same layout, under its own
-name (OUT/memory_peak/run=.../role=.../data_0.parquet). Layout:
+name (OUT/memory_peak/run=.../role=.../rank_id=.../data_0.parquet). A table or view is
+partitioned by those of run, role and rank_id that it has. Layout:
 
     OUT/_rlwh_export.json                          what was exported, rows per table
-    OUT/<table>/run=<run>/role=<role>/data_0.parquet   tables keyed by (run, role, ...)
-    OUT/runs/run=<run>/data_0.parquet              runs: no role
+    OUT/<table>/run=<run>/role=<role>/rank_id=<rank>/data_0.parquet
+                                                   tables keyed by (run, role, rank_id, ...)
+    OUT/runs/run=<run>/data_0.parquet              runs: no role, no rank
     OUT/call_stacks/data_0.parquet                 call_stacks: shared by all runs, one file
                                                    (whole even with --run: a superset of its stacks)
     OUT/<table>/empty.parquet                      a table with no rows: its schema only
 
+A dataset generation (rlwh.dataset, `gen-N/<table>/...`) has the same folders.
+
 Partition columns live in the folder names only (Spark refuses a column that is in the
-files and in the path), so read `run` and `role` as strings: DuckDB
-`read_parquet('OUT/cpu_ops/**/*.parquet', hive_partitioning = true,
-hive_types_autocast = false)` (else a run named 0412 reads back as the number 412), Spark
+files and in the path), so read `run` and `role` as strings and `rank_id` as an integer:
+DuckDB `read_parquet('OUT/cpu_ops/**/*.parquet', hive_partitioning = true,
+hive_types_autocast = false, hive_types = {'rank_id': 'INTEGER'})` (without
+hive_types_autocast = false a run named 0412 reads back as the number 412), Spark
 `spark.read.option("basePath", "OUT/cpu_ops").parquet("OUT/cpu_ops")` with
-`spark.sql.sources.partitionColumnTypeInference.enabled=false`. A NULL role (a sources row
-whose role discovery could not tell) is the folder `role=__HIVE_DEFAULT_PARTITION__`,
-which every engine reads back as NULL.
+`spark.sql.sources.partitionColumnTypeInference.enabled=false` (then cast rank_id to int).
+A NULL role or rank_id (a sources row whose role or rank discovery could not tell) is the
+folder `role=__HIVE_DEFAULT_PARTITION__` (`rank_id=__HIVE_DEFAULT_PARTITION__`), which
+every engine reads back as NULL.
 
 Safety: the export reads one snapshot through a read-only connection (an ingest running
 meanwhile does not change what it sees and is not blocked). It is written into a temp
@@ -52,7 +58,7 @@ from rlwh.sqltext import sql_literal
 from rlwh.warehouse import connect_read
 
 MARKER = "_rlwh_export.json"
-PARTITION_KEYS = ("run", "role")
+PARTITION_KEYS = ("run", "role", "rank_id")  # those a table has, in this order
 _TMP_PREFIX = ".rlwh-export-"
 
 
@@ -78,6 +84,11 @@ def public_views(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in rows]
 
 
+def partition_keys(columns: list[str]) -> list[str]:
+    """The hive partition columns of a table with these columns: those of PARTITION_KEYS it has."""
+    return [k for k in PARTITION_KEYS if k in columns]
+
+
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -97,7 +108,7 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
 def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: str | None) -> int:
     """COPY one table (or one run of it) into target/; return the rows written."""
     columns = _columns(con, table)
-    keys = [k for k in PARTITION_KEYS if k in columns]
+    keys = partition_keys(columns)
     where, params = "", []
     if run is not None and "run" in columns:
         where, params = "where run = ?", [run]
@@ -194,7 +205,7 @@ def export_parquet(config: Config, out: Path, run: str | None = None, views: boo
             "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "run": run,
             "views": public_views(con) if views else [],
-            "partition_by": {t: [k for k in PARTITION_KEYS if k in _columns(con, t)] for t in counts},
+            "partition_by": {t: partition_keys(_columns(con, t)) for t in counts},
             "rows": counts,
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")

@@ -64,9 +64,18 @@ def warehouse(tmp_path_factory) -> Config:
 
 
 def _read_back(out: Path, table: str) -> str:
-    """SQL reading one exported table, partition values as text (never guessed types)."""
+    """SQL reading one exported table: run and role as text (never guessed types), rank_id an integer."""
     glob = str(out / table / "**" / "*.parquet").replace("'", "''")
-    return f"read_parquet('{glob}', hive_partitioning = true, hive_types_autocast = false)"
+    hive_types = ", hive_types = {'rank_id': 'INTEGER'}" if list((out / table).glob("**/rank_id=*")) else ""
+    return f"read_parquet('{glob}', hive_partitioning = true, hive_types_autocast = false{hive_types})"
+
+
+def con_count(config: Config, sql: str) -> int:
+    con = duckdb.connect(str(config.db_path), read_only=True)
+    try:
+        return con.execute(sql).fetchone()[0]
+    finally:
+        con.close()
 
 
 def _columns(con, table: str) -> str:
@@ -101,27 +110,42 @@ def test_every_table_reads_back_with_the_same_rows(warehouse, tmp_path):
         assert counts[table] == con.execute(f"select count(*) from {table}").fetchone()[0], table
         back = duckdb.sql(f"select count(*) from {_read_back(out, table)}").fetchone()[0]
         assert back == counts[table], table
-    # Per run and role, too: the partitions carry the keys.
+    # Per run, role and rank, too: the partitions carry the keys, rank_id as an integer.
     for table in ("cpu_ops", "memory_records", "ranges", "ranks", "sources", "gmm_expert_load"):
-        want = con.execute(f"select run, role, count(*) from {table} group by all order by all").fetchall()
-        got = duckdb.sql(f"select run, role, count(*) from {_read_back(out, table)} group by all order by all")
+        want = con.execute(f"select run, role, rank_id, count(*) from {table} group by all order by all").fetchall()
+        got = duckdb.sql(f"select run, role, rank_id, count(*) from {_read_back(out, table)} group by all order by all")
         assert got.fetchall() == want, table
+        assert duckdb.sql(f"select typeof(rank_id) from {_read_back(out, table)} limit 1").fetchone() == ("INTEGER",)
     con.close()
     assert counts["memory_records"] == 49 and counts["gmm_expert_load"] > 0 and counts["ranges"] > 0
     _assert_same_rows(warehouse, out)
-    assert (out / "sources" / "run=night-1" / "role=__HIVE_DEFAULT_PARTITION__").is_dir()
+    assert (out / "sources" / "run=night-1" / "role=__HIVE_DEFAULT_PARTITION__"
+            / "rank_id=__HIVE_DEFAULT_PARTITION__").is_dir()
     nulls = duckdb.sql(f"select count(*) from {_read_back(out, 'sources')} where role is null").fetchone()[0]
     assert nulls == 1
+    no_rank = duckdb.sql(f"select count(*) from {_read_back(out, 'sources')} where rank_id is null").fetchone()[0]
+    assert no_rank == con_count(warehouse, "select count(*) from sources where rank_id is null") >= 1
     marker = json.loads((out / MARKER).read_text())
     assert marker["rows"] == counts and marker["partition_by"]["runs"] == ["run"]
     assert marker["partition_by"]["call_stacks"] == []
+    assert marker["partition_by"]["cpu_ops"] == marker["partition_by"]["sources"] == ["run", "role", "rank_id"]
 
 
-def test_layout_is_hive_partitioned_by_run_and_role(warehouse, tmp_path):
+def test_layout_is_hive_partitioned_by_run_role_and_rank(warehouse, tmp_path):
     out = tmp_path / "out"
     export_parquet(warehouse, out)
-    assert list((out / "cpu_ops").glob("run=*/role=*/*.parquet"))
-    assert (out / "memory_records" / "run=a%2Fb" / "role=..%2F..%2Fx").is_dir()
+    for table in ("cpu_ops", "memory_records", "ranges", "ranks", "sources", "gmm_expert_load"):
+        files = list((out / table).rglob("*.parquet"))
+        assert files and all(len(f.relative_to(out / table).parts) == 4 for f in files), table
+        assert all(f.parent.name.startswith("rank_id=") for f in files), table
+    # One folder per (run, role, rank) that has rows, no more.
+    folders = sorted(str(p.relative_to(out / "ranges")) for p in (out / "ranges").glob("run=night-1/role=*/rank_id=*"))
+    con = duckdb.connect(str(warehouse.db_path), read_only=True)
+    want = con.execute("""select distinct format('run=night-1/role={}/rank_id={}', role, rank_id) from ranges
+                          where run = 'night-1' order by 1""").fetchall()
+    con.close()
+    assert folders == [w[0] for w in want] and len(folders) > 1
+    assert list((out / "memory_records" / "run=a%2Fb" / "role=..%2F..%2Fx").glob("rank_id=*/*.parquet"))
     assert list((out / "runs").glob("run=*/*.parquet"))  # runs: no role
     assert [p.name for p in (out / "call_stacks").iterdir()] == ["data_0.parquet"]  # shared: one file
     # A table with no rows is still there, with its schema.
@@ -252,7 +276,7 @@ def test_views_are_written_with_their_rows_when_asked(warehouse, tmp_path):
         assert counts["memory_peak"] > 0 and counts["gmm_imbalance"] > 0
     finally:
         con.close()
-    assert list((out / "memory_peak").glob("run=*/role=*/*.parquet"))
+    assert list((out / "memory_peak").glob("run=*/role=*/rank_id=*/*.parquet"))
     assert json.loads((out / MARKER).read_text())["views"] == views
     tables_only = export_parquet(warehouse, tmp_path / "plain")
     assert "memory_peak" not in tables_only and not (tmp_path / "plain" / "memory_peak").exists()
