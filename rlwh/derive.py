@@ -57,6 +57,20 @@ def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
         )
 
 
+def marked_keys(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    """The keys refresh() would redo now."""
+    _ensure_state(con)
+    return con.execute("select distinct run, role, rank_id, capture from _rlwh_dirty order by all").fetchall()
+
+
+def unmark(con: duckdb.DuckDBPyConnection, keys: list[tuple]) -> None:
+    """Forget marked keys whose derived rows were computed elsewhere (rlwh.build)."""
+    _ensure_state(con)
+    for key in keys:
+        con.execute("""delete from _rlwh_dirty where run = ? and role is not distinct from ?
+                       and rank_id is not distinct from ? and capture is not distinct from ?""", list(key))
+
+
 def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] | None = None,
             transaction_per_key: bool = False) -> int:
     """Recompute the derived rows of every marked key; return how many keys. `on_key(i, n)`
@@ -67,8 +81,7 @@ def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] |
     at the loader's 384 MB; the ingest's working copy is private until it is published, so
     no reader sees the keys done so far.
     """
-    _ensure_state(con)
-    keys = con.execute("select distinct run, role, rank_id, capture from _rlwh_dirty order by all").fetchall()
+    keys = marked_keys(con)
     for i, key in enumerate(keys, start=1):
         if on_key:
             on_key(i, len(keys))

@@ -17,6 +17,7 @@ from typing import Callable
 import duckdb
 
 from rlwh import derive
+from rlwh.build import build_capture, land_capture
 from rlwh.config import Config
 from rlwh.discover import SourceFile, discover
 from rlwh.errors import RlwhError
@@ -129,11 +130,6 @@ def _record_run(con, run: str, profile_dir: Path) -> None:
     )
 
 
-def _parse_task(i: int, p: Planned, config: Config) -> Task:
-    return Task(f"file-{i}", parse_source, (p.source.kind, str(p.source.path), file_context(p, config)), p.size,
-                (str(p.source.path),))
-
-
 def run_tasks(tasks: list[Task], config: Config, parts: Path):
     """Yield (task, result) as tasks finish, on the executor the config names."""
     if config.executor == "ray":
@@ -143,12 +139,69 @@ def run_tasks(tasks: list[Task], config: Config, parts: Path):
     return local_pool(tasks, parts, config.workers)
 
 
-def _parse_all(todo: list[Planned], config: Config, tmp: Path):
-    """Yield (planned, parsed) as files finish parsing, largest files started first."""
-    tasks = [_parse_task(i, p, config) for i, p in enumerate(todo)]
-    planned = {t.name: p for t, p in zip(tasks, todo)}
-    for task, parsed in run_tasks(tasks, config, tmp):
-        yield planned[task.name], parsed
+def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> dict[str, list[Planned]]:
+    """The captures whose every file is (re)loaded now, by capture, when a worker should
+    build them whole: with Ray always (derive where parsed); locally when there are several
+    workers and at least as many captures (a lone big rank's files parse faster side by
+    side, then derive in the loader; one worker gains nothing). A capture that keeps rows of a file not reloaded now is
+    derived in the loader, which sees all of them."""
+    by_capture: dict[str, list[Planned]] = {}
+    for p in todo:
+        if p.source.capture is not None:
+            by_capture.setdefault(p.source.capture, []).append(p)
+    kept = con.execute(
+        "select distinct capture from sources where run = ? and rows > 0 and not list_contains(?, path)",
+        [run, [p.source.rel_path for p in todo]],
+    ).fetchall()
+    for (capture,) in kept:
+        by_capture.pop(capture, None)
+    if config.executor != "ray" and (config.workers <= 1 or len(by_capture) < config.workers):
+        return {}
+    return by_capture
+
+
+def _tasks(run: str, todo: list[Planned], builds: dict[str, list[Planned]], config: Config) -> dict[str, tuple]:
+    """One task per capture to build and per other file: name -> (task, files)."""
+    tasks = {}
+    for i, files in enumerate(builds.values()):
+        task = Task(f"capture-{i}", build_capture, (run, files, config), sum(p.size for p in files),
+                    tuple(str(p.source.path) for p in files))
+        tasks[task.name] = (task, files)
+    in_builds = {id(p) for files in builds.values() for p in files}
+    for i, p in enumerate(p for p in todo if id(p) not in in_builds):
+        task = Task(f"file-{i}", parse_source, (p.source.kind, str(p.source.path), file_context(p, config)), p.size,
+                    (str(p.source.path),))
+        tasks[task.name] = (task, [p])
+    return tasks
+
+
+def _land_built(con, run: str, files: list[Planned], built: dict) -> list[FileResult]:
+    """Append a capture a worker built; if the warehouse refuses it, every file of it fails."""
+    try:
+        land_capture(con, files, built)
+        return built["results"]
+    except duckdb.Error as exc:
+        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+            raise  # the warehouse could not be written (a full disk): no file is to blame
+        message = f"loading failed: {exc}"
+        return [load_file(con, run, p, failed_result(f"{p.source.rel_path}: {message}")) for p in files]
+
+
+def _parse_and_land(con, run: str, todo: list[Planned], config: Config, parts: Path, landed) -> list[FileResult]:
+    """Run every parse task and land each result as it arrives; `landed(files)` after each."""
+    with_step = tables_with_step(con)
+    tasks = _tasks(run, todo, _captures_to_build(con, run, todo, config), config)
+    results = []
+    for task, result in run_tasks([t for t, _ in tasks.values()], config, parts):
+        files = tasks[task.name][1]
+        if task.function is build_capture:
+            results += _land_built(con, run, files, result)
+        else:
+            results.append(load_file(con, run, files[0], result, with_step))
+        pause_for_test("between_files")
+        shutil.rmtree(parts / task.name, ignore_errors=True)
+        landed(files)
+    return results
 
 
 def ingest(
@@ -209,20 +262,18 @@ def ingest(
             progress(done_files, len(planned), done_bytes, total_bytes, "")
         # Parsed parts live beside the warehouse (same disk, usually roomier than /tmp);
         # a killed ingest's leftovers are removed here, under the writer lock.
-        with_step = tables_with_step(con)
         tmp = config.db_path.with_name(config.db_path.name + ".parts")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
+
+        def landed(files: list[Planned]) -> None:
+            nonlocal done_files, done_bytes
+            done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
+            if progress:
+                progress(done_files, len(planned), done_bytes, total_bytes, files[-1].source.rel_path)
+
         try:
-            for p, parsed in _parse_all(todo, config, tmp):
-                summary.results.append(load_file(con, run, p, parsed, with_step))
-                pause_for_test("between_files")
-                for parts in parsed["tables"].values():
-                    for part in parts:
-                        Path(part).unlink(missing_ok=True)
-                done_files, done_bytes = done_files + 1, done_bytes + p.size
-                if progress:
-                    progress(done_files, len(planned), done_bytes, total_bytes, p.source.rel_path)
+            summary.results += _parse_and_land(con, run, todo, config, tmp, landed)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         set_capture_starts(con, run, {p.source.capture for p in todo if p.source.kind.startswith("ascend_")})

@@ -166,7 +166,7 @@ class WriteSession:
         _fsync_dir(self.config.db_path.parent)
 
 
-def _store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
+def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     """Copy the settings views read into _rlwh_settings; True when one changed."""
     wanted = {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern}
     current = dict(con.execute("select name, value from _rlwh_settings").fetchall())
@@ -212,7 +212,7 @@ def write_session(config: Config) -> Iterator[WriteSession]:
         try:
             _configure(con, config, config.ingest_memory_limit)
             session.applied = migrate(con)
-            if _store_settings(con, config) or session.applied or not config.db_path.exists():
+            if store_settings(con, config) or session.applied or not config.db_path.exists():
                 session.changed = True
             if derive.refresh_user_frames(con):  # a new [stacks] rule: every stack again
                 session.changed = True

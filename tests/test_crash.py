@@ -239,7 +239,7 @@ def test_kill_during_a_large_trace_parse(db, tmp_path, big, big_ref):
     deadline = time.monotonic() + 120
     # The largest file is parsed first (its task folder beside the warehouse): its raw scan file appears
     # when DuckDB starts reading it.
-    while not list(db.parent.glob(db.name + ".parts/*/_raw_events.parquet")):
+    while not list(db.parent.glob(db.name + ".parts/**/_raw_events.parquet")):
         assert proc.poll() is None, f"the ingest ended before the trace was parsed: {proc.stdout.read()[-2000:]}"
         assert time.monotonic() < deadline, "the large trace parse never started"
         time.sleep(0.005)

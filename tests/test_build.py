@@ -1,0 +1,142 @@
+"""Captures built in parse workers (rlwh.build) give the warehouse the loader would.
+
+With several workers and at least as many captures, each worker parses a whole capture,
+loads it into a scratch DuckDB and derives its memory tables there; the loader appends
+the result. With one worker the loader loads and derives itself. Both must give the same
+rows in every table, on the real corpus and on the demo, fresh and on re-ingest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from rlwh import ingest as ingest_module
+from rlwh.demo import write_demo_profile
+from rlwh.ingest import ingest
+from tests.conftest import FIXTURES
+
+# Columns that say when or how long, not what: they differ between any two ingests.
+VOLATILE = {"ingested_at", "seconds", "applied_at", "first_ingested_at", "last_ingested_at"}
+
+
+def _differences(got: Path, want: Path) -> dict[str, tuple[int, int]]:
+    """Per table, (rows only in got, rows only in want), counted with multiplicity."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"attach '{got}' as got (read_only)")
+        con.execute(f"attach '{want}' as want (read_only)")
+        tables = [r[0] for r in con.execute(
+            "select table_name from duckdb_tables() where database_name = 'want' and schema_name = 'main'"
+        ).fetchall()]
+        diffs = {}
+        for table in tables:
+            columns = [r[0] for r in con.execute(
+                """select column_name from duckdb_columns() where database_name = 'want' and table_name = ?
+                   order by column_index""", [table]).fetchall() if r[0] not in VOLATILE]
+            select = ", ".join(f'"{c}"' for c in columns)
+            a, b = f"select {select} from got.{table}", f"select {select} from want.{table}"
+            extra = con.execute(f"select count(*) from ({a} except all {b})").fetchone()[0]
+            missing = con.execute(f"select count(*) from ({b} except all {a})").fetchone()[0]
+            if extra or missing:
+                diffs[table] = (extra, missing)
+        return diffs
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def counted_builds(monkeypatch) -> list[int]:
+    """How many captures the loader appended from workers' builds, in this test."""
+    built = []
+    land = ingest_module.land_capture
+
+    def counting(con, files, result):
+        built.append(len(files))
+        return land(con, files, result)
+
+    monkeypatch.setattr(ingest_module, "land_capture", counting)
+    return built
+
+
+def _ingest(profile: Path, config, db: Path, workers: int, run: str = "r"):
+    summary = ingest(profile, dataclasses.replace(config, db_path=db, workers=workers), run=run)
+    assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
+    return summary
+
+
+def test_real_corpus_built_in_workers_equals_the_loaders(tmp_path, config, counted_builds):
+    profile = tmp_path / "real"
+    shutil.copytree(FIXTURES / "real", profile)
+    _ingest(profile, config, tmp_path / "loader.duckdb", workers=1)
+    assert counted_builds == []
+    _ingest(profile, config, tmp_path / "built.duckdb", workers=2)
+    assert len(counted_builds) >= 10  # every real capture but none is left to the loader
+    assert _differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
+
+
+def test_demo_built_in_workers_equals_the_loaders(tmp_path, config, demo, counted_builds):
+    _ingest(demo, config, tmp_path / "loader.duckdb", workers=1)
+    _ingest(demo, config, tmp_path / "built.duckdb", workers=2)
+    assert sum(counted_builds) > 0
+    assert _differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
+    con = duckdb.connect(str(tmp_path / "built.duckdb"), read_only=True)
+    timeline = con.execute("select count(*) from _memory_timeline").fetchone()[0]
+    assert timeline > 0  # the derived rows came from the workers, not from nowhere
+
+
+def _rewrite_rank(demo_copy: Path) -> list[Path]:
+    """Change every file of one Ascend capture (its rows, so its sizes, change)."""
+    rank_dir = sorted(demo_copy.rglob("*_ascend_pt"))[0]
+    changed = []
+    for csv in sorted(rank_dir.rglob("operator_memory.csv")):
+        lines = csv.read_text().splitlines(keepends=True)
+        csv.write_text("".join(lines[:-3]))  # drop the last three allocations
+        changed.append(csv)
+    return changed
+
+
+def test_reingest_of_a_changed_capture(tmp_path, config, demo, counted_builds):
+    """Re-ingest after a change gives what a fresh ingest of the changed files gives, whether
+    the capture is rebuilt in a worker or, with files of it unchanged, in the loader."""
+    profile = tmp_path / "demo"
+    shutil.copytree(demo, profile)
+    db = tmp_path / "again.duckdb"
+    _ingest(profile, config, db, workers=2, run="demo")
+    assert _rewrite_rank(profile)
+    counted_builds.clear()
+    again = _ingest(profile, config, db, workers=2, run="demo")
+    # Only the changed file is reloaded; its capture keeps unchanged files, so the loader derives it.
+    assert [r.status for r in again.results].count("unchanged") == len(again.results) - 1
+    assert counted_builds == []
+    _ingest(profile, config, tmp_path / "fresh.duckdb", workers=1, run="demo")
+    assert _differences(db, tmp_path / "fresh.duckdb") == {}
+
+
+def test_reingest_of_a_whole_capture_rebuilt_in_a_worker(tmp_path, config, demo, counted_builds):
+    profile = tmp_path / "demo"
+    shutil.copytree(demo, profile)
+    db = tmp_path / "again.duckdb"
+    _ingest(profile, config, db, workers=2, run="demo")
+    # Two captures, as many as workers: each is rebuilt whole in a worker.
+    reloaded = []
+    for rank_dir in sorted(profile.rglob("*_ascend_pt"))[:2]:
+        for path in rank_dir.rglob("*"):
+            if path.is_file():
+                path.write_bytes(path.read_bytes() + (b"\n" if path.suffix in (".csv", ".json") else b""))
+                reloaded.append(path)
+    counted_builds.clear()
+    second = _ingest(profile, config, db, workers=2, run="demo")
+    assert len(second.results) - second.count("unchanged") >= 2
+    _ingest(profile, config, tmp_path / "fresh.duckdb", workers=1, run="demo")
+    assert _differences(db, tmp_path / "fresh.duckdb") == {}
+    assert reloaded and len(counted_builds) == 2, "the rewritten captures were not rebuilt in workers"
