@@ -1,0 +1,566 @@
+"""A Parquet dataset as the warehouse of big runs: generations of hive-partitioned files,
+published atomically, and a thin DuckDB file of views over the current one.
+
+Layout of a dataset ROOT:
+
+    ROOT/_rlwh_dataset.json                        marker: this folder is an rlwh dataset
+    ROOT/current -> gen-000007                     symlink to the newest complete generation
+    ROOT/gen-000007/_manifest.json                 written last: every file, its table, group, rows
+    ROOT/gen-000007/<table>/run=<run>/role=<role>/rank_id=<rank>/<group>.g000007_0.parquet
+    ROOT/gen-000007/runs/run=<run>/<group>.g000005_0.parquet    (carried over from generation 5)
+    ROOT/gen-000007/call_stacks/<group>.g000007_0.parquet       tables without run: not partitioned
+    ROOT/gen-000007/<table>/empty.parquet          a table with no rows in this generation: its schema
+
+A generation has the folders of `rlwh export parquet` (rlwh.export: partitioned by those
+of run, role and rank_id a table has, partition columns in the folder names only, NULL is
+`__HIVE_DEFAULT_PARTITION__`). Every base table of the warehouse is there, private ones
+(`_memory_timeline`, `_memory_record_ops`, `_torch_memory_blocks`, `_stack_user_frames`,
+...) too: the views of sql/ read them.
+
+Groups. The unit of replacement is a group: the caller's id (letters, digits, `_` and `-`,
+e.g. `g-<16 hex>`) for, say, one (run, role, rank_id, capture). `publish(root, {gid:
+folder})` takes, per group, a folder of `<table>.parquet` files holding that group's
+full rows of each table (every column, run/role/rank_id included; a table it has no rows
+of may be left out). The new generation gets the given groups' rows partitioned afresh;
+every other group of the previous generation is carried over by hard link (a copy where
+the file system cannot link), so re-ingesting one rank writes only that rank's files.
+`drop` removes groups; `groups_of(root, run)` says which groups hold a run. A group holds
+rows of at most one run. Tables without rank_id (runs, call_stacks, _stack_user_frames)
+may hold the same key in several groups (each rank's group carries the stacks it uses):
+the thin file's views keep one row per primary key, so rows sharing a key must be equal
+(a stack id is never reused; give a run's `runs` row to one group of the run).
+
+Publication. A generation is written under its final name and is complete when its
+`_manifest.json` is there; then `current` is replaced atomically (a new symlink under a
+temp name, renamed over it). A publish killed at any point leaves `current` on the old
+generation, and the next publish deletes the half one. Generations beyond the newest
+`keep` are deleted after each publish (never the one `current` names); a reader still
+on an older one (a thin file not reopened for `keep` publishes) then fails loudly, it
+never sees mixed rows. A lock file (ROOT/.lock) serialises publishers.
+
+Reading it directly (Spark, Trino, DuckDB): resolve `current` once, then read the
+generation it names. `current` is a symlink inside every path, so a listing that runs
+while a publish flips it could list some folders of the old generation and some of the
+new; file names carry the generation that wrote them, so a file listed before a flip and
+opened after it fails rather than reading another generation's rows. DuckDB:
+
+    gen := realpath('ROOT/current')
+    select * from read_parquet('<gen>/cpu_ops/**/*.parquet', hive_partitioning = true,
+                               hive_types_autocast = false, hive_types = {'rank_id': 'INTEGER'})
+
+(hive_types_autocast = false keeps a run named 0412 a string). Spark:
+`spark.read.option("basePath", f"{gen}/cpu_ops").parquet(f"{gen}/cpu_ops")` with
+`spark.sql.sources.partitionColumnTypeInference.enabled=false`, then cast rank_id to int.
+A ROOT path with `key=value` folder names above it would add columns for such readers
+(publish refuses one).
+
+The thin DuckDB file. `build_thin_db(root, db_path)` writes the file rlwh's commands,
+the duckdb shell and BI tools open in dataset mode: every base table of the warehouse is
+a view with exactly the table's columns, order and types over the explicit file list of
+the current generation's manifest (absolute paths, so the file is a snapshot of one
+generation), `_rlwh_migrations` and `_rlwh_settings` are small real tables, and the
+sql/ views are installed over them as in a normal warehouse. It is written beside
+db_path and renamed over it: a reader of the old file keeps its snapshot.
+
+Safety: group ids are checked before they become file names; run and role values come
+from data and DuckDB percent-encodes them in folder names; every path written is checked
+to lie inside the generation before it is published; a ROOT that is neither empty nor a
+dataset is refused. A run or role spelled `null` or `__HIVE_DEFAULT_PARTITION__` would
+read back as NULL from a hive path, so publish refuses it rather than change it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import re
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from rlwh import __version__
+from rlwh.errors import RlwhError
+from rlwh.export import partition_keys
+from rlwh.sqltext import sql_literal
+from rlwh.warehouse import pause_for_test
+
+MARKER = "_rlwh_dataset.json"
+MANIFEST = "_manifest.json"
+CURRENT = "current"
+LOCK = ".lock"
+EMPTY = "empty.parquet"
+FORMAT = 1
+GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+_GEN = re.compile(r"^gen-(\d{6,})$")
+# Kept as real tables in the thin file, never in the dataset.
+THIN_TABLES = ("_rlwh_migrations", "_rlwh_settings")
+# Values a hive path cannot carry: every engine reads these folder names back as NULL.
+_HIVE_NULLS = ("null", "__hive_default_partition__")
+_HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
+
+
+# --- the schema ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict[str, dict]:
+    """Every base table of a freshly migrated warehouse: columns, types, keys, comments, DDL."""
+    from rlwh.schema import migrate
+
+    con = duckdb.connect()
+    try:
+        migrate(con)
+        tables: dict[str, dict] = {}
+        for name, comment, ddl in con.execute(
+            """select table_name, comment, sql from duckdb_tables()
+               where schema_name = 'main' and not temporary order by table_name"""
+        ).fetchall():
+            columns = con.execute(
+                """select column_name, data_type, comment from duckdb_columns()
+                   where schema_name = 'main' and table_name = ? order by column_index""",
+                [name],
+            ).fetchall()
+            pk = con.execute(
+                """select constraint_column_names from duckdb_constraints()
+                   where schema_name = 'main' and table_name = ? and constraint_type = 'PRIMARY KEY'""",
+                [name],
+            ).fetchone()
+            names = [c[0] for c in columns]
+            tables[name] = {
+                "columns": [(c[0], c[1]) for c in columns],
+                "column_comments": {c[0]: c[2] for c in columns if c[2]},
+                "comment": comment,
+                "keys": partition_keys(names),
+                "primary_key": list(pk[0]) if pk else [],
+                "ddl": ddl,
+                "rows": con.execute(f"select * from {_ident(name)}").fetchall() if name in THIN_TABLES else [],
+            }
+        return tables
+    finally:
+        con.close()
+
+
+def dataset_tables() -> dict[str, list[tuple[str, str]]]:
+    """The tables a group may hold (every base table but the thin file's own), with their
+    columns and types in order: what `<group>/<table>.parquet` must have."""
+    return {t: list(s["columns"]) for t, s in _schema().items() if t not in THIN_TABLES}
+
+
+def _shared(spec: dict) -> bool:
+    """A table without rank_id: several groups may hold the same rows of it."""
+    return "rank_id" not in spec["keys"]
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# --- the root, its generations and the lock -----------------------------------------------
+
+
+def _gen_number(path: Path) -> int | None:
+    match = _GEN.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def _generations(root: Path) -> list[tuple[int, Path]]:
+    found = []
+    for path in root.iterdir():
+        number = _gen_number(path)
+        if number is not None and path.is_dir() and not path.is_symlink():
+            found.append((number, path))
+    return sorted(found)
+
+
+def current_generation(root: Path) -> Path | None:
+    """The generation `ROOT/current` names (ROOT/gen-N), or None before the first publish."""
+    link = Path(root).absolute() / CURRENT
+    if not link.is_symlink():
+        return None
+    target = os.readlink(link)
+    gen = link.parent / target
+    if "/" in target or _gen_number(gen) is None or not (gen / MANIFEST).is_file():
+        raise RlwhError(f"{link} points to {target!r}, which is not a complete generation of this dataset")
+    return gen
+
+
+def manifest(gen: Path) -> dict:
+    """A generation's manifest (what _manifest.json holds)."""
+    path = Path(gen) / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RlwhError(f"{gen} is not a complete generation (no {MANIFEST})") from None
+    except (OSError, ValueError) as exc:
+        raise RlwhError(f"cannot read {path}: {exc}") from exc
+
+
+def groups_of(root: Path, run: str) -> set[str]:
+    """The groups of the current generation that hold rows of `run`."""
+    gen = current_generation(root)
+    if gen is None:
+        return set()
+    return {g for g, info in manifest(gen)["groups"].items() if info["run"] == run}
+
+
+def _open_root(root: Path) -> None:
+    """Make ROOT a dataset, or check that it is one; anything else is never touched."""
+    if any("=" in part for part in root.parts):
+        raise RlwhError(f"dataset root {root}: a folder named key=value above the data would read as a "
+                        "partition column; pick a path without '='")
+    if root.is_symlink() and not root.is_dir():
+        raise RlwhError(f"dataset root {root} is a dangling link")
+    if (root / MARKER).is_file():
+        return
+    if root.exists():
+        if not root.is_dir():
+            raise RlwhError(f"dataset root {root} is not a folder")
+        if any(root.iterdir()):
+            raise RlwhError(f"{root} exists and is not an rlwh dataset (no {MARKER}): give a new or empty folder")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _write_json(root / MARKER, {"format": FORMAT, "created_by": f"rlwh {__version__}"})
+    except OSError as exc:
+        raise RlwhError(f"cannot create the dataset {root}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    with open(root / LOCK, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _clean(root: Path, current: Path | None) -> None:
+    """Delete what a killed publish left: generations without a manifest or newer than
+    `current` (written, never published) and temp symlinks."""
+    current_number = _gen_number(current) if current is not None else -1
+    for number, path in _generations(root):
+        if number > current_number or not (path / MANIFEST).is_file():
+            shutil.rmtree(path, ignore_errors=True)
+    for path in root.glob(f".{CURRENT}-*"):
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _prune(root: Path, current: Path, keep: int) -> list[Path]:
+    complete = [(n, p) for n, p in _generations(root) if (p / MANIFEST).is_file()]
+    removed = []
+    for _, path in complete[:-keep]:
+        if path.name != current.name:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+# --- publish --------------------------------------------------------------------------------
+
+
+def _inside(gen: Path, rel: str) -> Path:
+    """gen/rel, refused unless it stays inside gen (no '..', no absolute part, no link)."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or any(p in ("", ".", "..") for p in parts):
+        raise RlwhError(f"dataset refused: {rel!r} would lie outside {gen}")
+    path = gen.joinpath(*parts)
+    if not path.resolve().is_relative_to(gen.resolve()):
+        raise RlwhError(f"dataset refused: {path} would lie outside {gen}")
+    return path
+
+
+def _check_contained(gen: Path) -> None:
+    real = gen.resolve()
+    for folder, dirnames, filenames in os.walk(gen):
+        for name in dirnames + filenames:
+            path = Path(folder) / name
+            if path.is_symlink() or not path.resolve().is_relative_to(real):
+                raise RlwhError(f"dataset refused: {path} would lie outside {gen}")
+
+
+def _check_group_folder(gid: str, folder: Path, tables: dict[str, dict]) -> dict[str, Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RlwhError(f"group {gid}: {folder} is not a folder")
+    files = {}
+    for path in sorted(folder.iterdir()):
+        table = path.name.removesuffix(".parquet")
+        if not path.name.endswith(".parquet") or table not in tables:
+            raise RlwhError(f"group {gid}: {path.name} in {folder} is not <table>.parquet of a warehouse table")
+        files[table] = path
+    return files
+
+
+def _select(spec: dict, source: str) -> str:
+    """The table's columns, in order and cast to its types, from `source`."""
+    columns = ", ".join(f"cast({_ident(c)} as {t}) as {_ident(c)}" for c, t in spec["columns"])
+    return f"select {columns} from {source}"
+
+
+def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict], gen: Path,
+                 number: int) -> tuple[list[dict], str | None]:
+    """Partition one group's files into gen; return its manifest file entries and its run."""
+    stage = gen / ".stage" / gid
+    stage.mkdir(parents=True)
+    pattern = f"{gid}.g{number:06d}_{{i}}"
+    entries: list[dict] = []
+    runs: set[str] = set()
+    for table, path in files.items():
+        spec = tables[table]
+        want = [c for c, _ in spec["columns"]]
+        try:
+            have = [r[0] for r in con.execute(f"describe select * from read_parquet({sql_literal(path)})").fetchall()]
+        except duckdb.Error as exc:
+            raise RlwhError(f"group {gid}: cannot read {path}: {str(exc).strip().splitlines()[0]}") from exc
+        if have != want:
+            raise RlwhError(f"group {gid}: {path.name} has columns {have}, the warehouse's {table} has {want}")
+        select = _select(spec, f"read_parquet({sql_literal(path)})")
+        if "run" in want:
+            values = con.execute(f"select distinct run from ({select})").fetchall()
+            runs |= {v[0] for v in values}
+        for key in ("run", "role"):
+            if key in spec["keys"]:
+                bad = con.execute(
+                    f"select distinct {key} from ({select}) where lower({key}) in {tuple(_HIVE_NULLS)}").fetchall()
+                if bad:
+                    raise RlwhError(f"group {gid}: {table} has {key} {bad[0][0]!r}, which a hive path reads back "
+                                    "as NULL; rename it")
+        target = stage / table
+        try:
+            if spec["keys"]:
+                options = f"format parquet, partition_by ({', '.join(spec['keys'])}), " \
+                          f"filename_pattern {sql_literal(pattern)}, return_stats true"
+                stats = con.execute(f"copy ({select}) to {sql_literal(target)} ({options})").fetchall()
+                written = {os.path.realpath(s[0]): int(s[1]) for s in stats}
+            else:
+                target.mkdir()
+                one = target / (pattern.replace("{i}", "0") + ".parquet")
+                count = con.execute(f"copy ({select}) to {sql_literal(one)} (format parquet)").fetchone()[0]
+                written = {os.path.realpath(one): int(count)} if count else {}
+                if not count:
+                    one.unlink()
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            if "too long" in first.lower():
+                first += " (a run or role value too long for a folder name)"
+            raise RlwhError(f"group {gid}: writing {table} failed: {first}") from exc
+        if target.exists():
+            _check_contained(target)
+            for folder, _, filenames in os.walk(target):
+                for name in filenames:
+                    src = Path(folder) / name
+                    rows = written.get(os.path.realpath(src))
+                    if rows is None:
+                        raise RlwhError(f"group {gid}: DuckDB wrote {src}, which it did not report")
+                    if rows == 0:
+                        continue
+                    rel = str(src.relative_to(stage))
+                    dest = _inside(gen, rel)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    _fsync(src)
+                    os.rename(src, dest)
+                    entries.append({"path": rel, "table": table, "group": gid, "rows": rows})
+    if len(runs) > 1:
+        raise RlwhError(f"group {gid} holds rows of {len(runs)} runs ({', '.join(sorted(runs)[:3])}...): "
+                        "a group belongs to one run")
+    shutil.rmtree(stage)
+    return entries, next(iter(runs), None)
+
+
+def _carry(prev: Path, gen: Path, entry: dict) -> None:
+    src = _inside(prev, entry["path"])
+    dest = _inside(gen, entry["path"])
+    if src.is_symlink() or not src.is_file():
+        raise RlwhError(f"{src}, listed in {prev / MANIFEST}, is missing or not a plain file")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:  # a file system without hard links, or across devices
+        shutil.copy2(src, dest)
+
+
+def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str] = frozenset(),
+            keep: int = 3) -> Path:
+    """Publish a new generation: the previous one's groups, with `groups` (id -> folder of
+    `<table>.parquet`) written afresh (replacing a group of the same id) and `drop`'s
+    removed. Returns the new generation's folder, which `current` then names."""
+    root = Path(root).absolute()
+    if keep < 1:
+        raise RlwhError("keep must be at least 1: the current generation is always kept")
+    bad = sorted(g for g in set(groups) | set(drop) if not GROUP_ID.match(g))
+    if bad:
+        raise RlwhError(f"group id {bad[0]!r}: use letters, digits, '_' and '-' (at most 100, not leading '_' or '-')")
+    both = sorted(set(groups) & set(drop))
+    if both:
+        raise RlwhError(f"group {both[0]} is both given and dropped")
+    tables = {t: s for t, s in _schema().items() if t not in THIN_TABLES}
+    checked = {gid: _check_group_folder(gid, folder, tables) for gid, folder in groups.items()}
+    _open_root(root)
+    with _locked(root):
+        prev = current_generation(root)
+        numbers = [n for n, _ in _generations(root)]
+        _clean(root, prev)
+        number = max(numbers, default=0) + 1
+        gen = root / f"gen-{number:06d}"
+        try:
+            gen.mkdir()
+            old = manifest(prev) if prev is not None else {"files": [], "groups": {}}
+            files: list[dict] = []
+            group_info: dict[str, dict] = {}
+            for gid, info in old["groups"].items():
+                if gid in groups or gid in drop:
+                    continue
+                for entry in old["files"]:
+                    if entry["group"] == gid:
+                        _carry(prev, gen, entry)
+                        files.append(entry)
+                group_info[gid] = info
+            con = duckdb.connect()
+            try:
+                con.execute("set enable_progress_bar = false")
+                con.execute("set preserve_insertion_order = false")
+                for gid in sorted(checked):
+                    entries, run = _write_group(con, gid, checked[gid], tables, gen, number)
+                    files += entries
+                    group_info[gid] = {"run": run, "rows": sum(e["rows"] for e in entries), "generation": number}
+                rows = {t: sum(e["rows"] for e in files if e["table"] == t) for t in tables}
+                for table, count in rows.items():
+                    if count == 0:  # no partitions: one empty file keeps the table readable
+                        (gen / table).mkdir(exist_ok=True)
+                        columns = ", ".join(f"cast(null as {t}) as {_ident(c)}" for c, t in tables[table]["columns"])
+                        con.execute(f"copy (select {columns} limit 0) to {sql_literal(gen / table / EMPTY)} "
+                                    "(format parquet)")
+            finally:
+                con.close()
+            shutil.rmtree(gen / ".stage", ignore_errors=True)
+            _check_contained(gen)
+            pause_for_test("dataset-manifest")
+            _write_json(gen / MANIFEST, {
+                "format": FORMAT,
+                "rlwh_version": __version__,
+                "generation": number,
+                "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "previous": prev.name if prev is not None else None,
+                "tables": {t: {"rows": rows[t], "partition_by": tables[t]["keys"],
+                               "columns": [list(c) for c in tables[t]["columns"]]} for t in tables},
+                "groups": group_info,
+                "files": sorted(files, key=lambda e: e["path"]),
+            })
+            _fsync(gen)
+            pause_for_test("dataset-swap")
+            link = Path(tempfile.mktemp(prefix=f".{CURRENT}-", dir=root))
+            os.symlink(gen.name, link)
+            os.replace(link, root / CURRENT)
+            _fsync(root)
+        except BaseException:
+            if current_generation(root) != gen:
+                shutil.rmtree(gen, ignore_errors=True)
+            raise
+        _prune(root, gen, keep)
+    return gen
+
+
+# --- the thin DuckDB file --------------------------------------------------------------------
+
+
+def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
+    if not paths:
+        columns = ", ".join(f"cast(null as {t}) as {_ident(c)}" for c, t in spec["columns"])
+        return f"create view {_ident(table)} as select {columns} where false"
+    listing = "[" + ", ".join(sql_literal(p) for p in paths) + "]"
+    if spec["keys"]:
+        types = ", ".join(f"{sql_literal(k)}: {sql_literal(_HIVE_TYPES[k])}" for k in spec["keys"])
+        source = (f"read_parquet({listing}, hive_partitioning = true, hive_types_autocast = false, "
+                  f"hive_types = {{{types}}})")
+    else:
+        source = f"read_parquet({listing}, hive_partitioning = false)"
+    select = _select(spec, source)
+    if _shared(spec):
+        key = spec["primary_key"]
+        select = select.replace("select ", f"select distinct on ({', '.join(map(_ident, key))}) ", 1) if key \
+            else select.replace("select ", "select distinct ", 1)
+    return f"create view {_ident(table)} as {select}"
+
+
+def settings_of(config) -> dict[str, str]:
+    """The settings the views read (_rlwh_settings), from an rlwh Config."""
+    return {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern}
+
+
+def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:
+    """Write db_path: views over the current generation, the sql/ views over them, and
+    `settings` (default: those of the default Config) in _rlwh_settings. Atomic."""
+    from rlwh.config import Config
+    from rlwh.schema import install_views
+
+    root = Path(root).absolute()
+    db_path = Path(db_path).absolute()
+    if not (root / MARKER).is_file():
+        raise RlwhError(f"{root} is not an rlwh dataset (no {MARKER})")
+    gen = current_generation(root)
+    if gen is None:
+        raise RlwhError(f"{root} has no published generation yet")
+    files = manifest(gen)["files"]
+    settings = settings if settings is not None else settings_of(Config())
+    schema = _schema()
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = db_path.with_name(f".{db_path.name}.thin-{os.getpid()}")
+    for path in (tmp, tmp.with_name(tmp.name + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    try:
+        con = duckdb.connect(str(tmp))
+        try:
+            for table in THIN_TABLES:
+                con.execute(schema[table]["ddl"])
+            con.executemany("insert into _rlwh_migrations values (?, ?, ?)", schema["_rlwh_migrations"]["rows"])
+            con.executemany("insert into _rlwh_settings values (?, ?)", sorted(settings.items()))
+            for table, spec in schema.items():
+                if table in THIN_TABLES:
+                    continue
+                paths = [str(_inside(gen, e["path"])) for e in files if e["table"] == table]
+                con.execute(_view_sql(table, spec, paths))
+                if spec["comment"]:
+                    con.execute(f"comment on view {_ident(table)} is {sql_literal(spec['comment'])}")
+                for column, text in spec["column_comments"].items():
+                    con.execute(f"comment on column {_ident(table)}.{_ident(column)} is {sql_literal(text)}")
+            install_views(con)
+            con.execute("checkpoint")
+        finally:
+            con.close()
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, db_path)
+        _fsync(db_path.parent)
+    except duckdb.Error as exc:
+        raise RlwhError(f"cannot write the thin warehouse {db_path}: {str(exc).strip().splitlines()[0]}") from exc
+    finally:
+        for path in (tmp, tmp.with_name(tmp.name + ".wal")):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return gen
