@@ -78,7 +78,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -101,6 +100,8 @@ GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _GEN = re.compile(r"^gen-(\d{6,})$")
 # Kept as real tables in the thin file, never in the dataset.
 THIN_TABLES = ("_rlwh_migrations", "_rlwh_settings")
+# The thin file's own table: which dataset and generation it shows (and that it is a thin file).
+THIN_MARKER = "_rlwh_dataset"
 # Values a hive path cannot carry: every engine reads these folder names back as NULL.
 _HIVE_NULLS = ("null", "__hive_default_partition__")
 _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
@@ -473,7 +474,9 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
             })
             _fsync(gen)
             pause_for_test("dataset-swap")
-            link = Path(tempfile.mktemp(prefix=f".{CURRENT}-", dir=root))
+            link = root / f".{CURRENT}-{os.getpid()}"
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
             os.symlink(gen.name, link)
             os.replace(link, root / CURRENT)
             _fsync(root)
@@ -507,6 +510,30 @@ def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
     return f"create view {_ident(table)} as {select}"
 
 
+def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
+    """True on a thin file (its tables are views over a dataset)."""
+    return bool(con.execute(
+        "select count(*) from duckdb_tables() where database_name = current_database() and table_name = ?",
+        [THIN_MARKER]).fetchone()[0])
+
+
+def _check_replaceable(db_path: Path) -> None:
+    """db_path may be replaced when absent or a thin file: never a normal warehouse."""
+    if not db_path.exists():
+        return
+    try:
+        con = duckdb.connect(str(db_path), read_only=True)
+    except duckdb.Error as exc:
+        raise RlwhError(f"{db_path} exists and cannot be opened ({str(exc).strip().splitlines()[0]}): "
+                        "not replaced with a thin file") from exc
+    try:
+        if not is_thin(con):
+            raise RlwhError(f"{db_path} is a warehouse with its own tables, not a thin file of a dataset: "
+                            "not replaced; move it aside or pick another path")
+    finally:
+        con.close()
+
+
 def settings_of(config) -> dict[str, str]:
     """The settings the views read (_rlwh_settings), from an rlwh Config."""
     return {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern}
@@ -527,6 +554,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         raise RlwhError(f"{root} has no published generation yet")
     files = manifest(gen)["files"]
     settings = settings if settings is not None else settings_of(Config())
+    _check_replaceable(db_path)
     schema = _schema()
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(f".{db_path.name}.thin-{os.getpid()}")
@@ -540,6 +568,10 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
                 con.execute(schema[table]["ddl"])
             con.executemany("insert into _rlwh_migrations values (?, ?, ?)", schema["_rlwh_migrations"]["rows"])
             con.executemany("insert into _rlwh_settings values (?, ?)", sorted(settings.items()))
+            con.execute(f"create table {THIN_MARKER} (root varchar not null, generation varchar not null, "
+                        "built_at timestamp not null)")
+            con.execute(f"insert into {THIN_MARKER} values (?, ?, ?)",
+                        [str(root), gen.name, datetime.now(timezone.utc).replace(tzinfo=None)])
             for table, spec in schema.items():
                 if table in THIN_TABLES:
                     continue

@@ -62,19 +62,27 @@ PARTITION_KEYS = ("run", "role", "rank_id")  # those a table has, in this order
 _TMP_PREFIX = ".rlwh-export-"
 
 
+def _thin_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """In a dataset's thin file (rlwh.dataset) the warehouse's tables are views: their names."""
+    from rlwh import dataset
+
+    return set(dataset.dataset_tables()) if dataset.is_thin(con) else set()
+
+
 def public_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The warehouse's public base tables (not views, not the private `_` ones), by name."""
+    """The warehouse's public base tables (not views, not the private `_` ones), by name;
+    in a dataset's thin file the views that stand for them."""
     rows = con.execute(
         """select table_name from duckdb_tables()
            where database_name = current_database() and schema_name = 'main'
              and not temporary and not starts_with(table_name, '_')
            order by table_name"""
     ).fetchall()
-    return [r[0] for r in rows]
+    thin = _thin_tables(con)
+    return sorted({r[0] for r in rows} | {v for v in _views(con) if v in thin})
 
 
-def public_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The warehouse's public views (the `_` ones are private helpers), by name."""
+def _views(con: duckdb.DuckDBPyConnection) -> list[str]:
     rows = con.execute(
         """select view_name from duckdb_views()
            where database_name = current_database() and schema_name = 'main'
@@ -82,6 +90,12 @@ def public_views(con: duckdb.DuckDBPyConnection) -> list[str]:
            order by view_name"""
     ).fetchall()
     return [r[0] for r in rows]
+
+
+def public_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The warehouse's public views (the `_` ones are private helpers), by name."""
+    thin = _thin_tables(con)
+    return [v for v in _views(con) if v not in thin]
 
 
 def partition_keys(columns: list[str]) -> list[str]:

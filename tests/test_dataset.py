@@ -32,7 +32,7 @@ from rlwh.cli import cli
 from rlwh.config import Config
 from rlwh.demo import write_demo_profile
 from rlwh.errors import RlwhError
-from rlwh.export import export_parquet, public_views
+from rlwh.export import export_parquet, public_tables, public_views
 from rlwh.ingest import ingest
 from rlwh.warehouse import connect_read, write_session
 
@@ -145,9 +145,11 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
         tables, views = _names(con), public_views(con)
         assert {"_memory_timeline", "_memory_record_ops", "_torch_memory_blocks", "_stack_user_frames",
                 "call_stacks", "memory_records", "sources"} <= set(tables)
-        assert _names(thin) == ["_rlwh_migrations", "_rlwh_settings"]  # the rest are views over Parquet
-        public_tables = [t for t in tables if not t.startswith("_")]
-        assert public_views(thin) == sorted(views + public_tables)
+        # The rest are views over Parquet; rlwh still tells its tables from its views.
+        assert _names(thin) == ["_rlwh_dataset", "_rlwh_migrations", "_rlwh_settings"]
+        assert public_views(thin) == views and public_tables(thin) == public_tables(con)
+        assert thin.execute("select root, generation from _rlwh_dataset").fetchall() == [
+            (str(published["root"]), "gen-000001")]
         for name in tables + views:
             # Same column names, order and types (a view has no NOT NULL or key to describe).
             described = [(r[0], r[1]) for r in thin.execute(f"describe {name}").fetchall()]
@@ -216,6 +218,40 @@ def test_rlwh_query_and_connect_read_work_on_the_thin_file(warehouse, published)
     thin = runner.invoke(cli, ["query", sql, "--db", str(published["thin"]), "--format", "csv"])
     normal = runner.invoke(cli, ["query", sql, "--db", str(warehouse), "--format", "csv"])
     assert thin.exit_code == 0 and thin.output == normal.output and len(normal.output.splitlines()) > 2
+
+
+def test_export_of_the_thin_file_is_the_export_of_the_warehouse(warehouse, published, tmp_path):
+    normal = export_parquet(_config(warehouse), tmp_path / "normal", views=True)
+    thin = export_parquet(_config(published["thin"]), tmp_path / "thin", views=True)
+    assert thin == normal and normal["memory_records"] > 0 and normal["memory_peak"] > 0
+    for table in ("memory_records", "call_stacks", "memory_peak", "sources"):
+        read = "read_parquet('{}/**/*.parquet', hive_partitioning = true, hive_types_autocast = false)"
+        a, b = read.format(tmp_path / "normal" / table), read.format(tmp_path / "thin" / table)
+        for x, y in ((a, b), (b, a)):
+            extra = duckdb.sql(f"select count(*) from (select * from {x} except all select * from {y})").fetchone()
+            assert extra == (0,), table
+
+
+def test_build_thin_db_replaces_a_thin_file_never_a_warehouse(warehouse, published, tmp_path):
+    copy = tmp_path / "warehouse.duckdb"
+    shutil.copy(warehouse, copy)
+    with pytest.raises(RlwhError, match="not a thin file"):
+        dataset.build_thin_db(published["root"], copy)
+    assert copy.read_bytes() == warehouse.read_bytes()
+    thin = tmp_path / "thin.duckdb"
+    thin.write_bytes(b"not duckdb")
+    with pytest.raises(RlwhError, match="cannot be opened"):
+        dataset.build_thin_db(published["root"], thin)
+    thin.unlink()
+    dataset.build_thin_db(published["root"], thin, settings={"gmm_ops_per_layer": "7", "library_frames": "x"})
+    reader = duckdb.connect(str(thin), read_only=True)  # keeps its snapshot across the rebuild
+    dataset.build_thin_db(published["root"], thin)
+    assert reader.execute("select value from _rlwh_settings where name = 'gmm_ops_per_layer'").fetchone() == ("7",)
+    reader.close()
+    con = duckdb.connect(str(thin), read_only=True)
+    assert con.execute("select value from _rlwh_settings where name = 'gmm_ops_per_layer'").fetchone() != ("7",)
+    con.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thin.duckdb", "warehouse.duckdb"]  # no temp left
 
 
 def _report(db: Path, out: Path) -> dict[str, str]:
