@@ -1,0 +1,299 @@
+"""`rlwh ingest --executor ray` on a real Ray cluster gives the warehouse a local ingest gives.
+
+One cluster for the whole session (tests/ray_cluster.py): a head (127.0.0.1) and two
+worker nodes (127.0.0.2, 127.0.0.3), each with 1 CPU, in a network namespace of their own.
+The workers differ the ways real nodes do:
+
+- 127.0.0.2 cannot import rlwh (a sitecustomize drops the checkout, where the editable
+  install points, from sys.path), so every ingest must ship rlwh there (runtime_env);
+- 127.0.0.3 sees its own empty tmpfs over HIDDEN, so a warehouse under HIDDEN has a parts
+  folder that node cannot see, and its tasks' files come back through the object store.
+
+Every node has RLWH_TEST_RAY_HOOKS set (rlwh.ray_remote._test_hook), which does nothing
+until a test drops a stage file there. The ingest runs as a real `rlwh ingest` process
+inside the cluster's namespace, started from a folder without rlwh in it (Ray puts the
+driver's working folder on its workers' sys.path, which would hide a missing install).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray_cluster
+from warehouse_compare import differences, row_count
+
+from rlwh import synth
+from rlwh.config import Config
+from rlwh.demo import write_demo_profile
+from rlwh.ingest import ingest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parent.parent
+# The driver: the CLI, with the Ray executor's log on stderr, and whether Ray is still
+# connected once the command is done (it must not be).
+DRIVER = """
+import logging, sys
+logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+logging.getLogger("ray").setLevel(logging.ERROR)
+from rlwh.cli import cli
+try:
+    cli(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+ray = sys.modules.get("ray")
+print("ray connected after the command:", bool(ray and ray.is_initialized()), file=sys.stderr)
+sys.exit(code)
+"""
+HIDE_RLWH = f"""
+import os, sys
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != {str(REPO)!r}]
+"""
+
+
+def _ray_missing() -> str | None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return "ray is not installed (pip install 'rlwh[ray]')"
+    return ray_cluster.available()
+
+
+def _skip_or_fail(reason: str):
+    if os.environ.get("CI"):  # CI installs the extra as root: there a missing piece is a failure
+        pytest.fail(f"the Ray tests cannot run in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    reason = _ray_missing()
+    if reason:
+        _skip_or_fail(reason)
+    root = tmp_path_factory.mktemp("ray-cluster")
+    (root / "no-rlwh").mkdir()
+    (root / "no-rlwh" / "sitecustomize.py").write_text(HIDE_RLWH)
+    (root / "hooks").mkdir()
+    hooks = {"RLWH_TEST_RAY_HOOKS": str(root / "hooks")}
+    nodes = [ray_cluster.Node("127.0.0.2", env={"PYTHONPATH": str(root / "no-rlwh"), **hooks}),
+             ray_cluster.Node("127.0.0.3", env=hooks, hide=root / "hidden")]
+    running = ray_cluster.LocalCluster(root, nodes, node_env=hooks).start()
+    yield running
+    netns = running._netns()
+    running.stop()
+    assert running.processes(netns) == [], "processes of the test cluster left after stop"
+
+
+@pytest.fixture(scope="module")
+def area(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ray")
+
+
+@pytest.fixture(scope="module")
+def demo(area) -> Path:
+    return write_demo_profile(area / "demo" / "demo-run")
+
+
+@pytest.fixture(scope="module")
+def many_ranks(area) -> Path:
+    """2 roles x 12 ranks of small Ascend rank dirs: 24 captures, so 24 tasks or more."""
+    return synth.write_ascend_profile(area / "many" / "ranks-run", ranks=12, n_ops=300, n_allocs=200, n_stacks=20)
+
+
+def _local(profile: Path, db: Path) -> Path:
+    """The reference: the same profile ingested by the local pool."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    summary = ingest(profile, Config(db_path=db, workers=1))
+    assert summary.failed == 0
+    return db
+
+
+@pytest.fixture(scope="module")
+def demo_local(area, demo) -> Path:
+    return _local(demo, area / "local-demo" / "w.duckdb")
+
+
+@pytest.fixture(scope="module")
+def many_local(area, many_ranks) -> Path:
+    return _local(many_ranks, area / "local-many" / "w.duckdb")
+
+
+def _driver(cluster, db: Path, profile: Path) -> list[str]:
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, "-c", DRIVER, "ingest", "--db", str(db), str(profile), "--executor", "ray",
+            "--ray-address", cluster.address]
+
+
+def _ray_ingest(cluster, db: Path, profile: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return cluster.run_driver(_driver(cluster, db, profile), cwd=cluster.root, extra_env=env)
+
+
+def _assert_same(db: Path, reference: Path, proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "ray connected after the command: False" in proc.stderr
+    assert row_count(reference) > 1000
+    assert differences(db, reference) == {}
+    leftovers = sorted(p.name for p in db.parent.iterdir() if p.name not in (db.name, db.name + ".lock"))
+    assert leftovers == [], f"left beside the warehouse: {leftovers}"
+
+
+def _task_nodes(stderr: str) -> dict[str, set[str]]:
+    """{transport: node ids} from the executor's per-task log lines."""
+    seen: dict[str, set[str]] = {}
+    for node, via in re.findall(r"ran on node (\w+), files via the (object store|shared parts folder)", stderr):
+        seen.setdefault(via, set()).add(node)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def demo_on_ray(cluster, area, demo) -> tuple[Path, subprocess.CompletedProcess]:
+    db = area / "ray-demo" / "w.duckdb"
+    return db, _ray_ingest(cluster, db, demo)
+
+
+# --------------------------------------------------------------------------- same rows
+
+
+def test_demo_on_ray_equals_local_ingest(demo_on_ray, demo_local):
+    db, proc = demo_on_ray
+    _assert_same(db, demo_local, proc)
+    assert len(set().union(*_task_nodes(proc.stderr).values())) >= 2, "the tasks never left one node"
+
+
+def test_many_ranks_through_the_object_store(cluster, area, many_ranks, many_local):
+    """The warehouse is under HIDDEN: 127.0.0.3 cannot see its parts folder, the others can."""
+    db = cluster.root / "hidden" / "many" / "w.duckdb"
+    proc = _ray_ingest(cluster, db, many_ranks)
+    _assert_same(db, many_local, proc)
+    assert re.search(r"ray node 127\.0\.0\.3 .*, object store,", proc.stderr), proc.stderr[-3000:]
+    assert re.search(r"ray node 127\.0\.0\.1 .*, shared parts folder,", proc.stderr)
+    via = _task_nodes(proc.stderr)
+    assert via.get("object store") and via.get("shared parts folder"), via
+
+
+# --------------------------------------------------------------------------- shipping rlwh
+
+
+def test_a_node_without_rlwh_gets_it_through_runtime_env(cluster, demo_on_ray):
+    plain_task = """
+import logging, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(log_to_driver=False, logging_level=logging.ERROR)
+def imports():
+    try:
+        import rlwh.parse
+        return "imported " + rlwh.parse.__file__
+    except ImportError as exc:
+        return f"ImportError: {exc}"
+node = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.2" and n["Alive"])
+strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+print(ray.get(ray.remote(imports).options(scheduling_strategy=strategy).remote()))
+"""
+    proc = cluster.run_driver([sys.executable, "-c", plain_task], cwd=cluster.root)
+    assert "ImportError: No module named 'rlwh.parse'" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    _, ingest_proc = demo_on_ray
+    assert re.search(r"ray node 127\.0\.0\.2 .*rlwh shipped \(runtime_env\)", ingest_proc.stderr)
+    assert re.search(r"ray node 127\.0\.0\.1 .*rlwh installed", ingest_proc.stderr)
+
+
+def test_a_node_with_other_reader_code_is_refused(cluster, area, demo):
+    """The driver runs a copy of rlwh with one changed reader file; the nodes run the checkout."""
+    alt = area / "alt-rlwh"
+    shutil.copytree(REPO / "rlwh", alt / "rlwh", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("sql", "migrations", "ingest", "reports"):
+        shutil.copytree(REPO / name, alt / name)
+    with open(alt / "rlwh" / "parse.py", "a") as f:
+        f.write("\n# a different reader\n")
+    db = area / "mismatch" / "w.duckdb"
+    proc = _ray_ingest(cluster, db, demo, env={"PYTHONPATH": str(alt)})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    message = proc.stderr
+    assert re.search(r"Ray node 127\.0\.0\.[13] \(node \w+\) runs rlwh 0\.\d+\.\d+ \(code (\w+), at "
+                     + re.escape(str(REPO / "rlwh")) + r"\), this ingest runs rlwh 0\.\d+\.\d+ \(code (\w+), at "
+                     + re.escape(str(alt / "rlwh")), message), message[-3000:]
+    codes = re.findall(r"\(code (\w+),", message)
+    assert len(set(codes)) == 2
+    assert "Traceback" not in message
+
+
+# --------------------------------------------------------------------------- retries
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_task_killed_mid_parse_is_retried_and_lands_once(cluster, area, many_ranks, many_local):
+    """The first attempt to finish parsing stops itself before returning (its files are
+    written); it is killed -9 there; Ray retries it, and the rows land exactly once."""
+    hooks = cluster.root / "hooks"
+    (hooks / "task_parsed").write_text("")
+    db = area / "killed" / "w.duckdb"
+    proc = subprocess.Popen(cluster.driver_command(_driver(cluster, db, many_ranks)), cwd=cluster.root,
+                            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (claimed := list(hooks.glob("task_parsed.*"))):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no task reached the hook"
+            time.sleep(0.05)
+        pid = int(claimed[0].suffix[1:])
+        while not _stopped(pid):
+            assert time.monotonic() < deadline, f"worker {pid} never stopped"
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        claimed = list(hooks.glob("task_parsed*"))
+        for path in claimed:
+            path.unlink()
+    assert not Path(f"/proc/{pid}").exists() or not _stopped(pid)
+    _assert_same(db, many_local, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+
+
+# --------------------------------------------------------------------------- errors, no cluster needed
+
+
+def _cli(args: list[str], cwd: Path, prelude: str = "") -> subprocess.CompletedProcess:
+    code = f"{prelude}\nimport sys\nfrom rlwh.cli import cli\ncli(sys.argv[1:])"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_without_ray_installed_the_message_says_how(tmp_path):
+    profile = synth.write_ascend_profile(tmp_path / "p", roles=("actor",), ranks=1, n_ops=20, n_allocs=10,
+                                         n_stacks=2)
+    proc = _cli(["ingest", "--db", str(tmp_path / "w.duckdb"), str(profile), "--executor", "ray"], tmp_path,
+                prelude="import sys; sys.modules['ray'] = None  # import ray raises ImportError")
+    assert proc.returncode == 1, proc.stderr
+    assert "pip install 'rlwh[ray]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_no_cluster_at_the_address_is_a_clear_error(tmp_path):
+    if _ray_missing() and not os.environ.get("CI"):
+        pytest.skip(_ray_missing())
+    profile = synth.write_ascend_profile(tmp_path / "p", roles=("actor",), ranks=1, n_ops=20, n_allocs=10,
+                                         n_stacks=2)
+    started = time.monotonic()
+    proc = _cli(["ingest", "--db", str(tmp_path / "w.duckdb"), str(profile), "--ray-address", "127.0.0.9:9"],
+                tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "no Ray cluster answers at 127.0.0.9:9" in proc.stderr
+    assert "ray start --head" in proc.stderr and "rlwh never starts a cluster" in proc.stderr
+    assert time.monotonic() - started < 60
+    local = _cli(["ingest", "--db", str(tmp_path / "w.duckdb"), str(profile), "--ray-address", "local"], tmp_path)
+    assert local.returncode == 1 and "does not start a Ray cluster" in local.stderr
