@@ -86,7 +86,7 @@ import duckdb
 
 from rlwh import __version__
 from rlwh.errors import RlwhError
-from rlwh.export import partition_keys
+from rlwh.export import THIN_MARKER, is_thin, partition_keys
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import pause_for_test
 
@@ -100,8 +100,6 @@ GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _GEN = re.compile(r"^gen-(\d{6,})$")
 # Kept as real tables in the thin file, never in the dataset.
 THIN_TABLES = ("_rlwh_migrations", "_rlwh_settings")
-# The thin file's own table: which dataset and generation it shows (and that it is a thin file).
-THIN_MARKER = "_rlwh_dataset"
 # Values a hive path cannot carry: every engine reads these folder names back as NULL.
 _HIVE_NULLS = ("null", "__hive_default_partition__")
 _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
@@ -508,13 +506,6 @@ def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
         select = select.replace("select ", f"select distinct on ({', '.join(map(_ident, key))}) ", 1) if key \
             else select.replace("select ", "select distinct ", 1)
     return f"create view {_ident(table)} as {select}"
-
-
-def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
-    """True on a thin file (its tables are views over a dataset)."""
-    return bool(con.execute(
-        "select count(*) from duckdb_tables() where database_name = current_database() and table_name = ?",
-        [THIN_MARKER]).fetchone()[0])
 
 
 def _check_replaceable(db_path: Path) -> None:

@@ -54,19 +54,28 @@ import duckdb
 from rlwh import __version__
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.schema import view_files
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import connect_read
 
 MARKER = "_rlwh_export.json"
+THIN_MARKER = "_rlwh_dataset"  # the table that makes a DuckDB file a dataset's thin file
 PARTITION_KEYS = ("run", "role", "rank_id")  # those a table has, in this order
 _TMP_PREFIX = ".rlwh-export-"
 
 
-def _thin_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
-    """In a dataset's thin file (rlwh.dataset) the warehouse's tables are views: their names."""
-    from rlwh import dataset
+def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
+    """True on a dataset's thin file (rlwh.dataset): its tables are views over Parquet."""
+    return bool(con.execute(
+        "select count(*) from duckdb_tables() where database_name = current_database() and table_name = ?",
+        [THIN_MARKER]).fetchone()[0])
 
-    return set(dataset.dataset_tables()) if dataset.is_thin(con) else set()
+
+def _thin_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """In a thin file, the views that stand for the warehouse's tables: those sql/ does not define."""
+    if not is_thin(con):
+        return set()
+    return set(_views(con)) - {v.name for v in view_files()}
 
 
 def public_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
