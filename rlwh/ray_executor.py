@@ -17,7 +17,8 @@ Choices, and why:
   it and both versions: its rows would not match a local ingest, and which code a cluster
   runs is its operator's choice, not something to override quietly. A node *without*
   rlwh gets this one through runtime_env (py_modules: a staged copy of the package with
-  its assets inside, as a wheel has them), and a second probe proves the shipped code has
+  its assets inside, as a wheel has them; Ray uploads a local folder only for a whole job,
+  so the driver connects again with it), and a second probe proves the shipped code has
   the same fingerprint. Shipping only when needed keeps the common case (rlwh installed on
   the cluster image) free of the upload and of the extra worker start it costs per node.
 - Retries never land rows twice: an attempt writes into its own folder; the driver
@@ -71,18 +72,22 @@ def ray_pool(tasks: list[Task], parts: Path, config: Config) -> Iterator[tuple[T
     owned = connect(ray, address)
     pending: dict = {}
     try:
+        mine = _mine()  # once: what every node must run, even if the files change meanwhile
         nodes = probe_nodes(ray, parts, tasks)
-        check_versions(nodes, allow_missing=True)
+        check_versions(nodes, mine, allow_missing=True)
         missing = {n["node_id"] for n in nodes if n["rlwh"] is None}
-        with staged_rlwh(parts) if missing else contextlib.nullcontext() as package:
+        with staged_rlwh(parts, mine) if missing else contextlib.nullcontext() as package:
             if missing:
                 owned = reconnect_shipping(ray, address, package, owned, nodes)
                 nodes = probe_nodes(ray, parts, tasks)
-                check_versions(nodes)
+                check_versions(nodes, mine)
             _log_nodes(nodes, missing)
             pending = submit(ray, tasks, parts, nodes)
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                # A bounded wait, so Ctrl-C is seen within a second whatever Ray does with signals.
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                if not ready:
+                    continue
                 task = pending.pop(ready[0])
                 yield task, accept(task, parts, fetch(ray, ready[0], task))
     except BaseException:
@@ -196,7 +201,7 @@ def probe_nodes(ray, parts: Path, tasks: list[Task]) -> list[dict]:
     token = secrets.token_hex(16)
     marker = parts / f".rlwh-ray-probe-{uuid.uuid4().hex}"
     marker.write_text(token)
-    inputs = [(path, os.stat(path).st_size) for task in tasks for path in task.paths]
+    inputs = [(path, _size(path)) for task in tasks for path in task.paths]
     nodes = alive_nodes(ray)
     try:
         probe = _remote(ray, ray_remote.describe_node)
@@ -216,6 +221,14 @@ def probe_nodes(ray, parts: Path, tasks: list[Task]) -> list[dict]:
     return answers
 
 
+def _size(path: str) -> int:
+    """The file's size here, or -1 (no node then matches it) when it is gone."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
 def _mine() -> dict:
     found = ray_remote.installed_rlwh()
     assert found is not None  # this very module is rlwh
@@ -226,9 +239,8 @@ def _describe(code: dict) -> str:
     return f"rlwh {code['version']} (code {code['fingerprint'][:12]}, at {code['at']})"
 
 
-def check_versions(nodes: list[dict], allow_missing: bool = False) -> None:
-    """Every node runs the driver's rlwh (or, with allow_missing, none at all)."""
-    mine = _mine()
+def check_versions(nodes: list[dict], mine: dict, allow_missing: bool = False) -> None:
+    """Every node runs the driver's rlwh, `mine` (or, with allow_missing, none at all)."""
     for node in nodes:
         theirs = node["rlwh"]
         if theirs is None and allow_missing:
@@ -243,9 +255,10 @@ def check_versions(nodes: list[dict], allow_missing: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def staged_rlwh(parts: Path):
+def staged_rlwh(parts: Path, mine: dict):
     """A copy of this rlwh to ship: the package with rlwh/_assets inside (a wheel's layout,
-    so rlwh.assets finds the SQL on the node), beside the parts until the ingest ends."""
+    so rlwh.assets finds the SQL on the node), beside the parts until the ingest ends.
+    It must be the code `mine` describes: a checkout edited since the ingest began is not."""
     stage = parts / f".rlwh-ship-{uuid.uuid4().hex}"
     try:
         package = stage / "rlwh"
@@ -253,6 +266,9 @@ def staged_rlwh(parts: Path):
                         ignore=shutil.ignore_patterns("__pycache__", "_assets"))
         for name in ASSET_DIRS:
             shutil.copytree(asset_dir(name), package / "_assets" / name)
+        assets = {name: package / "_assets" / name for name in ray_remote.FINGERPRINTED_ASSETS}
+        if ray_remote.code_fingerprint(package, assets) != mine["fingerprint"]:
+            raise RlwhError(f"rlwh's files at {mine['at']} changed while this ingest started; run it again")
         yield package
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -17,6 +17,7 @@ driver's working folder on its workers' sys.path, which would hide a missing ins
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -226,11 +227,20 @@ def test_a_node_with_other_reader_code_is_refused(cluster, area, demo):
 # --------------------------------------------------------------------------- retries
 
 
-def _stopped(pid: int) -> bool:
+def _state(pid: int) -> str | None:
+    """The process's state letter (T stopped, Z exited), None once it is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def _stopped(pid: int) -> bool:
+    return _state(pid) == "T"
+
+
+def _gone(pid: int) -> bool:
+    return _state(pid) in (None, "Z")
 
 
 def test_a_task_killed_mid_parse_is_retried_and_lands_once(cluster, area, many_ranks, many_local):
@@ -242,15 +252,7 @@ def test_a_task_killed_mid_parse_is_retried_and_lands_once(cluster, area, many_r
     proc = subprocess.Popen(cluster.driver_command(_driver(cluster, db, many_ranks)), cwd=cluster.root,
                             env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 180
-        while not (claimed := list(hooks.glob("task_parsed.*"))):
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no task reached the hook"
-            time.sleep(0.05)
-        pid = int(claimed[0].suffix[1:])
-        while not _stopped(pid):
-            assert time.monotonic() < deadline, f"worker {pid} never stopped"
-            time.sleep(0.05)
+        pid = _wait_for_stopped_task(hooks, proc, time.monotonic() + 180)
         os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
     finally:
@@ -259,8 +261,51 @@ def test_a_task_killed_mid_parse_is_retried_and_lands_once(cluster, area, many_r
         claimed = list(hooks.glob("task_parsed*"))
         for path in claimed:
             path.unlink()
-    assert not Path(f"/proc/{pid}").exists() or not _stopped(pid)
+    assert _gone(pid)
     _assert_same(db, many_local, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+
+
+def _wait_for_stopped_task(hooks: Path, proc: subprocess.Popen, deadline: float) -> int:
+    """The pid of the Ray worker that claimed the task_parsed hook, once it has stopped."""
+    while not (claimed := list(hooks.glob("task_parsed.*"))):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no task reached the hook"
+        time.sleep(0.05)
+    pid = int(claimed[0].suffix[1:])
+    while not _stopped(pid):
+        assert time.monotonic() < deadline, f"worker {pid} never stopped"
+        time.sleep(0.05)
+    return pid
+
+
+def test_ctrl_c_cancels_the_tasks_and_leaves_no_ray_state(cluster, area, many_ranks):
+    """Ctrl-C while a task hangs (stopped): the ingest ends at once, the hung worker is
+    killed by the cancel, the driver holds no Ray connection, and the warehouse is untouched."""
+    hooks = cluster.root / "hooks"
+    (hooks / "task_parsed").write_text("")
+    db = area / "interrupted" / "w.duckdb"
+    proc = subprocess.Popen(cluster.driver_command(_driver(cluster, db, many_ranks)), cwd=cluster.root,
+                            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = _wait_for_stopped_task(hooks, proc, time.monotonic() + 180)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        deadline = time.monotonic() + 30
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cancelled = _gone(pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for path in hooks.glob("task_parsed*"):
+            path.unlink()
+        with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+            os.kill(pid, signal.SIGKILL)  # only if the test failed: never leave a stopped worker
+    assert proc.returncode not in (0, None), err[-3000:]
+    assert "ray connected after the command: False" in err, err[-3000:]
+    assert cancelled, "the hung task's worker was not cancelled"
+    assert not db.exists() or row_count(db) == 0
+    assert not (db.parent / (db.name + ".parts")).exists()
 
 
 # --------------------------------------------------------------------------- errors, no cluster needed

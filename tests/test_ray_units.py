@@ -1,0 +1,118 @@
+"""The Ray executor's decisions that need no cluster: where tasks go, how files land.
+
+(tests/test_ray.py runs the whole executor on a real cluster.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlwh.executor import Task
+from rlwh.ray_executor import accept, placements
+from rlwh.ray_remote import code_fingerprint
+
+
+def _task(name: str, *paths: str) -> Task:
+    return Task(name, print, (), 1, paths)
+
+
+def _node(node_id: str, has: list[int], cpus: float = 1) -> dict:
+    return {"node_id": node_id, "has": has, "cpus": cpus}
+
+
+def test_tasks_prefer_the_nodes_that_hold_their_files_spread_among_them():
+    tasks = [_task("a", "/d/a"), _task("b", "/d/b"), _task("c", "/d/c"), _task("d", "/d/d1", "/d/d2")]
+    # inputs in task order: a=0, b=1, c=2, d=3,4
+    nodes = [_node("n1", [0, 1, 2]), _node("n2", [0, 1, 2, 3]), _node("n3", [4])]
+    chosen = placements(tasks, nodes)
+    assert {chosen["a"], chosen["b"]} == {"n1", "n2"}  # both holders, round-robin
+    assert chosen["c"] in ("n1", "n2")
+    assert chosen["d"] is None  # no node holds both of its files: Ray decides
+
+
+def test_files_on_every_node_or_none_leave_placement_to_ray():
+    tasks = [_task("a", "/d/a"), _task("b", "/d/b"), _task("none")]
+    nodes = [_node("n1", [0]), _node("n2", [0]), _node("head", [], cpus=0)]  # the head runs no tasks
+    assert placements(tasks, nodes) == {"a": None, "b": None, "none": None}
+
+
+def test_files_from_the_object_store_land_under_parts_and_paths_follow(tmp_path):
+    parts = tmp_path / "parts"
+    stale = parts / "t" / "killed-attempt"
+    stale.mkdir(parents=True)
+    (stale / "x.parquet").write_bytes(b"old")
+    answer = {"dir": "/tmp/rlwh-t-abc", "node": "n3",
+              "result": {"tables": {"ops": ["/tmp/rlwh-t-abc/ops/0.parquet"]}, "message": "/tmp/rlwh-t-abcdef is text",
+                         "rows": [1, "/elsewhere/file"]},
+              "files": {"ops/0.parquet": b"PAR1"}}
+    result = accept(_task("t"), parts, answer)
+    (landed,) = result["tables"]["ops"]
+    assert Path(landed).read_bytes() == b"PAR1" and Path(landed).is_relative_to(parts / "t")
+    assert result["message"] == "/tmp/rlwh-t-abcdef is text"  # a longer name is not under the folder
+    assert result["rows"] == [1, "/elsewhere/file"]
+    assert not stale.exists(), "a retried attempt's folder was kept"
+    assert [p.name for p in (parts / "t").iterdir()] == [Path(landed).parent.parent.name]
+
+
+def test_a_shared_folder_result_keeps_its_folder_and_drops_the_others(tmp_path):
+    parts = tmp_path / "parts"
+    kept, stale = parts / "t" / "good", parts / "t" / "killed"
+    for folder in (kept, stale):
+        folder.mkdir(parents=True)
+        (folder / "p.parquet").write_bytes(b"x")
+    result = accept(_task("t"), parts, {"dir": str(kept), "node": "n1", "result": {"tables": {"ops": [
+        str(kept / "p.parquet")]}}})
+    assert result == {"tables": {"ops": [str(kept / "p.parquet")]}}
+    assert kept.exists() and not stale.exists()
+
+
+def test_the_fingerprint_is_the_same_for_a_checkout_and_a_wheel_layout(tmp_path):
+    checkout, wheel = tmp_path / "checkout", tmp_path / "wheel"
+    for root, assets in ((checkout, checkout), (wheel, wheel / "rlwh" / "_assets")):
+        (root / "rlwh").mkdir(parents=True)
+        (root / "rlwh" / "parse.py").write_text("x = 1\n")
+        (assets / "sql").mkdir(parents=True)
+        (assets / "sql" / "views.sql").write_text("select 1;\n")
+    same = [code_fingerprint(r / "rlwh", {"sql": a / "sql"})
+            for r, a in ((checkout, checkout), (wheel, wheel / "rlwh" / "_assets"))]
+    assert same[0] == same[1]
+    (wheel / "rlwh" / "_assets" / "sql" / "views.sql").write_text("select 2;\n")
+    assert code_fingerprint(wheel / "rlwh", {"sql": wheel / "rlwh" / "_assets" / "sql"}) != same[0]
+
+
+class _FakeRay:
+    """Just what ray_pool touches once its tasks are submitted; the wait is a Ctrl-C."""
+
+    def __init__(self):
+        self.cancelled, self.shut_down = [], False
+
+    def wait(self, refs, num_returns, timeout):
+        raise KeyboardInterrupt
+
+    def cancel(self, ref, force):
+        assert force
+        self.cancelled.append(ref)
+
+    def shutdown(self):
+        self.shut_down = True
+
+
+def test_ctrl_c_cancels_every_outstanding_task_and_disconnects(monkeypatch, tmp_path):
+    import pytest
+
+    from rlwh import ray_executor
+    from rlwh.config import Config
+
+    fake = _FakeRay()
+    node = {"node_id": "n1", "name": "127.0.0.1 (node n1)", "rlwh": {"version": "0", "fingerprint": "f", "at": "."},
+            "sees_parts": True, "has": [], "cpus": 1}
+    monkeypatch.setattr(ray_executor, "import_ray", lambda: fake)
+    monkeypatch.setattr(ray_executor, "connect", lambda ray, address: True)
+    monkeypatch.setattr(ray_executor, "_mine", lambda: node["rlwh"])
+    monkeypatch.setattr(ray_executor, "probe_nodes", lambda ray, parts, tasks: [node])
+    monkeypatch.setattr(ray_executor, "submit", lambda ray, tasks, parts, nodes: {"ref-a": tasks[0], "ref-b": tasks[1]})
+    pool = ray_executor.ray_pool([_task("a"), _task("b")], tmp_path, Config(db_path=tmp_path / "w.duckdb",
+                                                                            executor="ray", ray_address="h:1"))
+    with pytest.raises(KeyboardInterrupt):
+        next(pool)
+    assert sorted(fake.cancelled) == ["ref-a", "ref-b"] and fake.shut_down
