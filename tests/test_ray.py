@@ -179,6 +179,21 @@ def test_many_ranks_through_the_object_store(cluster, area, many_ranks, many_loc
     assert via.get("object store") and via.get("shared parts folder"), via
 
 
+def test_tasks_run_where_their_files_are(cluster, area):
+    """The profile is under HIDDEN, so 127.0.0.3 does not hold it: every task must run on
+    the head or 127.0.0.2 (a task sent to 127.0.0.3 would fail to read its file)."""
+    profile = synth.write_ascend_profile(cluster.root / "hidden" / "node-local" / "local-run", ranks=6, n_ops=200,
+                                         n_allocs=100, n_stacks=10)
+    reference = _local(profile, area / "local-node-local" / "w.duckdb")
+    db = area / "ray-node-local" / "w.duckdb"
+    proc = _ray_ingest(cluster, db, profile)
+    _assert_same(db, reference, proc)
+    (blind,) = re.findall(r"ray node 127\.0\.0\.3 \(node (\w+)\).* holds 0 inputs", proc.stderr)
+    assert re.search(r"ray node 127\.0\.0\.2 .* holds [1-9]\d* inputs", proc.stderr)
+    ran_on = set().union(*_task_nodes(proc.stderr).values())
+    assert ran_on and blind not in ran_on
+
+
 # --------------------------------------------------------------------------- shipping rlwh
 
 
