@@ -10,8 +10,11 @@ The loader then appends those files (land_capture) instead of loading and derivi
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,16 +36,19 @@ BUILT_TABLES = ("sources", *FACT_TABLES, *DERIVED_TABLES, *SHARED_BY_STACK)
 _scratch: duckdb.DuckDBPyConnection | None = None
 
 
-def _scratch_db(config: Config, spill_dir: Path) -> duckdb.DuckDBPyConnection:
-    """This process's scratch warehouse, emptied: migrated once (0.2 s), reused per capture."""
+def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
+    """This process's scratch warehouse, emptied: migrated once per process (0.2 s) and
+    reused for each capture. It spills into a folder of the process's own in the system
+    temp dir (node-local on a Ray node), removed when the process exits."""
     global _scratch
     if _scratch is None:
-        _scratch = duckdb.connect()
+        spill = tempfile.mkdtemp(prefix=f"rlwh-spill-{os.getpid()}-")
+        atexit.register(shutil.rmtree, spill, True)
+        _scratch = duckdb.connect(config={"temp_directory": spill})
         schema.migrate(_scratch)
     con = _scratch
     # One thread: captures are built in parallel, one per worker.
-    con.execute(f"set threads = 1; set memory_limit = {sql_literal(config.worker_memory_limit)}; "
-                f"set temp_directory = {sql_literal(str(spill_dir))}")
+    con.execute(f"set threads = 1; set memory_limit = {sql_literal(config.worker_memory_limit)}")
     for table in BUILT_TABLES:
         con.execute(f"delete from {table}")
     con.execute("delete from runs")
@@ -54,7 +60,7 @@ def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) 
     """Parse, load and derive one capture's files; return their FileResults, the derived
     keys and one Parquet file per non-empty table under out_dir."""
     out = Path(out_dir)
-    con = _scratch_db(config, out / "spill")
+    con = _scratch_db(config)
     with_step = tables_with_step(con)
     results: list[FileResult] = []
     for i, p in enumerate(files):
@@ -72,7 +78,6 @@ def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) 
             path = out / f"{table}.parquet"
             con.execute(f"copy {table} to {sql_literal(str(path))} (format parquet)")
             tables[table] = str(path)
-    shutil.rmtree(out / "spill", ignore_errors=True)
     return {"results": results, "keys": keys, "tables": tables}
 
 
@@ -87,8 +92,10 @@ def land_capture(con: duckdb.DuckDBPyConnection, files: list[Planned], built: di
     try:
         for p in files:
             delete_rows_of(con, p)  # marks the old rows' keys, which may differ from the new ones
-            con.execute("delete from sources where source_id = ?", [p.source_id])
-        for key in built["keys"]:
+            if p.loaded_before:
+                con.execute("delete from sources where source_id = ?", [p.source_id])
+        # A capture seen for the first time has no derived rows yet (each delete is a scan).
+        for key in built["keys"] if any(p.loaded_before for p in files) else []:
             for table in DERIVED_TABLES:
                 con.execute(
                     f"""delete from {table} where run = ? and role is not distinct from ?

@@ -28,6 +28,7 @@ class Config:
     workers: int = 2
     executor: str = "local"  # local | ray: where parse tasks run
     ray_address: str | None = None  # a Ray cluster's address; None: RAY_ADDRESS, else "auto"
+    derive_in_workers: bool = False  # build whole captures in the workers (always with Ray)
     worker_memory_limit: str = "256MB"
     ingest_memory_limit: str = "384MB"
     lock_timeout: float = 600.0
@@ -80,6 +81,7 @@ _KEYS = {
     ("ingest", "workers"): ("workers", int),
     ("ingest", "executor"): ("executor", str),
     ("ingest", "ray_address"): ("ray_address", str),
+    ("ingest", "derive_in_workers"): ("derive_in_workers", _boolean),
     ("ingest", "worker_memory_limit"): ("worker_memory_limit", str),
     ("ingest", "memory_limit"): ("ingest_memory_limit", str),
     ("ingest", "lock_timeout"): ("lock_timeout", float),

@@ -140,11 +140,15 @@ def run_tasks(tasks: list[Task], config: Config, parts: Path):
 
 
 def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> dict[str, list[Planned]]:
-    """The captures whose every file is (re)loaded now, by capture, when a worker should
-    build them whole: with Ray always (derive where parsed); locally when there are several
-    workers and at least as many captures (a lone big rank's files parse faster side by
-    side, then derive in the loader; one worker gains nothing). A capture that keeps rows of a file not reloaded now is
-    derived in the loader, which sees all of them."""
+    """The captures a worker builds whole (rlwh.build), by capture: with Ray, or with
+    [ingest] derive_in_workers, every capture whose files are all (re)loaded now. A capture
+    that keeps rows of a file not reloaded now is derived in the loader, which sees them all.
+
+    Locally the loader's path is the default: building costs ~1.5x the CPU (a scratch load
+    and a Parquet round trip per capture), which 2 busy cores pay in wall time; it pays
+    where the serial loader, not the cores, bounds the ingest (many cores, Ray)."""
+    if config.executor != "ray" and not config.derive_in_workers:
+        return {}
     by_capture: dict[str, list[Planned]] = {}
     for p in todo:
         if p.source.capture is not None:
@@ -155,8 +159,6 @@ def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> di
     ).fetchall()
     for (capture,) in kept:
         by_capture.pop(capture, None)
-    if config.executor != "ray" and (config.workers <= 1 or len(by_capture) < config.workers):
-        return {}
     return by_capture
 
 

@@ -1,8 +1,8 @@
 """Captures built in parse workers (rlwh.build) give the warehouse the loader would.
 
-With several workers and at least as many captures, each worker parses a whole capture,
+With [ingest] derive_in_workers (always with Ray), each worker parses a whole capture,
 loads it into a scratch DuckDB and derives its memory tables there; the loader appends
-the result. With one worker the loader loads and derives itself. Both must give the same
+the result. Otherwise the loader loads and derives itself. Both must give the same
 rows in every table, on the real corpus and on the demo, fresh and on re-ingest.
 """
 
@@ -63,8 +63,10 @@ def counted_builds(monkeypatch) -> list[int]:
     return built
 
 
-def _ingest(profile: Path, config, db: Path, workers: int, run: str = "r"):
-    summary = ingest(profile, dataclasses.replace(config, db_path=db, workers=workers), run=run)
+def _ingest(profile: Path, config, db: Path, built: bool, run: str = "r", workers: int = 2):
+    """Ingest with two workers that build whole captures (built) or that only parse."""
+    config = dataclasses.replace(config, db_path=db, workers=workers, derive_in_workers=built)
+    summary = ingest(profile, config, run=run)
     assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
     return summary
 
@@ -72,9 +74,9 @@ def _ingest(profile: Path, config, db: Path, workers: int, run: str = "r"):
 def test_real_corpus_built_in_workers_equals_the_loaders(tmp_path, config, counted_builds):
     profile = tmp_path / "real"
     shutil.copytree(FIXTURES / "real", profile)
-    _ingest(profile, config, tmp_path / "loader.duckdb", workers=1)
+    _ingest(profile, config, tmp_path / "loader.duckdb", built=False)
     assert counted_builds == []
-    _ingest(profile, config, tmp_path / "built.duckdb", workers=2)
+    _ingest(profile, config, tmp_path / "built.duckdb", built=True)
     assert len(counted_builds) >= 10  # every real capture but none is left to the loader
     assert _differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
 
@@ -85,8 +87,9 @@ def demo(tmp_path_factory) -> Path:
 
 
 def test_demo_built_in_workers_equals_the_loaders(tmp_path, config, demo, counted_builds):
-    _ingest(demo, config, tmp_path / "loader.duckdb", workers=1)
-    _ingest(demo, config, tmp_path / "built.duckdb", workers=2)
+    _ingest(demo, config, tmp_path / "loader.duckdb", built=False)
+    assert counted_builds == []  # two local workers that only parse: the default
+    _ingest(demo, config, tmp_path / "built.duckdb", built=True)
     assert sum(counted_builds) > 0
     assert _differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
     con = duckdb.connect(str(tmp_path / "built.duckdb"), read_only=True)
@@ -111,14 +114,14 @@ def test_reingest_of_a_changed_capture(tmp_path, config, demo, counted_builds):
     profile = tmp_path / "demo"
     shutil.copytree(demo, profile)
     db = tmp_path / "again.duckdb"
-    _ingest(profile, config, db, workers=2, run="demo")
+    _ingest(profile, config, db, built=True, run="demo")
     assert _rewrite_rank(profile)
     counted_builds.clear()
-    again = _ingest(profile, config, db, workers=2, run="demo")
+    again = _ingest(profile, config, db, built=True, run="demo")
     # Only the changed file is reloaded; its capture keeps unchanged files, so the loader derives it.
     assert [r.status for r in again.results].count("unchanged") == len(again.results) - 1
     assert counted_builds == []
-    _ingest(profile, config, tmp_path / "fresh.duckdb", workers=1, run="demo")
+    _ingest(profile, config, tmp_path / "fresh.duckdb", built=False, run="demo")
     assert _differences(db, tmp_path / "fresh.duckdb") == {}
 
 
@@ -126,8 +129,7 @@ def test_reingest_of_a_whole_capture_rebuilt_in_a_worker(tmp_path, config, demo,
     profile = tmp_path / "demo"
     shutil.copytree(demo, profile)
     db = tmp_path / "again.duckdb"
-    _ingest(profile, config, db, workers=2, run="demo")
-    # Two captures, as many as workers: each is rebuilt whole in a worker.
+    _ingest(profile, config, db, built=True, run="demo")
     reloaded = []
     for rank_dir in sorted(profile.rglob("*_ascend_pt"))[:2]:
         for path in rank_dir.rglob("*"):
@@ -135,8 +137,8 @@ def test_reingest_of_a_whole_capture_rebuilt_in_a_worker(tmp_path, config, demo,
                 path.write_bytes(path.read_bytes() + (b"\n" if path.suffix in (".csv", ".json") else b""))
                 reloaded.append(path)
     counted_builds.clear()
-    second = _ingest(profile, config, db, workers=2, run="demo")
+    second = _ingest(profile, config, db, built=True, run="demo")
     assert len(second.results) - second.count("unchanged") >= 2
-    _ingest(profile, config, tmp_path / "fresh.duckdb", workers=1, run="demo")
+    _ingest(profile, config, tmp_path / "fresh.duckdb", built=False, run="demo")
     assert _differences(db, tmp_path / "fresh.duckdb") == {}
     assert reloaded and len(counted_builds) == 2, "the rewritten captures were not rebuilt in workers"
