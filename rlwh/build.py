@@ -23,8 +23,17 @@ import duckdb
 from rlwh import derive, schema
 from rlwh.config import Config
 from rlwh.jobs import FACT_TABLES
-from rlwh.load import FileResult, Planned, delete_rows_of, file_context, load_file, set_capture_starts, tables_with_step
-from rlwh.parse import parse_source
+from rlwh.load import (
+    FileResult,
+    Planned,
+    delete_rows_of,
+    file_context,
+    ignored_result,
+    load_file,
+    set_capture_starts,
+    tables_with_step,
+)
+from rlwh.parse import failed_result, parse_source
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import store_settings
 
@@ -65,7 +74,10 @@ def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) 
     results: list[FileResult] = []
     for i, p in enumerate(files):
         parts = out / f"file-{i}"
-        parsed = parse_source(p.source.kind, str(p.source.path), file_context(p, config), str(parts))
+        if p.source.ignored or p.source.problem:  # in dataset mode: its sources row says why
+            parsed = ignored_result(p.source.reason) if p.source.ignored else failed_result(p.source.problem)
+        else:
+            parsed = parse_source(p.source.kind, str(p.source.path), file_context(p, config), str(parts))
         # Loaded here for the first time: the loader removes an earlier version's rows.
         results.append(load_file(con, run, _first_time(p), parsed, with_step))
         shutil.rmtree(parts, ignore_errors=True)

@@ -131,7 +131,7 @@ def _progress_printer(quiet: bool):
             )
             state["bar"].__enter__()
         state["bar"].label = f"{files_done}/{files_total} files, {bytes_done / 1e6:,.0f}/{bytes_total / 1e6:,.0f} MB"
-        if current.startswith("deriving"):  # the step after every file has landed
+        if current.startswith(("deriving", "publishing")):  # the steps after every file has landed
             state["bar"].label = current
         state["bar"].update(bytes_done - state["bytes"])
         state["bar"].render_progress()  # a new label with no new bytes draws too
@@ -153,8 +153,11 @@ def _progress_printer(quiet: bool):
                    "(default: [ingest] executor, else local).")
 @click.option("--ray-address", help="The Ray cluster to use with --executor ray (default: [ingest] ray_address, "
                                     "else RAY_ADDRESS, else auto).")
+@click.option("--dataset", type=click.Path(file_okay=False),
+              help="Dataset mode: write a Parquet dataset here, and --db as a thin file of views over it "
+                   "(default: [warehouse] dataset; unset, a normal warehouse).")
 @warehouse_options
-def ingest(config, profile_dir, run_name, quiet, executor, ray_address):
+def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset):
     """Load every role's and rank's profiler files under PROFILE_DIR.
 
     Unchanged files are skipped; a changed file replaces its own rows. A bad file never
@@ -170,6 +173,8 @@ def ingest(config, profile_dir, run_name, quiet, executor, ray_address):
     if executor or ray_address:
         config = dataclasses.replace(config, executor=executor or ("ray" if ray_address else config.executor),
                                      ray_address=ray_address or config.ray_address)
+    if dataset:
+        config = dataclasses.replace(config, dataset=Path(dataset).resolve())
     progress, finish = _progress_printer(quiet)
     try:
         summary = run_ingest(profile_dir, config, run=run_name, progress=progress)

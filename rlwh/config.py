@@ -23,6 +23,7 @@ EXECUTORS = ("local", "ray")
 @dataclass(frozen=True)
 class Config:
     db_path: Path = Path("warehouse.duckdb")
+    dataset: Path | None = None  # dataset mode: the Parquet dataset db_path is a thin file over
     threads: int = 2
     memory_limit: str = "1GB"
     workers: int = 2
@@ -76,6 +77,7 @@ _boolean.__name__ = "boolean"
 
 _KEYS = {
     ("warehouse", "path"): ("db_path", Path),
+    ("warehouse", "dataset"): ("dataset", Path),
     ("warehouse", "threads"): ("threads", int),
     ("warehouse", "memory_limit"): ("memory_limit", str),
     ("ingest", "workers"): ("workers", int),

@@ -236,6 +236,13 @@ def ingest(
                            for p in planned if not p.source.ignored]
         summary.seconds = time.perf_counter() - started
         return summary
+    if config.dataset is not None:
+        from rlwh.ingest_dataset import ingest_dataset
+
+        ingest_dataset(summary, planned, root, config, progress, run_tasks)
+        summary.results.sort(key=lambda r: r.rel_path)
+        summary.seconds = time.perf_counter() - started
+        return summary
     total_bytes = sum(p.size for p in planned)
     done_files = done_bytes = 0
     with write_session(config) as session:

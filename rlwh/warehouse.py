@@ -177,6 +177,14 @@ def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     return True
 
 
+def _refuse_thin_file(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """A dataset's thin file (rlwh.dataset) holds views, not tables: only a dataset-mode
+    ingest rewrites it."""
+    if con.execute("select count(*) from duckdb_tables() where table_name = '_rlwh_dataset'").fetchone()[0]:
+        raise RlwhError(f"{config.db_path} is the thin file of a Parquet dataset: it changes only through "
+                        "`rlwh ingest` with [warehouse] dataset (or --dataset) naming that dataset")
+
+
 @contextlib.contextmanager
 def write_session(config: Config) -> Iterator[WriteSession]:
     """Lock, copy the published file, migrate the copy; publish it if `changed` is set.
@@ -210,6 +218,7 @@ def write_session(config: Config) -> Iterator[WriteSession]:
             raise RlwhError(f"cannot open {work} for writing: {first}") from exc
         session = WriteSession(config, con, work)
         try:
+            _refuse_thin_file(con, config)
             _configure(con, config, config.ingest_memory_limit)
             session.applied = migrate(con)
             if store_settings(con, config) or session.applied or not config.db_path.exists():

@@ -1,0 +1,128 @@
+"""`rlwh ingest` in dataset mode ([warehouse] dataset): the workers build every capture
+whole (rlwh.build), the loader publishes their Parquet as one new generation of the
+dataset (rlwh.dataset) and rewrites the thin DuckDB file over it. Nothing is loaded into
+a DuckDB file, so the serial part is the publish, whatever the number of rows.
+
+A capture is the unit: a changed file rebuilds its whole capture (its derived tables
+need all of its rows, and the dataset holds no warehouse to derive against); unchanged
+captures are carried over by hard link.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import duckdb
+
+from rlwh import dataset
+from rlwh.build import build_capture
+from rlwh.config import Config
+from rlwh.executor import Task
+from rlwh.load import FileResult, Planned, utc
+from rlwh.sqltext import sql_literal
+from rlwh.warehouse import connect_read, writer_lock
+
+
+def group_id(run: str, files: list[Planned]) -> str:
+    """A capture's group: a filename-safe id from the run and the capture (or, for a file
+    no capture names, its path)."""
+    source = files[0].source
+    return "g-" + _digest(f"{run}\0{source.capture if source.capture is not None else source.rel_path}")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _groups(run: str, planned: list[Planned]) -> dict[str, list[Planned]]:
+    by_key: dict[str, list[Planned]] = {}
+    for p in planned:
+        key = p.source.capture if p.source.capture is not None else f"\0{p.source.rel_path}"
+        by_key.setdefault(key, []).append(p)
+    return {group_id(run, files): files for files in by_key.values()}
+
+
+def _known(config: Config, run: str) -> tuple[dict[str, tuple], int, object]:
+    """The thin file's sources of `run` (path -> source_id, fingerprint, status), the next
+    free source id, and when the run was first ingested."""
+    if not config.db_path.exists():
+        return {}, 1, None
+    con = connect_read(config)
+    try:
+        rows = con.execute("select path, source_id, fingerprint, status from sources where run = ?", [run]).fetchall()
+        next_id = con.execute("select coalesce(max(source_id), 0) + 1 from sources").fetchone()[0]
+        first = con.execute("select first_ingested_at from runs where run = ?", [run]).fetchone()
+    finally:
+        con.close()
+    return {r[0]: r[1:] for r in rows}, next_id, first[0] if first else None
+
+
+def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Path:
+    """The run's `runs` row, as a group of its own."""
+    folder = parts / "runs"
+    folder.mkdir()
+    now = utc()
+    con = duckdb.connect()
+    try:
+        con.execute(
+            "copy (select ?::varchar as run, ?::varchar as profile_dir, ?::timestamp as first_ingested_at, "
+            f"?::timestamp as last_ingested_at) to {sql_literal(str(folder / 'runs.parquet'))} (format parquet)",
+            [run, str(profile_dir), first_ingested or now, now],
+        )
+    finally:
+        con.close()
+    return folder
+
+
+def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: Config, progress, run_tasks) -> None:
+    """Build every changed capture of `planned` in the workers and publish a generation;
+    fills `summary`. run_tasks: rlwh.ingest.run_tasks (the executor)."""
+    run = summary.run
+    total_bytes = sum(p.size for p in planned)
+    with writer_lock(config):
+        known, next_id, first_ingested = _known(config, run)
+        tasks: dict[str, tuple[Task, list[Planned]]] = {}
+        done_files = done_bytes = 0
+        for gid, files in _groups(run, planned).items():
+            if all(_same(known.get(p.source.rel_path), p) for p in files):
+                summary.results += [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size)
+                                    for p in files if not p.source.ignored]
+                done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
+                continue
+            for p in files:
+                if p.source.rel_path in known:
+                    p.source_id = known[p.source.rel_path][0]
+                else:
+                    p.source_id, next_id = next_id, next_id + 1
+            tasks[gid] = (Task(gid, build_capture, (run, files, config), sum(p.size for p in files),
+                               tuple(str(p.source.path) for p in files)), files)
+        if progress:
+            progress(done_files, len(planned), done_bytes, total_bytes, "")
+        parts = config.db_path.with_name(config.db_path.name + ".parts")
+        shutil.rmtree(parts, ignore_errors=True)
+        parts.mkdir(parents=True)
+        try:
+            built_groups = {}
+            for task, built in run_tasks([t for t, _ in tasks.values()], config, parts):
+                files = tasks[task.name][1]
+                built_groups[task.name] = Path(built["tables"]["sources"]).parent
+                for result in built["results"]:
+                    (summary.ignored if result.status == "ignored" else summary.results).append(result)
+                done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
+                if progress:
+                    progress(done_files, len(planned), done_bytes, total_bytes, files[-1].source.rel_path)
+            if progress:
+                progress(done_files, len(planned), done_bytes, total_bytes, "publishing the dataset")
+            built_groups["run-" + _digest(run)] = _runs_group(parts, run, profile_dir, first_ingested)
+            # Each lands whole or raises: a failed publish leaves the dataset and the thin file as they were.
+            dataset.publish(config.dataset, built_groups)
+            dataset.build_thin_db(config.dataset, config.db_path, dataset.settings_of(config))
+        finally:
+            shutil.rmtree(parts, ignore_errors=True)
+
+
+def _same(known: tuple | None, p: Planned) -> bool:
+    """Loaded before from this very file, and not failed then (a failure is retried)."""
+    return known is not None and known[1] == p.fingerprint and known[2] != "failed"
