@@ -19,34 +19,7 @@ from rlwh import ingest as ingest_module
 from rlwh.demo import write_demo_profile
 from rlwh.ingest import ingest
 from tests.conftest import FIXTURES
-
-# Columns that say when or how long, not what: they differ between any two ingests.
-VOLATILE = {"ingested_at", "seconds", "applied_at", "first_ingested_at", "last_ingested_at"}
-
-
-def _differences(got: Path, want: Path) -> dict[str, tuple[int, int]]:
-    """Per table, (rows only in got, rows only in want), counted with multiplicity."""
-    con = duckdb.connect()
-    try:
-        con.execute(f"attach '{got}' as got (read_only)")
-        con.execute(f"attach '{want}' as want (read_only)")
-        tables = [r[0] for r in con.execute(
-            "select table_name from duckdb_tables() where database_name = 'want' and schema_name = 'main'"
-        ).fetchall()]
-        diffs = {}
-        for table in tables:
-            columns = [r[0] for r in con.execute(
-                """select column_name from duckdb_columns() where database_name = 'want' and table_name = ?
-                   order by column_index""", [table]).fetchall() if r[0] not in VOLATILE]
-            select = ", ".join(f'"{c}"' for c in columns)
-            a, b = f"select {select} from got.{table}", f"select {select} from want.{table}"
-            extra = con.execute(f"select count(*) from ({a} except all {b})").fetchone()[0]
-            missing = con.execute(f"select count(*) from ({b} except all {a})").fetchone()[0]
-            if extra or missing:
-                diffs[table] = (extra, missing)
-        return diffs
-    finally:
-        con.close()
+from tests.warehouse_compare import every_table_differences
 
 
 @pytest.fixture
@@ -78,7 +51,7 @@ def test_real_corpus_built_in_workers_equals_the_loaders(tmp_path, config, count
     assert counted_builds == []
     _ingest(profile, config, tmp_path / "built.duckdb", built=True)
     assert len(counted_builds) >= 10  # every real capture but none is left to the loader
-    assert _differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
+    assert every_table_differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +64,7 @@ def test_demo_built_in_workers_equals_the_loaders(tmp_path, config, demo, counte
     assert counted_builds == []  # two local workers that only parse: the default
     _ingest(demo, config, tmp_path / "built.duckdb", built=True)
     assert sum(counted_builds) > 0
-    assert _differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
+    assert every_table_differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
     con = duckdb.connect(str(tmp_path / "built.duckdb"), read_only=True)
     timeline = con.execute("select count(*) from _memory_timeline").fetchone()[0]
     assert timeline > 0  # the derived rows came from the workers, not from nowhere
@@ -122,7 +95,7 @@ def test_reingest_of_a_changed_capture(tmp_path, config, demo, counted_builds):
     assert [r.status for r in again.results].count("unchanged") == len(again.results) - 1
     assert counted_builds == []
     _ingest(profile, config, tmp_path / "fresh.duckdb", built=False, run="demo")
-    assert _differences(db, tmp_path / "fresh.duckdb") == {}
+    assert every_table_differences(db, tmp_path / "fresh.duckdb") == {}
 
 
 def test_reingest_of_a_whole_capture_rebuilt_in_a_worker(tmp_path, config, demo, counted_builds):
@@ -140,5 +113,5 @@ def test_reingest_of_a_whole_capture_rebuilt_in_a_worker(tmp_path, config, demo,
     second = _ingest(profile, config, db, built=True, run="demo")
     assert len(second.results) - second.count("unchanged") >= 2
     _ingest(profile, config, tmp_path / "fresh.duckdb", built=False, run="demo")
-    assert _differences(db, tmp_path / "fresh.duckdb") == {}
+    assert every_table_differences(db, tmp_path / "fresh.duckdb") == {}
     assert reloaded and len(counted_builds) == 2, "the rewritten captures were not rebuilt in workers"

@@ -61,3 +61,33 @@ def row_count(db: Path) -> int:
             "select current_database()").fetchone()[0]))
     finally:
         con.close()
+
+
+# Columns that say when or how long, not what: they differ between any two ingests.
+VOLATILE = {"ingested_at", "seconds", "applied_at", "first_ingested_at", "last_ingested_at"}
+
+
+def every_table_differences(got: Path, want: Path) -> dict[str, tuple[int, int]]:
+    """Like differences(), over every table of `want`, private (derived) ones included,
+    ids compared as they are; `got` may hold views of those names (a dataset's thin file)."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"attach '{got}' as got (read_only)")
+        con.execute(f"attach '{want}' as want (read_only)")
+        tables = [r[0] for r in con.execute(
+            "select table_name from duckdb_tables() where database_name = 'want' and schema_name = 'main' "
+            "and table_name not in ('_rlwh_migrations', '_rlwh_settings')").fetchall()]
+        found = {}
+        for table in tables:
+            columns = [r[0] for r in con.execute(
+                """select column_name from duckdb_columns() where database_name = 'want' and table_name = ?
+                   order by column_index""", [table]).fetchall() if r[0] not in VOLATILE]
+            select = ", ".join(f'"{c}"' for c in columns)
+            a, b = f"select {select} from got.{table}", f"select {select} from want.{table}"
+            extra = con.execute(f"select count(*) from ({a} except all {b})").fetchone()[0]
+            lacking = con.execute(f"select count(*) from ({b} except all {a})").fetchone()[0]
+            if extra or lacking:
+                found[table] = (extra, lacking)
+        return found
+    finally:
+        con.close()

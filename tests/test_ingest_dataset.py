@@ -1,0 +1,141 @@
+"""`rlwh ingest` in dataset mode: the same answers as a normal warehouse, a changed rank
+rewrites only its own files, and the thin file is read like any warehouse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from rlwh import dataset
+from rlwh.demo import write_demo_profile
+from rlwh.errors import RlwhError
+from rlwh.ingest import ingest
+from rlwh.warehouse import initialize
+from tests.conftest import FIXTURES
+from tests.warehouse_compare import every_table_differences
+
+MEMORY_VIEWS = ("memory_peak", "memory_peak_breakdown", "memory_unreleased", "rank_skew", "role_timeline")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
+
+
+def _modes(config, tmp_path: Path, name: str = "wh"):
+    """(normal warehouse config, dataset-mode config) in tmp_path."""
+    normal = dataclasses.replace(config, db_path=tmp_path / f"{name}.duckdb")
+    thin = dataclasses.replace(config, db_path=tmp_path / f"{name}-thin.duckdb", dataset=tmp_path / f"{name}.dataset")
+    return normal, thin
+
+
+def _ok(summary):
+    assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
+    return summary
+
+
+def _files_by_path(root: Path) -> dict[str, int]:
+    """Every Parquet file of the current generation: its path under the generation -> inode."""
+    gen = dataset.current_generation(root)
+    return {str(p.relative_to(gen)): p.stat().st_ino for p in gen.rglob("*.parquet")}
+
+
+def test_demo_dataset_equals_the_warehouse(tmp_path, config, demo):
+    normal, thin = _modes(config, tmp_path)
+    _ok(ingest(demo, normal, run="demo"))
+    summary = _ok(ingest(demo, thin, run="demo"))
+    assert summary.rows > 10_000
+    assert every_table_differences(thin.db_path, normal.db_path) == {}
+    con = duckdb.connect(str(thin.db_path), read_only=True)
+    want = duckdb.connect(str(normal.db_path), read_only=True)
+    for view in MEMORY_VIEWS:
+        got_rows = sorted(map(repr, con.execute(f"select * from {view}").fetchall()))
+        assert got_rows == sorted(map(repr, want.execute(f"select * from {view}").fetchall())), view
+    kinds = dict(con.execute("select table_type, count(*) from information_schema.tables group by 1").fetchall())
+    assert kinds.get("VIEW", 0) > 20 and set(kinds) <= {"VIEW", "BASE TABLE"}
+    # Every file of the profile dir is in sources, as in a normal warehouse.
+    files = {str(p.relative_to(demo)) for p in demo.rglob("*") if p.is_file()}
+    assert {r[0] for r in con.execute("select path from sources").fetchall()} == files
+
+
+def test_real_corpus_dataset_equals_the_warehouse(tmp_path, config):
+    profile = tmp_path / "real"
+    shutil.copytree(FIXTURES / "real", profile)
+    normal, thin = _modes(config, tmp_path)
+    _ok(ingest(profile, normal, run="real"))
+    _ok(ingest(profile, thin, run="real"))
+    assert every_table_differences(thin.db_path, normal.db_path) == {}
+
+
+def test_a_changed_rank_rewrites_only_its_files(tmp_path, config, demo):
+    profile = tmp_path / "demo"
+    shutil.copytree(demo, profile)
+    normal, thin = _modes(config, tmp_path)
+    _ok(ingest(profile, thin, run="demo"))
+    before = _files_by_path(thin.dataset)
+    unchanged = _ok(ingest(profile, thin, run="demo"))
+    assert unchanged.count("unchanged") == len(unchanged.results)
+    assert len(dataset._generations(thin.dataset)) == 1  # nothing changed: no new generation
+
+    csv = sorted(profile.rglob("operator_memory.csv"))[0]
+    lines = csv.read_text().splitlines(keepends=True)
+    csv.write_text("".join(lines[:-3]))  # three allocations fewer
+    again = _ok(ingest(profile, thin, run="demo"))
+    assert "ok" in {r.status for r in again.results}
+    after = _files_by_path(thin.dataset)
+    new = {path for path, inode in after.items() if before.get(path) != inode}
+    rank_dir = next(p for p in csv.parents if p.name.endswith("_ascend_pt"))
+    con = duckdb.connect(str(thin.db_path), read_only=True)
+    role, rank = con.execute("select role, rank_id from sources where path = ?",
+                             [str(csv.relative_to(profile))]).fetchone()
+    # The changed capture's files, the runs row (its last_ingested_at) and the schema-only
+    # files of empty tables: nothing else.
+    for path in new - {p for p in new if p.endswith("/empty.parquet")}:
+        assert f"rank_id={rank}" in path and f"role={role}" in path or path.startswith(("runs/", "call_stacks/",
+                                                                                         "_stack_user_frames/")), path
+    assert any(path.startswith("memory_records/") for path in new), "the changed rank's rows were not rewritten"
+    kept = [path for path in after
+            if path in before and f"rank_id={rank}" not in path and not path.endswith("/empty.parquet")]
+    assert kept and all(after[p] == before[p] for p in kept)  # hard links of the previous generation
+    _ok(ingest(profile, normal, run="demo"))
+    assert every_table_differences(thin.db_path, normal.db_path) == {}
+    assert rank_dir.exists()
+
+
+def test_the_thin_file_reads_like_a_warehouse(tmp_path, config, demo):
+    """rlwh query and the pinned duckdb shell read it; writers other than ingest refuse it."""
+    _, thin = _modes(config, tmp_path)
+    _ok(ingest(demo, thin, run="demo"))
+    query = subprocess.run(
+        [sys.executable, "-m", "rlwh.cli", "query", "select count(*) as n from memory_peak", "--format", "json",
+         "--db", str(thin.db_path)], capture_output=True, text=True, check=False)
+    assert query.returncode == 0, query.stderr
+    assert json.loads(query.stdout)[0]["n"] > 0
+    shell = Path(sys.executable).with_name("duckdb")
+    out = subprocess.run([str(shell), "-readonly", str(thin.db_path), "-csv", "-c",
+                          "select count(*) from memory_timeline"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.splitlines()[-1]) > 0
+    with pytest.raises(RlwhError, match="thin file of a Parquet dataset"):
+        initialize(dataclasses.replace(thin, dataset=None))
+    with pytest.raises(RlwhError, match="thin file of a Parquet dataset"):
+        ingest(demo, dataclasses.replace(thin, dataset=None), run="other")
+
+
+def test_cli_ingest_with_dataset_flag(tmp_path, demo):
+    db = tmp_path / "thin.duckdb"
+    out = subprocess.run([sys.executable, "-m", "rlwh.cli", "ingest", str(demo), "--run", "demo", "-q",
+                          "--dataset", str(tmp_path / "ds"), "--db", str(db)], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "ds" / "current" / "_manifest.json").is_file()
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("select count(*) from cpu_ops").fetchone()[0] > 0
