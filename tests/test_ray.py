@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 # The driver: the CLI, with the Ray executor's log on stderr, and whether Ray is still
 # connected once the command is done (it must not be).
 DRIVER = """
-import logging, sys
+import faulthandler, logging, signal, sys
+faulthandler.register(signal.SIGUSR1)  # a test that times out asks where the driver hangs
 logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
 logging.getLogger("ray").setLevel(logging.ERROR)
 from rlwh.cli import cli
@@ -304,7 +305,13 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_no_ray_state(cluster, area, many_ra
     try:
         pid = _wait_for_stopped_task(hooks, proc, time.monotonic() + 180)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            proc.kill()
+            pytest.fail("the ingest did not end within 120 s of Ctrl-C:\n" + proc.communicate()[1][-6000:])
         deadline = time.monotonic() + 30
         while not _gone(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
