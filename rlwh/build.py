@@ -51,6 +51,7 @@ def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     temp dir (node-local on a Ray node), removed when the process exits."""
     global _scratch
     if _scratch is None:
+        _remove_orphan_spills()
         spill = tempfile.mkdtemp(prefix=f"rlwh-spill-{os.getpid()}-")
         atexit.register(shutil.rmtree, spill, True)
         _scratch = duckdb.connect(config={"temp_directory": spill})
@@ -63,6 +64,19 @@ def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     con.execute("delete from runs")
     store_settings(con, config)
     return con
+
+
+def _remove_orphan_spills() -> None:
+    """Spill folders of workers that were killed (atexit never ran: Ray kills its workers)."""
+    for folder in Path(tempfile.gettempdir()).glob("rlwh-spill-*-*"):
+        try:
+            os.kill(int(folder.name.split("-")[2]), 0)
+        except ValueError:
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
 
 
 def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) -> dict:

@@ -6,9 +6,9 @@ Layout of a dataset ROOT:
     ROOT/_rlwh_dataset.json                        marker: this folder is an rlwh dataset
     ROOT/current -> gen-000007                     symlink to the newest complete generation
     ROOT/gen-000007/_manifest.json                 written last: every file, its table, group, rows
-    ROOT/gen-000007/<table>/run=<run>/role=<role>/rank_id=<rank>/<group>.g000007_0.parquet
-    ROOT/gen-000007/runs/run=<run>/<group>.g000005_0.parquet    (carried over from generation 5)
-    ROOT/gen-000007/call_stacks/<group>.g000007_0.parquet       tables without run: not partitioned
+    ROOT/gen-000007/<table>/run=<run>/role=<role>/rank_id=<rank>/<group>.<token>_0.parquet
+    ROOT/gen-000007/runs/run=<run>/<group>.<token>_0.parquet    (the token of the staging that wrote it)
+    ROOT/gen-000007/call_stacks/<group>.<token>_0.parquet       tables without run: not partitioned
     ROOT/gen-000007/<table>/empty.parquet          a table with no rows in this generation: its schema
 
 A generation has the folders of `rlwh export parquet` (rlwh.export: partitioned by those
@@ -41,8 +41,8 @@ never sees mixed rows. A lock file (ROOT/.lock) serialises publishers.
 Reading it directly (Spark, Trino, DuckDB): resolve `current` once, then read the
 generation it names. `current` is a symlink inside every path, so a listing that runs
 while a publish flips it could list some folders of the old generation and some of the
-new; file names carry the generation that wrote them, so a file listed before a flip and
-opened after it fails rather than reading another generation's rows. DuckDB:
+new; file names carry a token of the staging that wrote them, so a file listed before a
+flip and opened after it fails rather than reading another generation's rows. DuckDB:
 
     gen := realpath('ROOT/current')
     select * from read_parquet('<gen>/cpu_ops/**/*.parquet', hive_partitioning = true,
@@ -78,6 +78,7 @@ import json
 import os
 import re
 import shutil
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -321,12 +322,13 @@ def _select(spec: dict, source: str) -> str:
     return f"select {columns} from {source}"
 
 
-def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict], gen: Path,
-                 number: int) -> tuple[list[dict], str | None]:
-    """Partition one group's files into gen; return its manifest file entries and its run."""
-    stage = gen / ".stage" / gid
-    stage.mkdir(parents=True)
-    pattern = f"{gid}.g{number:06d}_{{i}}"
+STAGED = "_staged.json"
+
+
+def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict], stage: Path,
+                 pattern: str) -> tuple[list[dict], str | None]:
+    """Partition one group's files under stage; return its manifest entries (paths relative
+    to stage, as they will be in a generation) and its run."""
     entries: list[dict] = []
     runs: set[str] = set()
     for table, path in files.items():
@@ -377,18 +379,53 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
                     if rows is None:
                         raise RlwhError(f"group {gid}: DuckDB wrote {src}, which it did not report")
                     if rows == 0:
+                        src.unlink()
                         continue
-                    rel = str(src.relative_to(stage))
-                    dest = _inside(gen, rel)
-                    dest.parent.mkdir(parents=True, exist_ok=True)
                     _fsync(src)
-                    os.rename(src, dest)
-                    entries.append({"path": rel, "table": table, "group": gid, "rows": rows})
+                    entries.append({"path": str(src.relative_to(stage)), "table": table, "group": gid, "rows": rows})
     if len(runs) > 1:
         raise RlwhError(f"group {gid} holds rows of {len(runs)} runs ({', '.join(sorted(runs)[:3])}...): "
                         "a group belongs to one run")
-    shutil.rmtree(stage)
     return entries, next(iter(runs), None)
+
+
+def stage_group(gid: str, folder: Path, stage: Path) -> Path:
+    """Partition a group's `<table>.parquet` files into `stage` (a new folder), in the
+    layout of a generation, and describe them in stage/_staged.json; publish() then moves
+    them into place. Runs where the group was built (a parse worker), so publishing a
+    thousand ranks is a thousand renames, not a thousand COPYs in one process. File
+    names carry a token of this staging, so a path listed from an older generation never
+    opens a newer file."""
+    if not GROUP_ID.match(gid):
+        raise RlwhError(f"group id {gid!r}: use letters, digits, '_' and '-' (at most 100, not leading '_' or '-')")
+    tables = {t: s for t, s in _schema().items() if t not in THIN_TABLES}
+    files = _check_group_folder(gid, folder, tables)
+    stage = Path(stage)
+    stage.mkdir(parents=True)
+    con = duckdb.connect()
+    try:
+        con.execute("set enable_progress_bar = false; set preserve_insertion_order = false; set threads = 1")
+        entries, run = _write_group(con, gid, files, tables, stage, f"{gid}.{uuid.uuid4().hex[:12]}_{{i}}")
+    finally:
+        con.close()
+    _write_json(stage / STAGED, {"group": gid, "run": run, "files": entries})
+    return stage
+
+
+def _adopt(gid: str, stage: Path, gen: Path) -> tuple[list[dict], str | None]:
+    """Move a staged group's files into gen (a rename; a copy across file systems)."""
+    staged = json.loads((stage / STAGED).read_text(encoding="utf-8"))
+    if staged.get("group") != gid:
+        raise RlwhError(f"{stage / STAGED} stages group {staged.get('group')!r}, not {gid!r}")
+    _check_contained(stage)
+    for entry in staged["files"]:
+        src, dest = _inside(stage, entry["path"]), _inside(gen, entry["path"])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(src, dest)
+        except OSError:  # another file system (a worker's node-local folder)
+            shutil.copy2(src, dest)
+    return staged["files"], staged["run"]
 
 
 def _carry(prev: Path, gen: Path, entry: dict) -> None:
@@ -418,7 +455,9 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
     if both:
         raise RlwhError(f"group {both[0]} is both given and dropped")
     tables = {t: s for t, s in _schema().items() if t not in THIN_TABLES}
-    checked = {gid: _check_group_folder(gid, folder, tables) for gid, folder in groups.items()}
+    for gid, folder in groups.items():
+        if not (Path(folder) / STAGED).is_file():
+            _check_group_folder(gid, folder, tables)
     _open_root(root)
     with _locked(root):
         prev = current_generation(root)
@@ -439,14 +478,15 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
                         _carry(prev, gen, entry)
                         files.append(entry)
                 group_info[gid] = info
+            for gid in sorted(groups):
+                stage = Path(groups[gid])
+                if not (stage / STAGED).is_file():
+                    stage = stage_group(gid, stage, gen / ".stage" / gid)
+                entries, run = _adopt(gid, stage, gen)
+                files += entries
+                group_info[gid] = {"run": run, "rows": sum(e["rows"] for e in entries), "generation": number}
             con = duckdb.connect()
             try:
-                con.execute("set enable_progress_bar = false")
-                con.execute("set preserve_insertion_order = false")
-                for gid in sorted(checked):
-                    entries, run = _write_group(con, gid, checked[gid], tables, gen, number)
-                    files += entries
-                    group_info[gid] = {"run": run, "rows": sum(e["rows"] for e in entries), "generation": number}
                 rows = {t: sum(e["rows"] for e in files if e["table"] == t) for t in tables}
                 for table, count in rows.items():
                     if count == 0:  # no partitions: one empty file keeps the table readable

@@ -59,6 +59,16 @@ def _known(config: Config, run: str) -> tuple[dict[str, tuple], int, object]:
     return {r[0]: r[1:] for r in rows}, next_id, first[0] if first else None
 
 
+def build_and_stage(run: str, files: list[Planned], config: Config, gid: str, out_dir: str) -> dict:
+    """The task of one group: build the capture (rlwh.build) and partition it into the
+    dataset's layout right there, so publishing is renames."""
+    built = build_capture(run, files, config, out_dir)
+    built["staged"] = str(dataset.stage_group(gid, Path(out_dir), Path(out_dir) / "staged"))
+    for path in built.pop("tables").values():
+        Path(path).unlink()  # staged now: half the disk
+    return built
+
+
 def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Path:
     """The run's `runs` row, as a group of its own."""
     folder = parts / "runs"
@@ -96,7 +106,7 @@ def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: C
                     p.source_id = known[p.source.rel_path][0]
                 else:
                     p.source_id, next_id = next_id, next_id + 1
-            tasks[gid] = (Task(gid, build_capture, (run, files, config), sum(p.size for p in files),
+            tasks[gid] = (Task(gid, build_and_stage, (run, files, config, gid), sum(p.size for p in files),
                                tuple(str(p.source.path) for p in files)), files)
         if progress:
             progress(done_files, len(planned), done_bytes, total_bytes, "")
@@ -107,7 +117,7 @@ def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: C
             built_groups = {}
             for task, built in run_tasks([t for t, _ in tasks.values()], config, parts):
                 files = tasks[task.name][1]
-                built_groups[task.name] = Path(built["tables"]["sources"]).parent
+                built_groups[task.name] = Path(built["staged"])
                 for result in built["results"]:
                     (summary.ignored if result.status == "ignored" else summary.results).append(result)
                 done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
