@@ -274,9 +274,6 @@ def test_a_report_renders_from_the_thin_file(reports):
             assert thin[page] == normal[page], page
 
 
-@pytest.mark.xfail(strict=True, reason="rlwh/report/queries.py HAS_MEMORY_USAGE / HAS_NPU_MODULE_MEMORY look for "
-                   "a base table in duckdb_tables(); in the thin file memory_usage is a view, so the memory page "
-                   "leaves out memory_record.csv's totals")
 def test_memory_pages_draw_memory_usage_from_the_thin_file(reports):
     normal, thin = reports
     pages = [p for p in normal if "memory_timeline/" in p and "from memory_usage" in normal[p]]

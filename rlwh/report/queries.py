@@ -222,12 +222,15 @@ where capture = $capture and device = $device and clock = $clock and seq in (sel
 # The allocator's totals as memory_record.csv / MEMORY_RECORD has them (issue 12), for
 # the component asked for, reduced like the lines. memory_usage is a public base table:
 # no view adds anything to these rows.
+# Tables or views: in a dataset's thin file every table is a view over Parquet.
 HAS_MEMORY_USAGE = """
-select count(*) > 0 as present from duckdb_tables() where table_name = 'memory_usage' and schema_name = 'main'
+select count(*) > 0 as present from information_schema.tables
+where table_name = 'memory_usage' and table_schema = 'main'
 """
 
 HAS_NPU_MODULE_MEMORY = """
-select count(*) > 0 as present from duckdb_tables() where table_name = 'npu_module_memory' and schema_name = 'main'
+select count(*) > 0 as present from information_schema.tables
+where table_name = 'npu_module_memory' and table_schema = 'main'
 """
 
 MEMORY_USAGE_COMPONENTS = """
