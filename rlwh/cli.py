@@ -501,7 +501,7 @@ def export():
 @click.option("--views", is_flag=True, help="Also write every public view's rows (memory_peak, rank_skew, ...).")
 @warehouse_options
 def export_parquet(config, out, run_name, views):
-    """Write every public table as hive-partitioned Parquet: OUT/<table>/run=<run>/role=<role>/*.parquet.
+    """Write every public table as hive-partitioned Parquet: OUT/<table>/run=<run>/role=<role>/rank_id=<rank>/*.parquet.
 
     With --views, every public view's rows too, in the same layout under the view's name,
     for engines that cannot run the views' DuckDB SQL. OUT is replaced when it holds an
