@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -120,7 +121,11 @@ def _copy_scaled(source: Path, target: Path, factor: float) -> Path:
     return target
 
 
-def test_nights(config, tmp_path):
+@pytest.mark.parametrize("mode", ["warehouse", "dataset"])
+def test_nights(config, tmp_path, mode):
+    """The same nights whether the warehouse is a DuckDB file or a dataset's thin file."""
+    if mode == "dataset":
+        config = dataclasses.replace(config, dataset=tmp_path / "dataset")
     root = tmp_path / "nightly"
     first = _profile(root / "grpo-0001")
 
@@ -129,6 +134,7 @@ def test_nights(config, tmp_path):
     assert [(o.run, o.status, o.baseline) for o in night.runs] == [("grpo-0001", "ingested", None)]
     assert night.index == config.nightly_index and night.index.is_file()
     assert (config.reports_dir / "grpo-0001" / "index.html").is_file()
+    assert (tmp_path / "dataset" / "current" / "_manifest.json").is_file() == (mode == "dataset")
 
     _copy_scaled(first, root / "grpo-0002", 1.5)
     night = run_nightly(config, root, None, None)
