@@ -194,6 +194,13 @@ def test_dataset_mode_on_ray_equals_local_ingest(cluster, area, many_ranks, many
     assert via.get("object store") and via.get("shared parts folder"), via
 
 
+def test_demo_in_dataset_mode_on_ray_equals_local_ingest(cluster, area, demo, demo_local):
+    db = area / "ray-demo-dataset" / "thin.duckdb"
+    proc = cluster.run_driver(_driver(cluster, db, demo) + ["--dataset", str(area / "ray-demo-dataset-root")],
+                              cwd=cluster.root)
+    _assert_same(db, demo_local, proc, thin=True)
+
+
 def test_tasks_run_where_their_files_are(cluster, area):
     """The profile is under HIDDEN, so 127.0.0.3 does not hold it: every task must run on
     the head or 127.0.0.2 (a task sent to 127.0.0.3 would fail to read its file)."""
