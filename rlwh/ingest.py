@@ -1,6 +1,13 @@
 """`rlwh ingest`: discover a profile dir's files, parse them in parallel, load each
 file in its own transaction, publish the warehouse once at the end.
 
+Where parsing runs is the executor's business (rlwh.executor: this machine's pool, or a
+Ray cluster). With Ray or [ingest] derive_in_workers a worker builds each capture whole,
+its derived tables included (rlwh.build), and the loader only appends it; otherwise the
+loader loads each parsed file and derives after the last. In dataset mode
+(rlwh.ingest_dataset) nothing is loaded into DuckDB: built captures are published as
+Parquet.
+
 Unchanged files (same fingerprint as at the last ingest) are skipped, and when every
 file is unchanged the warehouse is not even opened for writing.
 """
