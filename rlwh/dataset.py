@@ -87,9 +87,9 @@ import duckdb
 
 from rlwh import __version__
 from rlwh.errors import RlwhError
-from rlwh.export import THIN_MARKER, is_thin, partition_keys
+from rlwh.export import THIN_MARKER, check_contained, is_thin, partition_keys
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse import pause_for_test
+from rlwh.warehouse import fsync_path, pause_for_test
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"
@@ -250,14 +250,6 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _clean(root: Path, current: Path | None) -> None:
     """Delete what a killed publish left: generations without a manifest or newer than
     `current` (written, never published) and temp symlinks."""
@@ -292,15 +284,6 @@ def _inside(gen: Path, rel: str) -> Path:
     if not path.resolve().is_relative_to(gen.resolve()):
         raise RlwhError(f"dataset refused: {path} would lie outside {gen}")
     return path
-
-
-def _check_contained(gen: Path) -> None:
-    real = gen.resolve()
-    for folder, dirnames, filenames in os.walk(gen):
-        for name in dirnames + filenames:
-            path = Path(folder) / name
-            if path.is_symlink() or not path.resolve().is_relative_to(real):
-                raise RlwhError(f"dataset refused: {path} would lie outside {gen}")
 
 
 def _check_group_folder(gid: str, folder: Path, tables: dict[str, dict]) -> dict[str, Path]:
@@ -371,7 +354,7 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
                 first += " (a run or role value too long for a folder name)"
             raise RlwhError(f"group {gid}: writing {table} failed: {first}") from exc
         if target.exists():
-            _check_contained(target)
+            check_contained(target, "dataset")
             for folder, _, filenames in os.walk(target):
                 for name in filenames:
                     src = Path(folder) / name
@@ -381,7 +364,7 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
                     if rows == 0:
                         src.unlink()
                         continue
-                    _fsync(src)
+                    fsync_path(src)
                     entries.append({"path": str(src.relative_to(stage)), "table": table, "group": gid, "rows": rows})
     if len(runs) > 1:
         raise RlwhError(f"group {gid} holds rows of {len(runs)} runs ({', '.join(sorted(runs)[:3])}...): "
@@ -417,7 +400,7 @@ def _adopt(gid: str, stage: Path, gen: Path) -> tuple[list[dict], str | None]:
     staged = json.loads((stage / STAGED).read_text(encoding="utf-8"))
     if staged.get("group") != gid:
         raise RlwhError(f"{stage / STAGED} stages group {staged.get('group')!r}, not {gid!r}")
-    _check_contained(stage)
+    check_contained(stage, "dataset")
     for entry in staged["files"]:
         src, dest = _inside(stage, entry["path"]), _inside(gen, entry["path"])
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -497,7 +480,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
             finally:
                 con.close()
             shutil.rmtree(gen / ".stage", ignore_errors=True)
-            _check_contained(gen)
+            check_contained(gen, "dataset")
             pause_for_test("dataset-manifest")
             _write_json(gen / MANIFEST, {
                 "format": FORMAT,
@@ -510,14 +493,14 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
                 "groups": group_info,
                 "files": sorted(files, key=lambda e: e["path"]),
             })
-            _fsync(gen)
+            fsync_path(gen)
             pause_for_test("dataset-swap")
             link = root / f".{CURRENT}-{os.getpid()}"
             with contextlib.suppress(FileNotFoundError):
                 link.unlink()
             os.symlink(gen.name, link)
             os.replace(link, root / CURRENT)
-            _fsync(root)
+            fsync_path(root)
         except BaseException:
             if current_generation(root) != gen:
                 shutil.rmtree(gen, ignore_errors=True)
@@ -619,7 +602,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, db_path)
-        _fsync(db_path.parent)
+        fsync_path(db_path.parent)
     except duckdb.Error as exc:
         raise RlwhError(f"cannot write the thin warehouse {db_path}: {str(exc).strip().splitlines()[0]}") from exc
     finally:

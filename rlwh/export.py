@@ -153,14 +153,15 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: s
     return int(written)
 
 
-def _check_contained(root: Path) -> None:
-    """Every path under root is a plain file or folder inside it (no links, no escape)."""
+def check_contained(root: Path, what: str = "export") -> None:
+    """Every path under root is a plain file or folder inside it (no links, no escape);
+    `what` names the writer in the error (export, dataset)."""
     real_root = root.resolve()
     for folder, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(folder) / name
             if path.is_symlink() or not path.resolve().is_relative_to(real_root):
-                raise RlwhError(f"export refused: {path} would lie outside {root}")
+                raise RlwhError(f"{what} refused: {path} would lie outside {root}")
 
 
 def _is_replaceable(out: Path) -> bool:
@@ -221,7 +222,7 @@ def export_parquet(config: Config, out: Path, run: str | None = None, views: boo
                     first += " (a run or role value too long for a folder name)"
                 raise RlwhError(f"export of {kind} {table} failed: {first}") from exc
         con.execute("commit")
-        _check_contained(tmp)
+        check_contained(tmp)
         marker = {
             "rlwh_version": __version__,
             "warehouse": str(config.db_path),

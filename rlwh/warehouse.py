@@ -136,7 +136,8 @@ def _remove_working_files(work: Path) -> None:
             path.unlink()
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_path(folder: Path) -> None:
+    """Flush a file, or a folder's entries (a rename is durable only then), to disk."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -163,7 +164,7 @@ class WriteSession:
         pause_for_test("publish")
         os.replace(self.work, self.config.db_path)
         pause_for_test("published")
-        _fsync_dir(self.config.db_path.parent)
+        fsync_path(self.config.db_path.parent)
 
 
 def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:

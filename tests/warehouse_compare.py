@@ -31,6 +31,13 @@ def _rows(con, db: str, table: str) -> str:
     return f"select {', '.join(picked)} from {db}.{table} r{joined}"
 
 
+def _multiset_difference(con, got_sql: str, want_sql: str) -> tuple[int, int]:
+    """(rows only in got, rows only in want), duplicates counted."""
+    extra = con.execute(f"select count(*) from ({got_sql} except all {want_sql})").fetchone()[0]
+    lacking = con.execute(f"select count(*) from ({want_sql} except all {got_sql})").fetchone()[0]
+    return extra, lacking
+
+
 def differences(got: Path, want: Path) -> dict[str, tuple[int, int]]:
     """{table: (rows only in got, rows only in want)}, duplicates counted; {} when equal.
     A table present on one side only is reported as (-1, -1)."""
@@ -43,9 +50,7 @@ def differences(got: Path, want: Path) -> dict[str, tuple[int, int]]:
             if table not in _tables(con, "got") or table not in _tables(con, "want"):
                 found[table] = (-1, -1)
                 continue
-            a, b = _rows(con, "got", table), _rows(con, "want", table)
-            extra = con.execute(f"select count(*) from ({a} except all {b})").fetchone()[0]
-            lacking = con.execute(f"select count(*) from ({b} except all {a})").fetchone()[0]
+            extra, lacking = _multiset_difference(con, _rows(con, "got", table), _rows(con, "want", table))
             if extra or lacking:
                 found[table] = (extra, lacking)
         return found
@@ -83,9 +88,8 @@ def every_table_differences(got: Path, want: Path) -> dict[str, tuple[int, int]]
                 """select column_name from duckdb_columns() where database_name = 'want' and table_name = ?
                    order by column_index""", [table]).fetchall() if r[0] not in VOLATILE]
             select = ", ".join(f'"{c}"' for c in columns)
-            a, b = f"select {select} from got.{table}", f"select {select} from want.{table}"
-            extra = con.execute(f"select count(*) from ({a} except all {b})").fetchone()[0]
-            lacking = con.execute(f"select count(*) from ({b} except all {a})").fetchone()[0]
+            extra, lacking = _multiset_difference(con, f"select {select} from got.{table}",
+                                                  f"select {select} from want.{table}")
             if extra or lacking:
                 found[table] = (extra, lacking)
         return found
