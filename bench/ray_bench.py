@@ -1,18 +1,36 @@
-"""The Ray executor against the local pool, on one generated run of 64 small ranks.
+"""Scale-out: five ways to ingest the same 64-rank profile, on this machine.
 
-  .venv/bin/python bench/ray_bench.py [--ranks 64] [--ops 1500] [--keep DIR] [--json OUT]
+  .venv/bin/python bench/ray_bench.py [--sizes small,big] [--modes abcde] [--keep DIR] [--json OUT] [--no-ray]
 
-Ingests the same profile twice: (1) `executor = local`, 2 workers; (2) `executor = ray`
-on a local cluster of a head and 2 worker nodes on loopback, 1 CPU each
-(tests/ray_cluster.py, the tests' cluster, so root is needed for its namespaces). Checks
-both warehouses hold the same rows, then prints per executor: wall seconds, MB/s of
-input, core utilisation (CPU seconds of every process involved / wall / cores: the
-ingest's own process tree, and for Ray every process of the cluster too), and where the
-wall went, measured from outside the ingest: `setup` until the executor was first
-asked for results, `parallel` until the last task result arrived, `tail` after it (the
-loads left, capture starts, the derived tables); serial share = (setup + tail) / wall.
-For Ray also: `import ray` and ray.init seconds and the MB they add to the driver, and
-driver_busy, the CPU seconds of the `rlwh ingest` process (the loader) per wall second.
+Profiles (64 Ascend ranks each): `small`, 32 ranks of two roles with 1,500 ops and
+allocations each (~80 MB); `big`, 64 ranks of one role with ~4 MB traces and 20,000
+allocations each (~515 MB). Each is ingested in five configurations:
+
+  a  local pool (2 workers), normal warehouse: workers parse, the loader loads and derives
+  b  local pool, normal warehouse, derive_in_workers: workers build captures, loader appends
+  c  local pool, dataset mode: workers build and stage, the driver publishes + thin file
+  d  Ray, normal warehouse (workers build captures, the loader appends)
+  e  Ray, dataset mode
+
+Ray is a local cluster of a head and 2 worker nodes on loopback, 1 CPU each
+(tests/ray_cluster.py, the tests' cluster: root is needed for its namespaces; --no-ray,
+or a machine that cannot run it, skips d and e). Every warehouse is checked equal to a's
+in every table, derived ones included (tests/warehouse_compare.every_table_differences;
+a thin file's views compare the same way).
+
+Per configuration: wall seconds, MB/s of input, CPU seconds of every process involved
+(the driver's tree; for Ray every process of the cluster, sampled while it lives) and
+core utilisation (CPU s / wall / cores); the driver's peak RSS and own CPU seconds; where
+the wall went seen from outside: `setup` until the executor was first asked for results,
+`parallel` until the last task result arrived, `tail` after it; serial share = (setup +
+tail) / ingest wall. And the driver's own serial work, timed by wrapping (in the driver
+process only, rlwh is not changed) rlwh.ingest's load_file and land_capture, rlwh.derive
+.refresh, rlwh.dataset.publish and build_thin_db: `land_s` (loading or appending),
+`derive_s`, `publish_s`, `thin_s`, and `driver_serial_s` their sum, in wall seconds and
+in the process CPU seconds of the same calls (DuckDB's threads included; on 2 cores the
+wall includes waiting for the workers, the CPU does not). Worker side: every task is
+wrapped to time itself where it runs (wall and process CPU), summed over tasks
+(`task_s`, `task_cpu_s`) and per rank.
 """
 
 from __future__ import annotations
@@ -35,24 +53,43 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import ray_cluster  # noqa: E402
-from warehouse_compare import differences, row_count  # noqa: E402
+from warehouse_compare import every_table_differences, row_count  # noqa: E402
 
 from rlwh import synth  # noqa: E402
 
+# A module the driver wraps each task's function with, so a task times itself where it
+# runs: importable by the local pool's spawned workers (on PYTHONPATH) and sent to Ray's
+# by value (cloudpickle), so no node needs it installed.
+TIMING = r'''
+import time
+
+
+def timed(function, *args):
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = function(*args)
+    return {"bench_timed": True, "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+            "result": result}
+'''
+
 # Runs the ingest in its own process and reports, as one JSON line, the times seen from
-# outside rlwh's code: run_tasks and ray_executor.connect are wrapped, nothing is changed.
+# outside rlwh's code: run_tasks, the driver's landing, deriving and publishing functions
+# and ray_executor.connect are wrapped, nothing is changed.
 DRIVER = r"""
-import json, sys, time
+import functools, json, resource, sys, time
 t0 = time.perf_counter()
 def rss_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
-profile, db, executor, address = sys.argv[1:5]
-marks = {"rss_start_mb": rss_mb()}
+profile, db, executor, address, options = sys.argv[1:6]
+options = json.loads(options)
+marks = {"rss_start_mb": rss_mb(), "land_s": 0.0, "derive_s": 0.0, "publish_s": 0.0, "thin_s": 0.0,
+         "task_s": 0.0, "task_cpu_s": 0.0, "tasks": 0}
+import rlwh_bench_timing
 if executor == "ray":
     s = time.perf_counter(); import ray
     marks.update(import_ray_s=time.perf_counter() - s, import_ray_mb=rss_mb() - marks["rss_start_mb"])
+    ray.cloudpickle.register_pickle_by_value(rlwh_bench_timing)
     import rlwh.ray_executor as rx
     connect = rx.connect
     def timed_connect(*args, **kwargs):
@@ -63,22 +100,58 @@ if executor == "ray":
             marks.setdefault("ray_init_s", []).append(time.perf_counter() - s)
             marks.setdefault("ray_init_mb", []).append(rss_mb() - m)
     rx.connect = timed_connect
+import dataclasses
 import rlwh.ingest as ing
+import rlwh.derive, rlwh.dataset
 from rlwh.config import Config
+def summed(module, name, key):
+    original = getattr(module, name)
+    marks[key + "_cpu"] = 0.0
+    def wrapper(*args, **kwargs):
+        s, c = time.perf_counter(), time.process_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            marks[key] += time.perf_counter() - s
+            marks[key + "_cpu"] += time.process_time() - c
+            marks.setdefault(key + "_calls", []).append(time.process_time() - c)
+    setattr(module, name, wrapper)
+summed(ing, "load_file", "land_s")
+summed(ing, "land_capture", "land_s")
+summed(rlwh.derive, "refresh", "derive_s")
+summed(rlwh.dataset, "publish", "publish_s")
+summed(rlwh.dataset, "build_thin_db", "thin_s")
 run_tasks = ing.run_tasks
-def timed_run_tasks(*args, **kwargs):
+def timed_run_tasks(tasks, *args, **kwargs):
     marks["first_ask_s"] = time.perf_counter() - t0
-    for pair in run_tasks(*args, **kwargs):
+    originals = {t.name: t for t in tasks}
+    wrapped = [dataclasses.replace(t, function=functools.partial(rlwh_bench_timing.timed, t.function)) for t in tasks]
+    for task, answer in run_tasks(wrapped, *args, **kwargs):
         marks.setdefault("results_s", []).append(time.perf_counter() - t0)
-        yield pair
+        marks["task_s"] += answer["wall_s"]
+        marks["task_cpu_s"] += answer["cpu_s"]
+        marks["tasks"] += 1
+        yield originals[task.name], answer["result"]
 ing.run_tasks = timed_run_tasks
 from pathlib import Path
-config = Config(db_path=Path(db), workers=2, executor=executor, ray_address=address or None)
+config = Config(db_path=Path(db), workers=2, executor=executor, ray_address=address or None,
+                derive_in_workers=options.get("derive_in_workers", False),
+                dataset=Path(options["dataset"]) if options.get("dataset") else None)
 summary = ing.ingest(profile, config)
+own = resource.getrusage(resource.RUSAGE_SELF)
 marks.update(wall_s=time.perf_counter() - t0, files=len(summary.results), failed=summary.failed,
-             rss_end_mb=rss_mb())
+             rss_end_mb=rss_mb(), driver_peak_rss_mb=own.ru_maxrss / 1024,
+             driver_cpu_s=own.ru_utime + own.ru_stime)
 print("BENCH " + json.dumps(marks))
 """
+
+MODES = {  # name: (label, executor, options)
+    "a": ("local pool, normal warehouse (loader loads + derives)", "local", {}),
+    "b": ("local pool, normal warehouse, derive_in_workers", "local", {"derive_in_workers": True}),
+    "c": ("local pool, dataset mode", "local", {"dataset": True}),
+    "d": ("Ray 3 nodes, normal warehouse (workers build)", "ray", {}),
+    "e": ("Ray 3 nodes, dataset mode", "ray", {"dataset": True}),
+}
 
 
 def _cpu_of(pid: int) -> float | None:
@@ -137,26 +210,38 @@ def _run(command: list[str], env: dict | None, cluster_pids=None) -> tuple[dict,
     stdout, stderr = proc.communicate()
     wall = time.perf_counter() - started
     cpu = _children_cpu() - before_children  # the driver and, for local, its pool workers
-    driver_cpu = cpu
     if sampler:  # the driver is in the namespace too, but gone (and counted above) by now
         cpu += sampler.seconds()
     line = next((ln for ln in stdout.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode or line is None:
         raise SystemExit(f"ingest failed ({proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
-    marks = json.loads(line[6:])
-    if sampler:  # the loader's own share: with Ray it is the only work left in this process
-        marks["driver_busy"] = driver_cpu / marks["wall_s"]
-    return marks, wall, cpu
+    return json.loads(line[6:]), wall, cpu
 
 
-def _figures(name: str, marks: dict, wall: float, cpu: float, input_bytes: int) -> dict:
+def _figures(mode: str, marks: dict, wall: float, cpu: float, input_bytes: int, ranks: int) -> dict:
     last = marks["results_s"][-1]
     setup, tail = marks["first_ask_s"], marks["wall_s"] - last
-    figures = {"executor": name, "wall_s": wall, "ingest_s": marks["wall_s"], "mb_per_s": input_bytes / 1e6 / wall,
-               "core_utilisation": cpu / wall / os.cpu_count(), "cpu_s": cpu, "setup_s": setup,
-               "parallel_s": last - setup, "tail_s": tail, "serial_share": (setup + tail) / marks["wall_s"],
-               "files": marks["files"]}
-    for key in ("driver_busy", "import_ray_s", "import_ray_mb", "ray_init_s", "ray_init_mb"):
+    serial = marks["land_s"] + marks["derive_s"] + marks["publish_s"] + marks["thin_s"]
+    figures = {"mode": mode, "label": MODES[mode][0], "wall_s": wall, "ingest_s": marks["wall_s"],
+               "mb_per_s": input_bytes / 1e6 / wall, "cpu_s": cpu, "core_utilisation": cpu / wall / os.cpu_count(),
+               "driver_cpu_s": marks["driver_cpu_s"], "driver_busy": marks["driver_cpu_s"] / marks["wall_s"],
+               "driver_peak_rss_mb": marks["driver_peak_rss_mb"],
+               "setup_s": setup, "parallel_s": last - setup, "tail_s": tail,
+               "serial_share": (setup + tail) / marks["wall_s"],
+               "land_s": marks["land_s"], "derive_s": marks["derive_s"], "publish_s": marks["publish_s"],
+               "thin_s": marks["thin_s"], "driver_serial_s": serial,
+               "driver_serial_cpu_s": sum(marks[k + "_s_cpu"] for k in ("land", "derive", "publish", "thin")),
+               **{f"{k}_cpu_s": marks[f"{k}_s_cpu"] for k in ("land", "derive", "publish", "thin")},
+               "driver_serial_share": serial / marks["wall_s"],
+               "tasks": marks["tasks"], "task_s": marks["task_s"], "task_cpu_s": marks["task_cpu_s"],
+               "task_s_per_rank": marks["task_s"] / ranks, "task_cpu_s_per_rank": marks["task_cpu_s"] / ranks,
+               "files": marks["files"], "failed": marks["failed"]}
+    calls = marks.get("land_s_calls", [])
+    if len(calls) >= 8:  # does landing slow down as the warehouse grows? CPU s of the first and last quarter's calls
+        quarter = len(calls) // 4
+        figures["land_cpu_first_last_quarter_s"] = [sum(calls[:quarter]), sum(calls[-quarter:])]
+        figures["land_cpu_calls_s"] = [round(c, 4) for c in calls]  # in the JSON only
+    for key in ("import_ray_s", "import_ray_mb", "ray_init_s", "ray_init_mb"):
         if key in marks:
             figures[key] = marks[key]
     return figures
@@ -164,56 +249,133 @@ def _figures(name: str, marks: dict, wall: float, cpu: float, input_bytes: int) 
 
 def _print(figures: dict) -> None:
     shown = {k: (round(v, 3) if isinstance(v, float) else [round(x, 3) for x in v] if isinstance(v, list) else v)
-             for k, v in figures.items()}
-    print(", ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
+             for k, v in figures.items() if k not in ("label", "land_cpu_calls_s")}
+    print(f"  {figures['label']}: " + ", ".join(f"{k}={v}" for k, v in shown.items() if k != "mode"), flush=True)
+
+
+def make_profile(root: Path, size: str) -> Path:
+    if size == "small":  # the first version of this bench: 32 ranks x 2 roles, small files
+        return synth.write_ascend_profile(root, ranks=32, n_ops=1500, n_allocs=1500, n_stacks=64)
+    return synth.write_ascend_profile(root, roles=("actor_update",), ranks=64, seed=0,
+                                      n_ops=synth.ops_for_trace_mb(4, "compact", 0.27), n_allocs=20000,
+                                      n_stacks=400, stacked_fraction=0.27, trace_format="compact")
+
+
+def _ingest(work: Path, profile: Path, mode: str, size: int, cluster=None) -> tuple[dict, Path]:
+    label, executor, options = MODES[mode]
+    folder = work / mode
+    folder.mkdir(parents=True)
+    db = folder / "w.duckdb"
+    opts = dict(options)
+    if opts.get("dataset"):
+        opts["dataset"] = str(folder / "dataset")
+    env = {**(cluster.env() if cluster else os.environ), "PYTHONPATH": str(work.parent / "timing")}
+    driver = [sys.executable, "-c", DRIVER, str(profile), str(db), executor,
+              cluster.address if cluster else "", json.dumps(opts)]
+    if cluster:
+        netns = cluster._netns()
+        marks, wall, cpu = _run(cluster.driver_command(driver), env, cluster_pids=lambda: cluster.processes(netns))
+    else:
+        marks, wall, cpu = _run(driver, env)
+    figures = _figures(mode, marks, wall, cpu, size, 64)
+    if opts.get("dataset"):
+        figures["dataset_mb"] = _bytes(folder / "dataset") / 1e6
+    else:
+        figures["warehouse_mb"] = db.stat().st_size / 1e6
+    _print(figures)
+    return figures, db
+
+
+def measure_size(work: Path, size_name: str, ray: bool, modes: str = "abcde") -> dict:
+    profile = make_profile(work / "profile" / "bench-run", size_name)
+    size = _bytes(profile)
+    files = sum(1 for _ in profile.rglob("*.*"))
+    print(f"profile {size_name}: 64 ranks, {size / 1e6:.1f} MB in {files} files", flush=True)
+    results = {"profile": size_name, "ranks": 64, "input_mb": size / 1e6, "input_files": files,
+               "cores": os.cpu_count(), "loadavg_before": os.getloadavg(), "modes": {}}
+    dbs = {}
+    for mode in "abc":
+        if mode in modes:
+            results["modes"][mode], dbs[mode] = _ingest(work / size_name, profile, mode, size)
+    if ray and set(modes) & set("de"):
+        started = time.perf_counter()
+        cluster = ray_cluster.LocalCluster(work / size_name / "cluster", [ray_cluster.Node("127.0.0.2"),
+                                                                          ray_cluster.Node("127.0.0.3")]).start()
+        results["cluster_start_s"] = time.perf_counter() - started
+        try:
+            for mode in "de":
+                if mode in modes:
+                    results["modes"][mode], dbs[mode] = _ingest(work / size_name, profile, mode, size, cluster)
+        finally:
+            cluster.stop()
+        print(f"  cluster start (head + 2 workers): {results['cluster_start_s']:.1f} s")
+    results["loadavg_after"] = os.getloadavg()
+    first = next(iter(dbs))  # a, unless --modes left it out
+    rows = row_count(dbs[first])
+    if rows == 0:
+        raise SystemExit(f"the first warehouse ({first}) is empty")
+    for mode, db in dbs.items():
+        if mode != first and (diff := every_table_differences(db, dbs[first])):
+            raise SystemExit(f"{size_name}: {MODES[mode][0]} differs from {first}: {diff}")
+    results["rows"] = rows
+    others = ", ".join(m for m in dbs if m != first) or "none"
+    print(f"  every table equal to {first}'s in {others}: {rows:,} public rows", flush=True)
+    shutil.rmtree(work / size_name, ignore_errors=True)
+    shutil.rmtree(work / "profile", ignore_errors=True)
+    return results
+
+
+ROWS = [("wall s", "wall_s", 1), ("input MB/s", "mb_per_s", 1), ("CPU s, all processes", "cpu_s", 1),
+        ("core utilisation", "core_utilisation", 2), ("driver peak RSS MB", "driver_peak_rss_mb", 0),
+        ("driver CPU s", "driver_cpu_s", 1), ("setup / parallel / tail s", None, 1),
+        ("serial share (setup + tail) / wall", "serial_share", 2),
+        ("driver: land s", "land_s", 1), ("driver: derive s", "derive_s", 1),
+        ("driver: publish + thin file s", None, 1), ("driver serial s (sum)", "driver_serial_s", 1),
+        ("driver serial CPU s (the same calls' process time)", "driver_serial_cpu_s", 1),
+        ("driver serial share", "driver_serial_share", 2), ("worker task s / rank", "task_s_per_rank", 2),
+        ("worker task CPU s / rank", "task_cpu_s_per_rank", 2)]
+
+
+def table(results: dict) -> str:
+    modes = list(results["modes"].values())
+    lines = [f"| {results['profile']}: 64 ranks, {results['input_mb']:.0f} MB | "
+             + " | ".join(f"{m['mode']}: {m['label']}" for m in modes) + " |",
+             "| --- |" + " --- |" * len(modes)]
+    for title, key, digits in ROWS:
+        cells = []
+        for m in modes:
+            if title.startswith("setup"):
+                cells.append(f"{m['setup_s']:.1f} / {m['parallel_s']:.1f} / {m['tail_s']:.1f}")
+            elif title.startswith("driver: publish"):
+                cells.append(f"{m['publish_s']:.2f} + {m['thin_s']:.2f}" if "dataset_mb" in m else "")
+            else:
+                cells.append(f"{m[key]:,.{digits}f}")
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", type=int, default=64, help="ranks in all (two roles)")
-    parser.add_argument("--ops", type=int, default=1500, help="cpu_ops per rank's trace")
+    parser.add_argument("--sizes", default="small,big", help="profiles to measure: small, big or both")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir, removed)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray configurations (d, e)")
+    parser.add_argument("--modes", default="abcde", help="configurations to run (default abcde)")
     args = parser.parse_args(argv)
-    reason = ray_cluster.available()
+    reason = "--no-ray" if args.no_ray else ray_cluster.available()
     if reason:
-        raise SystemExit(f"cannot start the local Ray cluster: {reason}")
+        print(f"Ray configurations skipped: {reason}")
     work = args.keep or Path(tempfile.mkdtemp(prefix="rlwh-ray-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    (work / "timing").mkdir(exist_ok=True)
+    (work / "timing" / "rlwh_bench_timing.py").write_text(TIMING)
     try:
-        profile = synth.write_ascend_profile(work / "profile" / "bench-run", ranks=args.ranks // 2, n_ops=args.ops,
-                                             n_allocs=args.ops, n_stacks=64)
-        size = _bytes(profile)
-        print(f"profile: {args.ranks} ranks, {size / 1e6:.1f} MB in {sum(1 for _ in profile.rglob('*.*'))} files")
-        driver = [sys.executable, "-c", DRIVER, str(profile)]
-        results = {"ranks": args.ranks, "input_mb": size / 1e6, "cores": os.cpu_count()}
-        local_db = work / "local" / "w.duckdb"
-        local_db.parent.mkdir(parents=True)
-        marks, wall, cpu = _run(driver + [str(local_db), "local", ""], None)
-        results["local"] = _figures("local (2 workers)", marks, wall, cpu, size)
-        _print(results["local"])
-
-        started = time.perf_counter()
-        cluster = ray_cluster.LocalCluster(work / "cluster", [ray_cluster.Node("127.0.0.2"),
-                                                               ray_cluster.Node("127.0.0.3")]).start()
-        results["cluster_start_s"] = time.perf_counter() - started
-        try:
-            netns = cluster._netns()
-            ray_db = work / "ray" / "w.duckdb"
-            ray_db.parent.mkdir(parents=True)
-            marks, wall, cpu = _run(cluster.driver_command(driver + [str(ray_db), "ray", cluster.address]),
-                                    cluster.env(), cluster_pids=lambda: cluster.processes(netns))
-            results["ray"] = _figures("ray (head + 2 workers, 1 CPU each)", marks, wall, cpu, size)
-            _print(results["ray"])
-        finally:
-            cluster.stop()
-        print(f"cluster start (head + 2 workers): {results['cluster_start_s']:.1f} s")
-        diff = differences(ray_db, local_db)
-        if diff or row_count(local_db) == 0:
-            raise SystemExit(f"the Ray warehouse differs from the local one: {diff}")
-        print(f"warehouses equal: {row_count(local_db):,} rows in both")
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=2))
+        results = {"ray_skipped": reason, "sizes": {}}
+        for size_name in args.sizes.split(","):
+            results["sizes"][size_name] = measure_size(work, size_name, ray=not reason, modes=args.modes)
+            print("\n" + table(results["sizes"][size_name]) + "\n", flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2))
         return results
     finally:
         if not args.keep:

@@ -143,8 +143,27 @@ def bench_reports(tmp: Path, scale: float) -> None:
         record(name, **figures)
 
 
+def bench_scale_out(tmp: Path, scale: float) -> None:
+    """64 ranks in five configurations: local pool (loader derives / derive_in_workers /
+    dataset mode) and a local 3-node Ray cluster (normal / dataset mode), bench/ray_bench.py.
+    The 515 MB profile at scale 1.0, the 80 MB one below; Ray only as root (its namespaces)."""
+    import ray_bench
+
+    size = "big" if scale >= 1.0 else "small"
+    results = ray_bench.main(["--sizes", size])
+    if results["ray_skipped"]:
+        record("scale-out: Ray configurations skipped", reason=results["ray_skipped"])
+    figures = results["sizes"][size]
+    for mode, m in figures["modes"].items():
+        record(f"scale-out {figures['input_mb']:.0f} MB, 64 ranks, {mode}: {m['label']}", wall_s=m["wall_s"],
+               mb_per_s=m["mb_per_s"], cpu_s=m["cpu_s"], core_utilisation=m["core_utilisation"],
+               driver_peak_rss_mb=m["driver_peak_rss_mb"], serial_share=m["serial_share"],
+               driver_serial_s=m["driver_serial_s"], driver_serial_cpu_s=m["driver_serial_cpu_s"],
+               task_cpu_s_per_rank=m["task_cpu_s_per_rank"])
+
+
 BENCHES = {"one_rank": bench_one_rank, "rss": bench_rss_flat, "four_ranks": bench_four_ranks,
-           "torch": bench_torch_trace, "report": bench_reports}
+           "torch": bench_torch_trace, "report": bench_reports, "scale_out": bench_scale_out}
 
 
 def main() -> int:
