@@ -35,6 +35,7 @@ from rlwh.load import (
     Planned,
     file_context,
     ignored_result,
+    is_unchanged,
     load_file,
     set_capture_starts,
     tables_with_step,
@@ -107,12 +108,7 @@ def _nothing_changed(config: Config, run: str, planned: list[Planned]) -> bool:
         known = _known_sources(con, run)
     finally:
         con.close()
-    return all(_is_unchanged(known.get(p.source.rel_path), p) for p in planned)
-
-
-def _is_unchanged(known: tuple | None, p: Planned) -> bool:
-    """Same fingerprint as last time, and not failed then (a failure is always retried)."""
-    return known is not None and known[1] == p.fingerprint and known[2] != "failed"
+    return all(is_unchanged(known.get(p.source.rel_path), p) for p in planned)
 
 
 def _refresh_derived(con, progress: Progress | None, files: int, total_bytes: int) -> None:
@@ -258,7 +254,7 @@ def ingest(
         todo = []
         for p in planned:
             source_id = known[p.source.rel_path][0] if p.source.rel_path in known else None
-            if _is_unchanged(known.get(p.source.rel_path), p):
+            if is_unchanged(known.get(p.source.rel_path), p):
                 if not p.source.ignored:
                     summary.results.append(FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size))
                 done_files, done_bytes = done_files + 1, done_bytes + p.size

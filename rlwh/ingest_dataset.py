@@ -20,7 +20,7 @@ from rlwh import dataset
 from rlwh.build import build_capture
 from rlwh.config import Config
 from rlwh.executor import Task
-from rlwh.load import FileResult, Planned, utc
+from rlwh.load import FileResult, Planned, is_unchanged, utc
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import connect_read, writer_lock
 
@@ -96,7 +96,7 @@ def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: C
         tasks: dict[str, tuple[Task, list[Planned]]] = {}
         done_files = done_bytes = 0
         for gid, files in _groups(run, planned).items():
-            if all(_same(known.get(p.source.rel_path), p) for p in files):
+            if all(is_unchanged(known.get(p.source.rel_path), p) for p in files):
                 summary.results += [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size)
                                     for p in files if not p.source.ignored]
                 done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
@@ -126,13 +126,10 @@ def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: C
             if progress:
                 progress(done_files, len(planned), done_bytes, total_bytes, "publishing the dataset")
             built_groups["run-" + _digest(run)] = _runs_group(parts, run, profile_dir, first_ingested)
-            # Each lands whole or raises: a failed publish leaves the dataset and the thin file as they were.
+            # Each lands whole or raises. A failed publish leaves the dataset as it was; a thin
+            # file that failed after it leaves the old one, whose sources make the next ingest
+            # rebuild these captures.
             dataset.publish(config.dataset, built_groups)
             dataset.build_thin_db(config.dataset, config.db_path, dataset.settings_of(config))
         finally:
             shutil.rmtree(parts, ignore_errors=True)
-
-
-def _same(known: tuple | None, p: Planned) -> bool:
-    """Loaded before from this very file, and not failed then (a failure is retried)."""
-    return known is not None and known[1] == p.fingerprint and known[2] != "failed"

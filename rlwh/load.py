@@ -53,6 +53,12 @@ class Planned:
     loaded_before: bool = False  # the warehouse holds rows of an earlier version of the file
 
 
+def is_unchanged(known: tuple | None, p: Planned) -> bool:
+    """known: (source_id, fingerprint, status) from sources. Same fingerprint as last time,
+    and not failed then (a failure is always retried)."""
+    return known is not None and known[1] == p.fingerprint and known[2] != "failed"
+
+
 def utc(seconds: float | None = None) -> datetime:
     """A naive UTC datetime: warehouse times are TIMESTAMP in UTC (no pytz needed to read them)."""
     moment = datetime.now(timezone.utc) if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
