@@ -60,12 +60,17 @@ sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != {str(R
 """
 
 
-def _ray_missing() -> str | None:
+def _ray_not_installed() -> str | None:
     try:
         import ray  # noqa: F401
     except ImportError:
         return "ray is not installed (pip install 'rlwh[ray]')"
-    return ray_cluster.available()
+    return None
+
+
+def _ray_missing() -> str | None:
+    """Why the cluster tests cannot run here (no Ray, or no network namespaces), or None."""
+    return _ray_not_installed() or ray_cluster.available()
 
 
 def _skip_or_fail(reason: str):
@@ -280,24 +285,36 @@ def _gone(pid: int) -> bool:
     return _state(pid) in (None, "Z")
 
 
-def test_a_task_killed_mid_parse_is_retried_and_lands_once(cluster, area, many_ranks, many_local):
-    """The first attempt to finish parsing stops itself before returning (its files are
-    written); it is killed -9 there; Ray retries it, and the rows land exactly once."""
+@contextlib.contextmanager
+def _driver_with_a_stopped_task(cluster, db: Path, profile: Path):
+    """Start a Ray ingest whose first task to finish parsing stops itself before returning
+    (its files written); yield (the driver process, that worker's pid). Afterwards no
+    driver, hook or stopped worker is left, whatever the test did."""
     hooks = cluster.root / "hooks"
     (hooks / "task_parsed").write_text("")
-    db = area / "killed" / "w.duckdb"
-    proc = subprocess.Popen(cluster.driver_command(_driver(cluster, db, many_ranks)), cwd=cluster.root,
+    proc = subprocess.Popen(cluster.driver_command(_driver(cluster, db, profile)), cwd=cluster.root,
                             env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = None
     try:
         pid = _wait_for_stopped_task(hooks, proc, time.monotonic() + 180)
-        os.kill(pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=300)
+        yield proc, pid
     finally:
         if proc.poll() is None:
             proc.kill()
-        claimed = list(hooks.glob("task_parsed*"))
-        for path in claimed:
+        for path in hooks.glob("task_parsed*"):
             path.unlink()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # only if the test failed: never leave a stopped worker
+
+
+def test_a_task_killed_mid_parse_is_retried_and_lands_once(cluster, area, many_ranks, many_local):
+    """The first attempt to finish parsing stops itself before returning (its files are
+    written); it is killed -9 there; Ray retries it, and the rows land exactly once."""
+    db = area / "killed" / "w.duckdb"
+    with _driver_with_a_stopped_task(cluster, db, many_ranks) as (proc, pid):
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
     assert _gone(pid)
     _assert_same(db, many_local, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
 
@@ -318,13 +335,8 @@ def _wait_for_stopped_task(hooks: Path, proc: subprocess.Popen, deadline: float)
 def test_ctrl_c_cancels_the_tasks_and_leaves_no_ray_state(cluster, area, many_ranks):
     """Ctrl-C while a task hangs (stopped): the ingest ends at once, the hung worker is
     killed by the cancel, the driver holds no Ray connection, and the warehouse is untouched."""
-    hooks = cluster.root / "hooks"
-    (hooks / "task_parsed").write_text("")
     db = area / "interrupted" / "w.duckdb"
-    proc = subprocess.Popen(cluster.driver_command(_driver(cluster, db, many_ranks)), cwd=cluster.root,
-                            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        pid = _wait_for_stopped_task(hooks, proc, time.monotonic() + 180)
+    with _driver_with_a_stopped_task(cluster, db, many_ranks) as (proc, pid):
         proc.send_signal(signal.SIGINT)
         try:
             out, err = proc.communicate(timeout=120)
@@ -337,13 +349,6 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_no_ray_state(cluster, area, many_ra
         while not _gone(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         cancelled = _gone(pid)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for path in hooks.glob("task_parsed*"):
-            path.unlink()
-        with contextlib.suppress(ProcessLookupError, UnboundLocalError):
-            os.kill(pid, signal.SIGKILL)  # only if the test failed: never leave a stopped worker
     assert proc.returncode not in (0, None), err[-3000:]
     assert "ray connected after the command: False" in err, err[-3000:]
     assert cancelled, "the hung task's worker was not cancelled"
@@ -372,8 +377,9 @@ def test_without_ray_installed_the_message_says_how(tmp_path):
 
 
 def test_no_cluster_at_the_address_is_a_clear_error(tmp_path):
-    if _ray_missing() and not os.environ.get("CI"):
-        pytest.skip(_ray_missing())
+    """Needs Ray importable (not the cluster): without it the install message comes first."""
+    if _ray_not_installed():
+        _skip_or_fail(_ray_not_installed())
     profile = synth.write_ascend_profile(tmp_path / "p", roles=("actor",), ranks=1, n_ops=20, n_allocs=10,
                                          n_stacks=2)
     started = time.monotonic()
