@@ -36,12 +36,14 @@ from rlwh.load import (
 from rlwh.parse import failed_result, parse_source
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import store_settings
+from rlwh.workers import remove_orphaned
 
 DERIVED_TABLES = ("_memory_record_ops", "_memory_timeline", "_torch_memory_blocks")
 # Keyed by stack_id and shared by every capture: appended only where the warehouse lacks them.
 SHARED_BY_STACK = ("call_stacks", "_stack_user_frames")
 BUILT_TABLES = ("sources", *FACT_TABLES, *DERIVED_TABLES, *SHARED_BY_STACK)
 
+SPILL_PREFIX = "rlwh-spill-"
 _scratch: duckdb.DuckDBPyConnection | None = None
 
 
@@ -51,8 +53,9 @@ def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     temp dir (node-local on a Ray node), removed when the process exits."""
     global _scratch
     if _scratch is None:
-        _remove_orphan_spills()
-        spill = tempfile.mkdtemp(prefix=f"rlwh-spill-{os.getpid()}-")
+        # Spill folders of killed workers (atexit never ran: Ray kills its workers).
+        remove_orphaned(Path(tempfile.gettempdir()), SPILL_PREFIX)
+        spill = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-")
         atexit.register(shutil.rmtree, spill, True)
         _scratch = duckdb.connect(config={"temp_directory": spill})
         schema.migrate(_scratch)
@@ -61,23 +64,9 @@ def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     con.execute(f"set threads = 1; set memory_limit = {sql_literal(config.worker_memory_limit)}")
     for table in BUILT_TABLES:
         con.execute(f"delete from {table}")
-    con.execute("delete from runs")
-    derive.unmark(con, derive.marked_keys(con))  # left by a capture whose build raised
+    derive.clear_marks(con)  # left by a capture whose build raised
     store_settings(con, config)
     return con
-
-
-def _remove_orphan_spills() -> None:
-    """Spill folders of workers that were killed (atexit never ran: Ray kills its workers)."""
-    for folder in Path(tempfile.gettempdir()).glob("rlwh-spill-*-*"):
-        try:
-            os.kill(int(folder.name.split("-")[2]), 0)
-        except ValueError:
-            continue
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
 
 
 def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) -> dict:
@@ -124,9 +113,7 @@ def land_capture(con: duckdb.DuckDBPyConnection, files: list[Planned], built: di
         # A capture seen for the first time has no derived rows yet (each delete is a scan).
         for key in built["keys"] if any(p.loaded_before for p in files) else []:
             for table in DERIVED_TABLES:
-                con.execute(
-                    f"""delete from {table} where run = ? and role is not distinct from ?
-                        and rank_id is not distinct from ? and capture is not distinct from ?""", list(key))
+                con.execute(f"delete from {table} where {derive.KEY_MATCH}", list(key))
         for table, path in built["tables"].items():
             rows = f"read_parquet({sql_literal(path)})"
             if table in SHARED_BY_STACK:

@@ -88,7 +88,7 @@ import duckdb
 from rlwh import __version__
 from rlwh.errors import RlwhError
 from rlwh.export import THIN_MARKER, check_contained, is_thin, partition_keys
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import sql_ident, sql_literal
 from rlwh.warehouse import fsync_path, pause_for_test
 
 MARKER = "_rlwh_dataset.json"
@@ -140,7 +140,7 @@ def _schema() -> dict[str, dict]:
                 "keys": partition_keys(names),
                 "primary_key": list(pk[0]) if pk else [],
                 "ddl": ddl,
-                "rows": con.execute(f"select * from {_ident(name)}").fetchall() if name in THIN_TABLES else [],
+                "rows": con.execute(f"select * from {sql_ident(name)}").fetchall() if name in THIN_TABLES else [],
             }
         return tables
     finally:
@@ -157,9 +157,6 @@ def _shared(spec: dict) -> bool:
     """A table without rank_id: several groups may hold the same rows of it."""
     return "rank_id" not in spec["keys"]
 
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 # --- the root, its generations and the lock -----------------------------------------------
@@ -299,10 +296,17 @@ def _check_group_folder(gid: str, folder: Path, tables: dict[str, dict]) -> dict
     return files
 
 
-def _select(spec: dict, source: str) -> str:
-    """The table's columns, in order and cast to its types, from `source`."""
-    columns = ", ".join(f"cast({_ident(c)} as {t}) as {_ident(c)}" for c, t in spec["columns"])
-    return f"select {columns} from {source}"
+def _select(spec: dict, source: str, distinct: str = "") -> str:
+    """The table's columns, in order and cast to its types, from `source` (distinct: a
+    `distinct ` or `distinct on (...) ` clause)."""
+    columns = ", ".join(f"cast({sql_ident(c)} as {t}) as {sql_ident(c)}" for c, t in spec["columns"])
+    return f"select {distinct}{columns} from {source}"
+
+
+def _no_rows(spec: dict) -> str:
+    """A select of the table's columns, typed, and no row."""
+    columns = ", ".join(f"cast(null as {t}) as {sql_ident(c)}" for c, t in spec["columns"])
+    return f"select {columns} where false"
 
 
 STAGED = "_staged.json"
@@ -474,8 +478,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
                 for table, count in rows.items():
                     if count == 0:  # no partitions: one empty file keeps the table readable
                         (gen / table).mkdir(exist_ok=True)
-                        columns = ", ".join(f"cast(null as {t}) as {_ident(c)}" for c, t in tables[table]["columns"])
-                        con.execute(f"copy (select {columns} limit 0) to {sql_literal(gen / table / EMPTY)} "
+                        con.execute(f"copy ({_no_rows(tables[table])}) to {sql_literal(gen / table / EMPTY)} "
                                     "(format parquet)")
             finally:
                 con.close()
@@ -514,8 +517,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
 
 def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
     if not paths:
-        columns = ", ".join(f"cast(null as {t}) as {_ident(c)}" for c, t in spec["columns"])
-        return f"create view {_ident(table)} as select {columns} where false"
+        return f"create view {sql_ident(table)} as {_no_rows(spec)}"
     listing = "[" + ", ".join(sql_literal(p) for p in paths) + "]"
     if spec["keys"]:
         types = ", ".join(f"{sql_literal(k)}: {sql_literal(_HIVE_TYPES[k])}" for k in spec["keys"])
@@ -523,12 +525,11 @@ def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
                   f"hive_types = {{{types}}})")
     else:
         source = f"read_parquet({listing}, hive_partitioning = false)"
-    select = _select(spec, source)
-    if _shared(spec):
+    distinct = ""
+    if _shared(spec):  # several groups hold the same rows: one per primary key
         key = spec["primary_key"]
-        select = select.replace("select ", f"select distinct on ({', '.join(map(_ident, key))}) ", 1) if key \
-            else select.replace("select ", "select distinct ", 1)
-    return f"create view {_ident(table)} as {select}"
+        distinct = f"distinct on ({', '.join(map(sql_ident, key))}) " if key else "distinct "
+    return f"create view {sql_ident(table)} as {_select(spec, source, distinct)}"
 
 
 def _check_replaceable(db_path: Path) -> None:
@@ -592,9 +593,9 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
                 paths = [str(_inside(gen, e["path"])) for e in files if e["table"] == table]
                 con.execute(_view_sql(table, spec, paths))
                 if spec["comment"]:
-                    con.execute(f"comment on view {_ident(table)} is {sql_literal(spec['comment'])}")
+                    con.execute(f"comment on view {sql_ident(table)} is {sql_literal(spec['comment'])}")
                 for column, text in spec["column_comments"].items():
-                    con.execute(f"comment on column {_ident(table)}.{_ident(column)} is {sql_literal(text)}")
+                    con.execute(f"comment on column {sql_ident(table)}.{sql_ident(column)} is {sql_literal(text)}")
             install_views(con)
             con.execute("checkpoint")
         finally:

@@ -22,6 +22,9 @@ from rlwh.stacks import library_pattern
 # The tables whose rows feed ingest/derived/memory.sql.
 SOURCE_TABLES = ("memory_records", "cpu_ops", "torch_memory_events", "snapshot_trace_blocks")
 KEY = ("run", "role", "rank_id", "capture")
+# A WHERE clause for one key bound as 4 parameters (role, rank_id, capture may be NULL).
+KEY_MATCH = ("run = ? and role is not distinct from ? and rank_id is not distinct from ? "
+             "and capture is not distinct from ?")
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,13 @@ def unmark(con: duckdb.DuckDBPyConnection, keys: list[tuple]) -> None:
     """Forget marked keys whose derived rows were computed elsewhere (rlwh.build)."""
     _ensure_state(con)
     for key in keys:
-        con.execute("""delete from _rlwh_dirty where run = ? and role is not distinct from ?
-                       and rank_id is not distinct from ? and capture is not distinct from ?""", list(key))
+        con.execute(f"delete from _rlwh_dirty where {KEY_MATCH}", list(key))
+
+
+def clear_marks(con: duckdb.DuckDBPyConnection) -> None:
+    """Forget every marked key."""
+    _ensure_state(con)
+    con.execute("delete from _rlwh_dirty")
 
 
 def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] | None = None,
@@ -96,7 +104,7 @@ def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] |
             if transaction_per_key:
                 con.execute("rollback")
             raise
-    con.execute("delete from _rlwh_dirty")
+    clear_marks(con)
     refresh_user_frames(con)
     return len(keys)
 

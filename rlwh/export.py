@@ -55,8 +55,9 @@ from rlwh import __version__
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.schema import view_files
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import sql_ident, sql_literal
 from rlwh.warehouse import connect_read
+from rlwh.workers import remove_orphaned
 
 MARKER = "_rlwh_export.json"
 THIN_MARKER = "_rlwh_dataset"  # the table that makes a DuckDB file a dataset's thin file
@@ -112,9 +113,6 @@ def partition_keys(columns: list[str]) -> list[str]:
     return [k for k in PARTITION_KEYS if k in columns]
 
 
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     return [
@@ -135,7 +133,7 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: s
     where, params = "", []
     if run is not None and "run" in columns:
         where, params = "where run = ?", [run]
-    select = f"select * from {_ident(table)} {where}"
+    select = f"select * from {sql_ident(table)} {where}"
     count = con.execute(f"select count(*) from ({select})", params).fetchone()[0]
     if count == 0:
         # No rows, so no partitions: one empty file keeps the table and its schema readable.
@@ -173,23 +171,6 @@ def _is_replaceable(out: Path) -> bool:
     return (out / MARKER).is_file() or not any(out.iterdir())
 
 
-def _remove_stale_temps(parent: Path) -> None:
-    """Temp folders of exports whose process is gone (killed mid-export)."""
-    for path in parent.glob(_TMP_PREFIX + "*"):
-        try:
-            pid = int(path.name[len(_TMP_PREFIX):].split("-", 1)[0])
-        except ValueError:
-            continue
-        if pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
-
-
 def export_parquet(config: Config, out: Path, run: str | None = None, views: bool = False) -> dict[str, int]:
     """Write every public table, and every public view when `views`, (only run `run`'s
     rows, when given) as Parquet under `out`.
@@ -207,7 +188,7 @@ def export_parquet(config: Config, out: Path, run: str | None = None, views: boo
     tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(out.parent)
+        remove_orphaned(out.parent, _TMP_PREFIX)  # exports killed midway
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", dir=out.parent))
         con.execute("begin transaction")  # one snapshot for every table
         if run is not None and not con.execute("select count(*) from runs where run = ?", [run]).fetchone()[0]:

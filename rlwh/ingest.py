@@ -28,7 +28,7 @@ from rlwh.build import build_capture, land_capture
 from rlwh.config import Config
 from rlwh.discover import SourceFile, discover
 from rlwh.errors import RlwhError
-from rlwh.executor import Task, local_pool
+from rlwh.executor import fresh_parts_dir, run_tasks
 from rlwh.fingerprint import fingerprint
 from rlwh.load import (
     FileResult,
@@ -36,12 +36,14 @@ from rlwh.load import (
     file_context,
     ignored_result,
     is_unchanged,
+    known_sources,
     load_file,
     set_capture_starts,
     tables_with_step,
     utc,
 )
 from rlwh.parse import failed_result, parse_source
+from rlwh.task import Task
 from rlwh.warehouse import connect_read, pause_for_test, write_session
 
 
@@ -76,11 +78,6 @@ def _default_run_name(profile_dir: Path) -> str:
     return profile_dir.resolve().name
 
 
-def _known_sources(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, tuple[int, str, str]]:
-    rows = con.execute("select path, source_id, fingerprint, status from sources where run = ?", [run]).fetchall()
-    return {path: (source_id, fp, status) for path, source_id, fp, status in rows}
-
-
 def _plan(files: list[SourceFile]) -> list[Planned]:
     """Fingerprint every file; one that cannot be read is planned as a failure."""
     planned = []
@@ -105,7 +102,7 @@ def _nothing_changed(config: Config, run: str, planned: list[Planned]) -> bool:
     except RlwhError:
         return False
     try:
-        known = _known_sources(con, run)
+        known = known_sources(con, run)
     finally:
         con.close()
     return all(is_unchanged(known.get(p.source.rel_path), p) for p in planned)
@@ -131,15 +128,6 @@ def _record_run(con, run: str, profile_dir: Path) -> None:
              last_ingested_at = excluded.last_ingested_at""",
         [run, str(profile_dir), utc(), utc()],
     )
-
-
-def run_tasks(tasks: list[Task], config: Config, parts: Path):
-    """Yield (task, result) as tasks finish, on the executor the config names."""
-    if config.executor == "ray":
-        from rlwh.ray_executor import ray_pool  # imports ray only when asked for
-
-        return ray_pool(tasks, parts, config)
-    return local_pool(tasks, parts, config.workers)
 
 
 def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> dict[str, list[Planned]]:
@@ -242,7 +230,7 @@ def ingest(
     if config.dataset is not None:
         from rlwh.ingest_dataset import ingest_dataset
 
-        ingest_dataset(summary, planned, root, config, progress, run_tasks)
+        ingest_dataset(summary, planned, root, config, progress)
         summary.results.sort(key=lambda r: r.rel_path)
         summary.seconds = time.perf_counter() - started
         return summary
@@ -250,7 +238,7 @@ def ingest(
     done_files = done_bytes = 0
     with write_session(config) as session:
         con = session.con
-        known = _known_sources(con, run)
+        known = known_sources(con, run)
         todo = []
         for p in planned:
             source_id = known[p.source.rel_path][0] if p.source.rel_path in known else None
@@ -272,11 +260,7 @@ def ingest(
             todo.append(p)
         if progress:
             progress(done_files, len(planned), done_bytes, total_bytes, "")
-        # Parsed parts live beside the warehouse (same disk, usually roomier than /tmp);
-        # a killed ingest's leftovers are removed here, under the writer lock.
-        tmp = config.db_path.with_name(config.db_path.name + ".parts")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp = fresh_parts_dir(config)
 
         def landed(files: list[Planned]) -> None:
             nonlocal done_files, done_bytes

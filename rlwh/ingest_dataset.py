@@ -19,17 +19,11 @@ import duckdb
 from rlwh import dataset
 from rlwh.build import build_capture
 from rlwh.config import Config
-from rlwh.executor import Task
-from rlwh.load import FileResult, Planned, is_unchanged, utc
+from rlwh.executor import fresh_parts_dir, run_tasks
+from rlwh.load import FileResult, Planned, is_unchanged, known_sources, utc
 from rlwh.sqltext import sql_literal
+from rlwh.task import Task
 from rlwh.warehouse import connect_read, writer_lock
-
-
-def group_id(run: str, files: list[Planned]) -> str:
-    """A capture's group: a filename-safe id from the run and the capture (or, for a file
-    no capture names, its path)."""
-    source = files[0].source
-    return "g-" + _digest(f"{run}\0{source.capture if source.capture is not None else source.rel_path}")
 
 
 def _digest(text: str) -> str:
@@ -37,11 +31,13 @@ def _digest(text: str) -> str:
 
 
 def _groups(run: str, planned: list[Planned]) -> dict[str, list[Planned]]:
-    by_key: dict[str, list[Planned]] = {}
+    """The files by group: one per capture, or per file where no capture names it. A
+    group's id is filename-safe: a digest of the run and the capture (or path)."""
+    groups: dict[str, list[Planned]] = {}
     for p in planned:
-        key = p.source.capture if p.source.capture is not None else f"\0{p.source.rel_path}"
-        by_key.setdefault(key, []).append(p)
-    return {group_id(run, files): files for files in by_key.values()}
+        key = f"capture\0{p.source.capture}" if p.source.capture is not None else f"file\0{p.source.rel_path}"
+        groups.setdefault("g-" + _digest(f"{run}\0{key}"), []).append(p)
+    return groups
 
 
 def _known(config: Config, run: str) -> tuple[dict[str, tuple], int, object]:
@@ -51,12 +47,12 @@ def _known(config: Config, run: str) -> tuple[dict[str, tuple], int, object]:
         return {}, 1, None
     con = connect_read(config)
     try:
-        rows = con.execute("select path, source_id, fingerprint, status from sources where run = ?", [run]).fetchall()
+        known = known_sources(con, run)
         next_id = con.execute("select coalesce(max(source_id), 0) + 1 from sources").fetchone()[0]
         first = con.execute("select first_ingested_at from runs where run = ?", [run]).fetchone()
     finally:
         con.close()
-    return {r[0]: r[1:] for r in rows}, next_id, first[0] if first else None
+    return known, next_id, first[0] if first else None
 
 
 def build_and_stage(run: str, files: list[Planned], config: Config, gid: str, out_dir: str) -> dict:
@@ -86,9 +82,9 @@ def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Pat
     return folder
 
 
-def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: Config, progress, run_tasks) -> None:
+def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: Config, progress) -> None:
     """Build every changed capture of `planned` in the workers and publish a generation;
-    fills `summary`. run_tasks: rlwh.ingest.run_tasks (the executor)."""
+    fills `summary`."""
     run = summary.run
     total_bytes = sum(p.size for p in planned)
     with writer_lock(config):
@@ -110,9 +106,7 @@ def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: C
                                tuple(str(p.source.path) for p in files)), files)
         if progress:
             progress(done_files, len(planned), done_bytes, total_bytes, "")
-        parts = config.db_path.with_name(config.db_path.name + ".parts")
-        shutil.rmtree(parts, ignore_errors=True)
-        parts.mkdir(parents=True)
+        parts = fresh_parts_dir(config)
         try:
             built_groups = {}
             for task, built in run_tasks([t for t, _ in tasks.values()], config, parts):

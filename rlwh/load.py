@@ -53,6 +53,12 @@ class Planned:
     loaded_before: bool = False  # the warehouse holds rows of an earlier version of the file
 
 
+def known_sources(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, tuple[int, str, str]]:
+    """The run's files in the warehouse: path -> (source_id, fingerprint, status)."""
+    rows = con.execute("select path, source_id, fingerprint, status from sources where run = ?", [run]).fetchall()
+    return {path: (source_id, fp, status) for path, source_id, fp, status in rows}
+
+
 def is_unchanged(known: tuple | None, p: Planned) -> bool:
     """known: (source_id, fingerprint, status) from sources. Same fingerprint as last time,
     and not failed then (a failure is always retried)."""

@@ -53,7 +53,7 @@ from rlwh import ray_remote
 from rlwh.assets import ASSET_DIRS, asset_dir
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.executor import Task
+from rlwh.task import Task
 
 CONNECT_SECONDS = 60  # ray.init against a GCS that accepts TCP but never answers
 PROBE_SECONDS = 300  # the probes start a worker on every node (and unpack rlwh where shipped)

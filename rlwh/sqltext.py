@@ -9,3 +9,8 @@ import os
 def sql_literal(value: str | os.PathLike) -> str:
     """A SQL string literal: the text in single quotes, quotes doubled."""
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def sql_ident(name: str) -> str:
+    """A quoted SQL identifier (a table or column name read from the catalog)."""
+    return '"' + name.replace('"', '""') + '"'

@@ -10,6 +10,9 @@ already gone, a daemon thread checks the parent pid once a second.
 Ctrl-C reaches every process of the terminal's group: workers ignore it (each would
 print a KeyboardInterrupt traceback) and the parent, which decides, stops them with
 `stop_now` instead of waiting for the files they are parsing.
+
+A process killed that way leaves its temp folders behind: `remove_orphaned` clears those
+whose pid is gone (exports, scratch spill folders).
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import ctypes
 import ctypes.util
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from rlwh.warehouse import pause_for_test
 
@@ -71,3 +76,21 @@ def stop_now(pool) -> None:
         child.kill()
     for child in multiprocessing.active_children():
         child.join(timeout=5)
+
+
+def remove_orphaned(parent: Path, prefix: str) -> None:
+    """Remove the folders `parent/<prefix><pid>-*` whose process is gone (killed before it
+    could clean up); a live process's folder, this one's included, is left alone."""
+    for path in parent.glob(prefix + "*"):
+        try:
+            pid = int(path.name[len(prefix):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's

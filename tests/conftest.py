@@ -74,3 +74,11 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], 
         con.unregister("_rows")
     if table in derive.SOURCE_TABLES:
         derive.refresh_all(con)  # what rlwh ingest does after loading
+
+
+@pytest.fixture(scope="session")
+def demo_profile(tmp_path_factory) -> Path:
+    """The demo's profile dir (every format rlwh reads), made once; copy it before changing it."""
+    from rlwh.demo import write_demo_profile
+
+    return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")

@@ -16,7 +16,6 @@ import duckdb
 import pytest
 
 from rlwh import ingest as ingest_module
-from rlwh.demo import write_demo_profile
 from rlwh.ingest import ingest
 from tests.conftest import FIXTURES
 from tests.warehouse_compare import every_table_differences
@@ -54,9 +53,9 @@ def test_real_corpus_built_in_workers_equals_the_loaders(tmp_path, config, count
     assert every_table_differences(tmp_path / "built.duckdb", tmp_path / "loader.duckdb") == {}
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
+@pytest.fixture
+def demo(demo_profile) -> Path:
+    return demo_profile
 
 
 def test_demo_built_in_workers_equals_the_loaders(tmp_path, config, demo, counted_builds):

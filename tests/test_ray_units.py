@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlwh.executor import Task
 from rlwh.ray_executor import accept, placements
 from rlwh.ray_remote import code_fingerprint
+from rlwh.task import Task
 
 
 def _task(name: str, *paths: str) -> Task:
