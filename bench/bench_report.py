@@ -18,10 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rlwh import derive, report  # noqa: E402
+from rlwh import report  # noqa: E402
 from rlwh.config import Config  # noqa: E402
 from rlwh.report import run as report_run  # noqa: E402
-from rlwh.schema import migrate  # noqa: E402
+from rlwh.warehouse import derive  # noqa: E402
+from rlwh.warehouse.schema import migrate  # noqa: E402
 
 RUN, ROLE, CAPTURE = "bench-report", "actor_update", "20260101_000000_ascend_pt"
 T0_NS = 1_767_225_600_000_000_000

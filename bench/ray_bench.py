@@ -24,8 +24,8 @@ core utilisation (CPU s / wall / cores); the driver's peak RSS and own CPU secon
 the wall went seen from outside: `setup` until the executor was first asked for results,
 `parallel` until the last task result arrived, `tail` after it; serial share = (setup +
 tail) / ingest wall. And the driver's own serial work, timed by wrapping (in the driver
-process only, rlwh is not changed) rlwh.ingest's load_file and land_capture, rlwh.derive
-.refresh, rlwh.dataset.publish and build_thin_db: `land_s` (loading or appending),
+process only, rlwh is not changed) rlwh.ingest.runner's load_file and land_capture, rlwh.warehouse.derive
+.refresh, rlwh.parquet.dataset.publish and build_thin_db: `land_s` (loading or appending),
 `derive_s`, `publish_s`, `thin_s`, and `driver_serial_s` their sum, in wall seconds and
 in the process CPU seconds of the same calls (DuckDB's threads included; on 2 cores the
 wall includes waiting for the workers, the CPU does not). Worker side: every task is
@@ -90,7 +90,7 @@ if executor == "ray":
     s = time.perf_counter(); import ray
     marks.update(import_ray_s=time.perf_counter() - s, import_ray_mb=rss_mb() - marks["rss_start_mb"])
     ray.cloudpickle.register_pickle_by_value(rlwh_bench_timing)
-    import rlwh.ray_executor as rx
+    import rlwh.executors.ray_pool as rx
     connect = rx.connect
     def timed_connect(*args, **kwargs):
         s, m = time.perf_counter(), rss_mb()
@@ -101,8 +101,8 @@ if executor == "ray":
             marks.setdefault("ray_init_mb", []).append(rss_mb() - m)
     rx.connect = timed_connect
 import dataclasses
-import rlwh.ingest as ing
-import rlwh.derive, rlwh.dataset, rlwh.ingest_dataset
+import rlwh.ingest.runner as ing
+import rlwh.warehouse.derive, rlwh.parquet.dataset, rlwh.ingest.to_dataset
 from rlwh.config import Config
 def summed(module, name, key):
     original = getattr(module, name)
@@ -118,9 +118,9 @@ def summed(module, name, key):
     setattr(module, name, wrapper)
 summed(ing, "load_file", "land_s")
 summed(ing, "land_capture", "land_s")
-summed(rlwh.derive, "refresh", "derive_s")
-summed(rlwh.dataset, "publish", "publish_s")
-summed(rlwh.dataset, "build_thin_db", "thin_s")
+summed(rlwh.warehouse.derive, "refresh", "derive_s")
+summed(rlwh.parquet.dataset, "publish", "publish_s")
+summed(rlwh.parquet.dataset, "build_thin_db", "thin_s")
 run_tasks = ing.run_tasks
 def timed_run_tasks(tasks, *args, **kwargs):
     marks["first_ask_s"] = time.perf_counter() - t0
@@ -132,7 +132,7 @@ def timed_run_tasks(tasks, *args, **kwargs):
         marks["task_cpu_s"] += answer["cpu_s"]
         marks["tasks"] += 1
         yield originals[task.name], answer["result"]
-ing.run_tasks = rlwh.ingest_dataset.run_tasks = timed_run_tasks  # each imported it by name
+ing.run_tasks = rlwh.ingest.to_dataset.run_tasks = timed_run_tasks  # each imported it by name
 from pathlib import Path
 config = Config(db_path=Path(db), workers=2, executor=executor, ray_address=address or None,
                 derive_in_workers=options.get("derive_in_workers", False),

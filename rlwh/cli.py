@@ -88,7 +88,7 @@ def init(config):
     Example:
       rlwh init --db /data/rl.duckdb
     """
-    from rlwh.warehouse import initialize
+    from rlwh.warehouse.session import initialize
 
     applied = initialize(config)
     if applied:
@@ -107,7 +107,7 @@ def migrate(config, list_only):
     Example:
       rlwh migrate --list
     """
-    from rlwh.warehouse import initialize, migration_status
+    from rlwh.warehouse.session import initialize, migration_status
 
     if list_only:
         for name, applied_at in migration_status(config):
@@ -168,7 +168,7 @@ def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset)
     Example:
       rlwh ingest /shared/profiles/grpo-0412 --run grpo-0412
     """
-    from rlwh.ingest import ingest as run_ingest
+    from rlwh.ingest.runner import ingest as run_ingest
 
     if executor or ray_address:
         config = dataclasses.replace(config, executor=executor or ("ray" if ray_address else config.executor),
@@ -215,8 +215,8 @@ def check(profile_dir):
     Example:
       rlwh check /shared/profiles/grpo-0412
     """
-    from rlwh.check import check as run_check
-    from rlwh.check import format_report
+    from rlwh.ingest.check import check as run_check
+    from rlwh.ingest.check import format_report
 
     report = run_check(profile_dir)
     click.echo(format_report(report))
@@ -224,7 +224,7 @@ def check(profile_dir):
 
 
 def _echo_result(result, fmt: str) -> None:
-    from rlwh.formatting import FORMATS
+    from rlwh.report.terminal import FORMATS
 
     click.echo(FORMATS[fmt](result))
 
@@ -245,7 +245,7 @@ def runs(config, fmt):
     Example:
       rlwh runs --format csv
     """
-    from rlwh.catalog import runs as list_runs
+    from rlwh.warehouse.catalog import runs as list_runs
 
     _echo_result(list_runs(config), fmt)
 
@@ -263,7 +263,7 @@ def sources(config, run_name, status, fmt):
     Example:
       rlwh sources --status failed
     """
-    from rlwh.catalog import sources as list_sources
+    from rlwh.warehouse.catalog import sources as list_sources
 
     _echo_result(list_sources(config, run_name, status), fmt)
 
@@ -313,8 +313,8 @@ def query(config, sql, sql_file, fmt):
       rlwh query --file questions.sql
       echo "select * from rank_skew" | rlwh query -
     """
-    from rlwh.catalog import query_script
-    from rlwh.formatting import FORMATS
+    from rlwh.report.terminal import FORMATS
+    from rlwh.warehouse.catalog import query_script
 
     text, origin = _read_sql(sql, sql_file)
     results = query_script(config, text, origin)
@@ -344,8 +344,8 @@ def summary(config, run_name):
     Example:
       rlwh summary grpo-0412
     """
-    from rlwh.formatting import as_table
-    from rlwh.summary import summarize
+    from rlwh.report.summary import summarize
+    from rlwh.report.terminal import as_table
 
     result = summarize(config, run_name)
     click.echo(result.header)
@@ -372,7 +372,7 @@ def compare(config, run_a, run_b, fmt, out):
       rlwh compare grpo-0411 grpo-0412
       rlwh compare grpo-0411 grpo-0412 --out /shared/reports
     """
-    from rlwh.compare import compare_runs, rule_text
+    from rlwh.report.compare_runs import compare_runs, rule_text
 
     result = compare_runs(config, run_a, run_b)
     if fmt == "table":
@@ -402,7 +402,7 @@ def forget(config, run_name):
     Example:
       rlwh forget grpo-0412-retry
     """
-    from rlwh.forget import forget_run
+    from rlwh.warehouse.forget import forget_run
 
     removed = forget_run(config, run_name)
     click.echo(f"forgot run {run_name}: {sum(removed.values()):,} rows from {len(removed)} tables "
@@ -419,7 +419,7 @@ def shell(config, write):
     Example:
       rlwh shell
     """
-    from rlwh.catalog import shell_command
+    from rlwh.warehouse.catalog import shell_command
 
     argv = shell_command(config, write)
     os.execv(argv[0], argv)
@@ -511,7 +511,7 @@ def export_parquet(config, out, run_name, views):
     Example:
       rlwh export parquet /shared/exports/rl --run grpo-0412 --views
     """
-    from rlwh.export import export_parquet as run_export
+    from rlwh.parquet.export import export_parquet as run_export
 
     counts = run_export(config, out, run=run_name, views=views)
     for table, rows in counts.items():

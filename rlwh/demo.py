@@ -11,10 +11,10 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rlwh.catalog import query
 from rlwh.config import load_config
-from rlwh.formatting import as_table
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
+from rlwh.report.terminal import as_table
+from rlwh.warehouse.catalog import query
 
 ROLES = ("actor_update", "rollout")
 CAPTURE_TIME = "20260526_085155"  # when the demo job's first Ascend capture starts (UTC)

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import duckdb
 
-from rlwh.schema import migrate, view_files
+from rlwh.warehouse.schema import migrate, view_files
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

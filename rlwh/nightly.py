@@ -23,13 +23,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlwh import exitcodes, report
-from rlwh.compare import RankMetrics, Regression, find_regressions, rule_text  # noqa: F401 (re-exported)
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest import ingest
-from rlwh.nightly_state import STATE_NAME, load_state, save_state  # noqa: F401 (re-exported)
+from rlwh.ingest.runner import ingest
+from rlwh.report.compare_runs import RankMetrics, Regression, find_regressions, rule_text  # noqa: F401 (re-exported)
+from rlwh.report.nightly_state import STATE_NAME, load_state, save_state  # noqa: F401 (re-exported)
 from rlwh.report.queries import RUNS
-from rlwh.warehouse import connect_read
+from rlwh.warehouse.session import connect_read
 
 EXIT_CLEAN = exitcodes.OK
 EXIT_REGRESSION = exitcodes.REGRESSION
@@ -234,7 +234,7 @@ def _write_comparison(o: RunOutcome, config: Config, reports: Path, index: Path,
     that page, and from each regression to the rank's memory timeline."""
     if o.baseline is None:
         return
-    from rlwh.compare import compare_runs
+    from rlwh.report.compare_runs import compare_runs
     from rlwh.report.run_compare import write_compare_page
 
     run_dir = reports / report.slug(o.run)

@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rlwh import derive
 from rlwh.config import Config
-from rlwh.schema import migrate
+from rlwh.warehouse import derive
+from rlwh.warehouse.schema import migrate
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("RLWH_SHARED", REPO.parent / "shared"))

@@ -22,7 +22,7 @@ from conftest import copy_fixture
 from sqlalchemy.pool import NullPool
 
 from rlwh import synth
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 
 # One statement, so one snapshot: every count a reader can see at one moment.
 COUNTS = sa.text(

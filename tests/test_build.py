@@ -1,4 +1,4 @@
-"""Captures built in parse workers (rlwh.build) give the warehouse the loader would.
+"""Captures built in parse workers (rlwh.ingest.build) give the warehouse the loader would.
 
 With [ingest] derive_in_workers (always with Ray), each worker parses a whole capture,
 loads it into a scratch DuckDB and derives its memory tables there; the loader appends
@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rlwh import ingest as ingest_module
-from rlwh.ingest import ingest
+from rlwh.ingest import runner as ingest_module
+from rlwh.ingest.runner import ingest
 from tests.conftest import FIXTURES
 from tests.warehouse_compare import every_table_differences
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from click.testing import CliRunner
 from conftest import FIXTURES, copy_fixture, read_db
 
-from rlwh.check import check, format_report
 from rlwh.cli import cli
-from rlwh.ingest import ingest
+from rlwh.ingest.check import check, format_report
+from rlwh.ingest.runner import ingest
 
 REAL = FIXTURES / "real"
 ALEXNET = REAL / "ascend" / "msinsight-alexnet-level1" / "text"

@@ -6,7 +6,7 @@ import duckdb
 from click.testing import CliRunner
 
 from rlwh.cli import cli
-from rlwh.schema import migration_files
+from rlwh.warehouse.schema import migration_files
 
 
 def test_init_creates_then_reports_current(tmp_path):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import copy_fixture
 
 from rlwh.cli import cli
-from rlwh.formatting import format_float
+from rlwh.report.terminal import format_float
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import copy_fixture
 
-from rlwh.catalog import duckdb_shell_path, shell_command
 from rlwh.cli import cli
 from rlwh.config import Config
+from rlwh.warehouse.catalog import duckdb_shell_path, shell_command
 
 
 @pytest.fixture(scope="module")

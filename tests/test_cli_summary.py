@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rlwh import synth
 from rlwh.cli import cli
-from rlwh.forget import tables_with_runs
+from rlwh.warehouse.forget import tables_with_runs
 
 
 def _profile(path: Path) -> Path:

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from rlwh import synth
 from rlwh.cli import cli
 from rlwh.config import Config
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 
 
 def test_compare_page_shows_both_runs_and_links_their_memory_pages(tmp_path):

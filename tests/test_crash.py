@@ -30,8 +30,8 @@ from conftest import copy_fixture
 
 from rlwh import synth
 from rlwh.config import Config
-from rlwh.ingest import ingest
-from rlwh.jobs import FACT_TABLES
+from rlwh.ingest.jobs import FACT_TABLES
+from rlwh.ingest.runner import ingest
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent

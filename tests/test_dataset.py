@@ -1,4 +1,4 @@
-"""rlwh.dataset: a Parquet dataset of generations, its atomic publication and the thin file.
+"""rlwh.parquet.dataset: a Parquet dataset of generations, its atomic publication and the thin file.
 
 A normal warehouse of the demo profile (every source kind, 2 roles x 2 ranks and the
 critic) is cut into groups, one per (run, role, rank_id, capture) with the call stacks
@@ -27,14 +27,15 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO
 
-from rlwh import dataset, report
+from rlwh import report
 from rlwh.cli import cli
 from rlwh.config import Config
 from rlwh.demo import write_demo_profile
 from rlwh.errors import RlwhError
-from rlwh.export import export_parquet, public_tables, public_views
-from rlwh.ingest import ingest
-from rlwh.warehouse import connect_read, write_session
+from rlwh.ingest.runner import ingest
+from rlwh.parquet import dataset
+from rlwh.parquet.export import export_parquet, public_tables, public_views
+from rlwh.warehouse.session import connect_read, write_session
 
 RUN = "demo-run"
 SHELL = REPO / ".venv" / "bin" / "duckdb"
@@ -413,7 +414,7 @@ def test_a_publish_killed_before_the_swap_is_invisible_and_cleaned(published, tm
     dataset.build_thin_db(root, thin)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
     env.update(PYTHONPATH=str(REPO), RLWH_TEST_PAUSE_AT=stage)
-    code = ("import sys; from pathlib import Path; from rlwh.dataset import publish; "
+    code = ("import sys; from pathlib import Path; from rlwh.parquet.dataset import publish; "
             "publish(Path(sys.argv[1]), {sys.argv[2]: Path(sys.argv[3])})")
     half = _halve_cpu_ops(groups[gid], tmp_path / "half")
     proc = subprocess.Popen([sys.executable, "-c", code, str(root), gid, str(half)], env=env,

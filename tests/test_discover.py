@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import copy_fixture
 
-from rlwh.discover import discover, place, rank_in_name
-from rlwh.sniff import HEAD_BYTES, classify_head, head_kind
+from rlwh.ingest.discover import discover, place, rank_in_name
+from rlwh.ingest.sniff import HEAD_BYTES, classify_head, head_kind
 
 
 def test_classifies_every_fixture_format(tmp_path):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, copy_fixture, read_db
 
-from rlwh.discover import discover
-from rlwh.ingest import ingest
+from rlwh.ingest.discover import discover
+from rlwh.ingest.runner import ingest
 
 REAL = FIXTURES / "real"
 ALEXNET = REAL / "ascend" / "msinsight-alexnet-level1"

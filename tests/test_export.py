@@ -16,9 +16,9 @@ from conftest import copy_fixture
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.export import MARKER, export_parquet, public_tables, public_views
-from rlwh.ingest import ingest
-from rlwh.warehouse import write_session
+from rlwh.ingest.runner import ingest
+from rlwh.parquet.export import MARKER, export_parquet, public_tables, public_views
+from rlwh.warehouse.session import write_session
 
 HOSTILE_RUN = "a/b"
 HOSTILE_ROLE = "../../x"
@@ -208,7 +208,7 @@ def test_a_failed_export_leaves_the_previous_one(warehouse, tmp_path, monkeypatc
     out = tmp_path / "out"
     export_parquet(warehouse, out)
     before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
-    import rlwh.export as export_module
+    import rlwh.parquet.export as export_module
 
     real = export_module._copy_table
     seen = []

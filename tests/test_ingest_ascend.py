@@ -9,7 +9,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 from conftest import copy_fixture, read_db
 
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 
 MEMORY = "rl-insight-samples/memory_data"
 RANK_DIR = "20260526_085155_ascend_pt"

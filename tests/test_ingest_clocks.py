@@ -8,8 +8,8 @@ import shutil
 import pytest
 from conftest import FIXTURES, SAMPLES, read_db
 
-from rlwh import derive
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
+from rlwh.warehouse import derive
 
 REAL = FIXTURES / "real"
 ALEXNET = REAL / "ascend" / "msinsight-alexnet-level1" / "text"

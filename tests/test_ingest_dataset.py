@@ -14,10 +14,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rlwh import dataset
 from rlwh.errors import RlwhError
-from rlwh.ingest import ingest
-from rlwh.warehouse import initialize
+from rlwh.ingest.runner import ingest
+from rlwh.parquet import dataset
+from rlwh.warehouse.session import initialize
 from tests.conftest import FIXTURES
 from tests.warehouse_compare import every_table_differences
 

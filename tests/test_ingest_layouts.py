@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, read_db
 
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 
 GMM = FIXTURES / "gmm_dump" / "step_1" / "actor_update" / "rank0" / "dump_tensor_data"
 DUMP = "NPU.npu_grouped_matmul.{op}.forward.kwargs.group_list.pt"

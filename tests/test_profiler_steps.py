@@ -10,7 +10,7 @@ import duckdb
 from conftest import copy_fixture
 
 from rlwh.config import Config
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 
 
 def test_profiler_steps_of_real_traces(tmp_path):

@@ -10,7 +10,7 @@ import duckdb
 from conftest import copy_fixture
 
 from rlwh.config import Config
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 
 
 def _stage_ns(path) -> int:

@@ -9,7 +9,7 @@ The workers differ the ways real nodes do:
 - 127.0.0.3 sees its own empty tmpfs over HIDDEN, so a warehouse under HIDDEN has a parts
   folder that node cannot see, and its tasks' files come back through the object store.
 
-Every node has RLWH_TEST_RAY_HOOKS set (rlwh.ray_remote._test_hook), which does nothing
+Every node has RLWH_TEST_RAY_HOOKS set (rlwh.executors.ray_remote._test_hook), which does nothing
 until a test drops a stage file there. The ingest runs as a real `rlwh ingest` process
 inside the cluster's namespace, started from a folder without rlwh in it (Ray puts the
 driver's working folder on its workers' sys.path, which would hide a missing install).
@@ -34,7 +34,7 @@ from warehouse_compare import differences, every_table_differences, row_count
 from rlwh import synth
 from rlwh.config import Config
 from rlwh.demo import write_demo_profile
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -231,8 +231,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 ray.init(log_to_driver=False, logging_level=logging.ERROR)
 def imports():
     try:
-        import rlwh.parse
-        return "imported " + rlwh.parse.__file__
+        import rlwh.ingest.parse
+        return "imported " + rlwh.ingest.parse.__file__
     except ImportError as exc:
         return f"ImportError: {exc}"
 node = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.2" and n["Alive"])
@@ -240,7 +240,7 @@ strategy = NodeAffinitySchedulingStrategy(node, soft=False)
 print(ray.get(ray.remote(imports).options(scheduling_strategy=strategy).remote()))
 """
     proc = cluster.run_driver([sys.executable, "-c", plain_task], cwd=cluster.root)
-    assert "ImportError: No module named 'rlwh.parse'" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "ImportError: No module named 'rlwh.ingest.parse'" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     _, ingest_proc = demo_on_ray
     assert re.search(r"ray node 127\.0\.0\.2 .*rlwh shipped \(runtime_env\)", ingest_proc.stderr)
     assert re.search(r"ray node 127\.0\.0\.1 .*rlwh installed", ingest_proc.stderr)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlwh.ray_executor import accept, placements
-from rlwh.ray_remote import code_fingerprint
-from rlwh.task import Task
+from rlwh.executors.ray_pool import accept, placements
+from rlwh.executors.ray_remote import code_fingerprint
+from rlwh.executors.task import Task
 
 
 def _task(name: str, *paths: str) -> Task:
@@ -100,8 +100,8 @@ class _FakeRay:
 def test_ctrl_c_cancels_every_outstanding_task_and_disconnects(monkeypatch, tmp_path):
     import pytest
 
-    from rlwh import ray_executor
     from rlwh.config import Config
+    from rlwh.executors import ray_pool as ray_executor
 
     fake = _FakeRay()
     node = {"node_id": "n1", "name": "127.0.0.1 (node n1)", "rlwh": {"version": "0", "fingerprint": "f", "at": "."},

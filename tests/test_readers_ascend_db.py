@@ -206,7 +206,7 @@ def test_rank_dir_with_both_exports_loads_the_text_one(tmp_path):
 
 
 def _ingest(profile: Path, config):
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
 
     summary = ingest(profile, config)
     con = read_db(config)

@@ -155,7 +155,7 @@ def test_empty_file_fails(tmp_path):
 
 
 def test_ingest_lands_every_row_and_replaces_a_changed_file(tmp_path, config):
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
 
     profile = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path / "profiles")
     summary = ingest(profile, config)

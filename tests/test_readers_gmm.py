@@ -12,8 +12,8 @@ from rlwh.errors import SourceError
 from rlwh.readers import gmm
 from rlwh.readers.base import TableSink
 from rlwh.readers.gmm import GmmPath, parse_gmm_path
-from rlwh.schema import migrate
 from rlwh.synth.pt import write_int_tensor
+from rlwh.warehouse.schema import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "gmm"
@@ -41,7 +41,7 @@ def read_all(profile: Path, sink_dir: Path) -> pa.Table:
 
 
 def fresh_db() -> duckdb.DuckDBPyConnection:
-    """In-memory warehouse with every migration and view (rlwh.schema.migrate)."""
+    """In-memory warehouse with every migration and view (rlwh.warehouse.schema.migrate)."""
     con = duckdb.connect()
     migrate(con)
     return con

@@ -193,7 +193,7 @@ def test_not_a_snapshot_is_ignored_and_a_malformed_one_fails(tmp_path):
 
 
 def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config, monkeypatch):
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
 
     monkeypatch.chdir(tmp_path)
     profile = copy_fixture("real/ascend/memory-snapshots", tmp_path / "profiles")

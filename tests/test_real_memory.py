@@ -22,7 +22,7 @@ import pytest
 from conftest import FIXTURES, copy_fixture
 
 from rlwh.config import Config, load_config
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 from rlwh.stacks import DEFAULT_LIBRARY_FRAMES
 
 REAL = FIXTURES / "real"
@@ -308,7 +308,7 @@ def test_a_new_library_rule_recomputes_user_frames(tmp_path):
     `rlwh init` with the new rule; the old rule back gives the old answer."""
     from dataclasses import replace
 
-    from rlwh.warehouse import initialize
+    from rlwh.warehouse.session import initialize
 
     root = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path)
     config = Config(db_path=tmp_path / "w.duckdb", workers=1)

@@ -17,13 +17,14 @@ import pytest
 from conftest import FIXTURES, REPO
 from jinja2 import meta
 
-from rlwh import derive, report
+from rlwh import report
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest import ingest
+from rlwh.ingest.runner import ingest
 from rlwh.report import queries as report_queries
 from rlwh.report import render as report_render
-from rlwh.schema import migrate
+from rlwh.warehouse import derive
+from rlwh.warehouse.schema import migrate
 
 sys.path.insert(0, str(REPO / "bench"))
 from bench_report import build_warehouse  # noqa: E402

@@ -11,7 +11,7 @@ import duckdb
 from conftest import SHARED
 
 from rlwh.assets import asset_dir
-from rlwh.schema import MIGRATION_NAME, migrate, migration_files, view_files
+from rlwh.warehouse.schema import MIGRATION_NAME, migrate, migration_files, view_files
 
 
 def test_migrations_are_numbered_without_gaps():
@@ -95,7 +95,7 @@ def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     from conftest import copy_fixture
 
     from rlwh.config import Config
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
 
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path / "profile")
     db = tmp_path / "w.duckdb"
@@ -130,7 +130,7 @@ def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     from conftest import copy_fixture
 
     from rlwh.config import Config
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
 
     profile = copy_fixture("torch_profile", tmp_path / "profile")
     db = tmp_path / "w.duckdb"
@@ -194,7 +194,7 @@ def test_rows_from_before_0005_are_reloaded_by_the_next_ingest(tmp_path):
     from conftest import copy_fixture
 
     from rlwh.config import Config
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
 
     root = tmp_path / "run"
     for step in ("1", "2"):  # VeRL's <save_path>/<step>/<role>/prof_rank-<k>.json.gz

@@ -198,7 +198,7 @@ def test_autograd_links_like_torch_npu(tmp_path):
     import duckdb
 
     from rlwh.config import Config
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
 
     rank_dir = synth.write_ascend_rank(tmp_path / "job" / "actor_update", n_ops=400, n_allocs=500,
                                        stacked_fraction=0.55)
@@ -224,7 +224,7 @@ def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path):
     import duckdb
 
     from rlwh.config import Config
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
     from rlwh.synth import timelines as synth_timelines
 
     for with_addr in (True, False):
@@ -256,7 +256,7 @@ def test_memory_record_and_snapshot_files_load_like_real_ones(tmp_path):
     import duckdb
 
     from rlwh.config import Config
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
     from rlwh.synth.memory_record import write_memory_record
     from rlwh.synth.snapshot import write_snapshot
 
@@ -290,7 +290,7 @@ def test_step_trace_time_adds_up_like_a_real_one(tmp_path):
     import duckdb
 
     from rlwh.config import Config
-    from rlwh.ingest import ingest
+    from rlwh.ingest.runner import ingest
     from rlwh.synth.step_trace import write_step_trace_time
 
     rank_dir = synth.write_ascend_rank(tmp_path / "job" / "actor_update", n_ops=45_000, n_allocs=100)

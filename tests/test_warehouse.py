@@ -12,8 +12,8 @@ import pytest
 from conftest import copy_fixture
 
 from rlwh.errors import WarehouseBusy
-from rlwh.ingest import ingest
-from rlwh.warehouse import initialize, write_session
+from rlwh.ingest.runner import ingest
+from rlwh.warehouse.session import initialize, write_session
 
 
 def test_settings_reach_the_views(config):

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.nightly_state import load_state
 from rlwh.report import queries as Q
 from rlwh.report import render
 from rlwh.report.context import ReportSession
 from rlwh.report.index import write_index
+from rlwh.report.nightly_state import load_state
 from rlwh.report.run import render_run
-from rlwh.warehouse import connect_read
+from rlwh.warehouse.session import connect_read
 
 
 def build_report(config: Config, out: Path | None = None, run: str | None = None) -> list[Path]:

@@ -1,6 +1,6 @@
 """The page listing every run of the warehouse, newest first.
 
-`rlwh nightly` hands in what it found (its state, rlwh.nightly_state); this module never
+`rlwh nightly` hands in what it found (its state, rlwh.report.nightly_state); this module never
 imports nightly, so the dependency runs one way: nightly -> report.
 """
 

@@ -1,7 +1,7 @@
 """The page of `rlwh compare RUN_A RUN_B --out DIR`, and of each regression nightly finds:
 two runs per (role, rank) side by side, with links to both runs' memory timelines.
 
-The figures are rlwh.compare's (rank_skew, nightly's rule), so the page, the terminal
+The figures are rlwh.report.compare_runs's (rank_skew, nightly's rule), so the page, the terminal
 table and the nightly index always agree.
 """
 
@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlwh.compare import Comparison
 from rlwh.report import render
+from rlwh.report.compare_runs import Comparison
 from rlwh.report.context import Page
 from rlwh.report.run import memory_page_name
 

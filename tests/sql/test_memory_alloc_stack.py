@@ -11,7 +11,7 @@ import random
 import pytest
 from conftest import insert_rows
 
-from rlwh import derive
+from rlwh.warehouse import derive
 
 
 def _setup(con, seed: int):

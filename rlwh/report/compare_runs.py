@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlwh.catalog import QueryResult, query
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.warehouse.catalog import QueryResult, query
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlwh.catalog import QueryResult, query
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.warehouse.catalog import QueryResult, query
 
 TOP_STACKS_PER_RANK = 3
 

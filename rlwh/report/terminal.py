@@ -16,7 +16,7 @@ import math
 from datetime import date, datetime
 from decimal import Decimal
 
-from rlwh.catalog import QueryResult
+from rlwh.warehouse.catalog import QueryResult
 
 
 def _plain(value):

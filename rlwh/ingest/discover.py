@@ -5,7 +5,7 @@ a SourceFile: a kind an ingest job reads, or IGNORED with the reason. What a fil
 comes from the RULES table, first match wins: a name in its place (the Ascend exports
 in ASCEND_PROFILER_OUTPUT), else its content (a PyTorch trace is any JSON object with
 traceEvents, plain or gzip, whatever its name), else a documented name rule. Content
-is judged from the first bytes only (`rlwh.sniff`), so a 3 GB trace costs one small read.
+is judged from the first bytes only (`rlwh.ingest.sniff`), so a 3 GB trace costs one small read.
 
 Where a file belongs comes from its path (`place`): the capture is the Ascend capture
 dir, the GMM dump folder, or the file itself (its path relative to the profile dir, so
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlwh.sniff import head_kind
+from rlwh.ingest.sniff import head_kind
 
 ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
 IGNORED = "ignored"

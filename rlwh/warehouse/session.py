@@ -23,11 +23,11 @@ from typing import Iterator
 
 import duckdb
 
-from rlwh import derive
 from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
-from rlwh.schema import is_current, migrate
 from rlwh.sqltext import sql_literal
+from rlwh.warehouse import derive
+from rlwh.warehouse.schema import is_current, migrate
 
 WRITER_CHECKPOINT = "1GB"
 
@@ -182,7 +182,7 @@ def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
 
 
 def _refuse_thin_file(con: duckdb.DuckDBPyConnection, config: Config) -> None:
-    """A dataset's thin file (rlwh.dataset) holds views, not tables: only a dataset-mode
+    """A dataset's thin file (rlwh.parquet.dataset) holds views, not tables: only a dataset-mode
     ingest rewrites it."""
     if con.execute("select count(*) from duckdb_tables() where table_name = '_rlwh_dataset'").fetchone()[0]:
         raise RlwhError(f"{config.db_path} is the thin file of a Parquet dataset: it changes only through "
@@ -255,7 +255,7 @@ def initialize(config: Config) -> list[str]:
 
 def migration_status(config: Config) -> list[tuple[str, object]]:
     """(migration file, applied_at or None) for every migration, read-only."""
-    from rlwh.schema import applied_migrations, migration_files
+    from rlwh.warehouse.schema import applied_migrations, migration_files
 
     applied: dict[int, object] = {}
     if config.db_path.exists():

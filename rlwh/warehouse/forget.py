@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.warehouse import write_session
+from rlwh.warehouse.session import write_session
 
 
 def tables_with_runs(con) -> list[str]:

@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlwh.warehouse import pause_for_test
+from rlwh.warehouse.session import pause_for_test
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 POLL_S = 1.0

@@ -1,6 +1,6 @@
 """`rlwh ingest --executor ray`: parse tasks run on an existing Ray cluster.
 
-Same contract as rlwh.executor.local_pool: (task, result) pairs as tasks finish, largest
+Same contract as rlwh.executors.run.local_pool: (task, result) pairs as tasks finish, largest
 task submitted first, each attempt in an empty folder of its own, and every path string in
 a result that lies under that folder is a file the task wrote there. The loader (DuckDB,
 one writer) stays in this process; only parsing is spread.
@@ -49,11 +49,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlwh import ray_remote
 from rlwh.assets import ASSET_DIRS, asset_dir
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.task import Task
+from rlwh.executors import ray_remote
+from rlwh.executors.task import Task
 
 CONNECT_SECONDS = 60  # ray.init against a GCS that accepts TCP but never answers
 PROBE_SECONDS = 300  # the probes start a worker on every node (and unpack rlwh where shipped)
@@ -180,7 +180,7 @@ def connect(ray, address: str, runtime_env: dict | None = None) -> bool:
 
 
 def _remote(ray, function):
-    """A Ray remote function over rlwh.ray_remote code, pickled by value (see that module)."""
+    """A Ray remote function over rlwh.executors.ray_remote code, pickled by value (see that module)."""
     ray.cloudpickle.register_pickle_by_value(ray_remote)
     return ray.remote(function)
 
@@ -262,7 +262,7 @@ def staged_rlwh(parts: Path, mine: dict):
     stage = parts / f".rlwh-ship-{uuid.uuid4().hex}"
     try:
         package = stage / "rlwh"
-        shutil.copytree(Path(ray_remote.__file__).parent, package,
+        shutil.copytree(Path(ray_remote.__file__).parents[1], package,
                         ignore=shutil.ignore_patterns("__pycache__", "_assets"))
         for name in ASSET_DIRS:
             shutil.copytree(asset_dir(name), package / "_assets" / name)

@@ -1,4 +1,4 @@
-"""The code rlwh's Ray executor runs on the cluster's nodes (rlwh.ray_executor drives it).
+"""The code rlwh's Ray executor runs on the cluster's nodes (rlwh.executors.ray_pool drives it).
 
 Everything here uses the standard library only and is pickled by value, so it runs on
 a node where rlwh is not installed: that is how such a node says so (the probe), and

@@ -3,7 +3,7 @@ an append however many rows a run has.
 
 A capture's derived memory tables are a pure function of that capture's rows. A parse
 worker (local or on a Ray node) parses every file of the capture, lands them in a scratch
-DuckDB of its own with the loader's code (rlwh.load), computes the derived tables there
+DuckDB of its own with the loader's code (rlwh.ingest.load), computes the derived tables there
 with the same ingest/derived SQL, and writes every table's rows as one Parquet file each.
 The loader then appends those files (land_capture) instead of loading and deriving.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import duckdb
 
-from rlwh import derive, schema
 from rlwh.config import Config
-from rlwh.jobs import FACT_TABLES
-from rlwh.load import (
+from rlwh.executors.local import remove_orphaned
+from rlwh.ingest.jobs import FACT_TABLES
+from rlwh.ingest.load import (
     FileResult,
     Planned,
     delete_rows_of,
@@ -33,10 +33,10 @@ from rlwh.load import (
     set_capture_starts,
     tables_with_step,
 )
-from rlwh.parse import failed_result, parse_source
+from rlwh.ingest.parse import failed_result, parse_source
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse import store_settings
-from rlwh.workers import remove_orphaned
+from rlwh.warehouse import derive, schema
+from rlwh.warehouse.session import store_settings
 
 DERIVED_TABLES = ("_memory_record_ops", "_memory_timeline", "_torch_memory_blocks")
 # Keyed by stack_id and shared by every capture: appended only where the warehouse lacks them.

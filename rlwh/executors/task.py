@@ -1,4 +1,4 @@
-"""One unit of ingest work, as every executor (rlwh.executor, rlwh.ray_executor) takes it.
+"""One unit of ingest work, as every executor (rlwh.executors.run, rlwh.executors.ray_pool) takes it.
 
 A task is `function(*args, out_dir)`: a pure function of the files it reads, writing
 what it produces only under `out_dir`, a folder of its own that the executor makes empty

@@ -2,7 +2,7 @@
 sources row, in one transaction that either lands all of it or records the failure.
 
 The same code loads into the published warehouse's working copy and into the scratch
-DuckDB where a rank is built in a parse worker (rlwh.build), so both give the same rows.
+DuckDB where a rank is built in a parse worker (rlwh.ingest.build), so both give the same rows.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from rlwh import derive
 from rlwh.config import Config
-from rlwh.discover import SourceFile
 from rlwh.errors import RlwhError
-from rlwh.jobs import FACT_TABLES, SHARED_TABLES, jobs
-from rlwh.parse import failed_result
+from rlwh.ingest.discover import SourceFile
+from rlwh.ingest.jobs import FACT_TABLES, SHARED_TABLES, jobs
+from rlwh.ingest.parse import failed_result
 from rlwh.sqltext import sql_literal
+from rlwh.warehouse import derive
 
 KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id", "step")
 KEY_TYPES = {"run": "varchar", "role": "varchar", "rank_id": "integer", "capture": "varchar", "source_id": "bigint",

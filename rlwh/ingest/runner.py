@@ -1,11 +1,11 @@
 """`rlwh ingest`: discover a profile dir's files, parse them in parallel, load each
 file in its own transaction, publish the warehouse once at the end.
 
-Where parsing runs is the executor's business (rlwh.executor: this machine's pool, or a
+Where parsing runs is the executor's business (rlwh.executors.run: this machine's pool, or a
 Ray cluster). With Ray or [ingest] derive_in_workers a worker builds each capture whole,
-its derived tables included (rlwh.build), and the loader only appends it; otherwise the
+its derived tables included (rlwh.ingest.build), and the loader only appends it; otherwise the
 loader loads each parsed file and derives after the last. In dataset mode
-(rlwh.ingest_dataset) nothing is loaded into DuckDB: built captures are published as
+(rlwh.ingest.to_dataset) nothing is loaded into DuckDB: built captures are published as
 Parquet.
 
 Unchanged files (same fingerprint as at the last ingest) are skipped, and when every
@@ -23,14 +23,14 @@ from typing import Callable
 
 import duckdb
 
-from rlwh import derive
-from rlwh.build import build_capture, land_capture
 from rlwh.config import Config
-from rlwh.discover import SourceFile, discover
 from rlwh.errors import RlwhError
-from rlwh.executor import fresh_parts_dir, run_tasks
-from rlwh.fingerprint import fingerprint
-from rlwh.load import (
+from rlwh.executors.run import fresh_parts_dir, run_tasks
+from rlwh.executors.task import Task
+from rlwh.ingest.build import build_capture, land_capture
+from rlwh.ingest.discover import SourceFile, discover
+from rlwh.ingest.fingerprint import fingerprint
+from rlwh.ingest.load import (
     FileResult,
     Planned,
     file_context,
@@ -42,9 +42,8 @@ from rlwh.load import (
     tables_with_step,
     utc,
 )
-from rlwh.parse import failed_result, parse_source
-from rlwh.task import Task
-from rlwh.warehouse import connect_read, pause_for_test, write_session
+from rlwh.ingest.parse import failed_result, parse_source
+from rlwh.warehouse.session import connect_read, derive, pause_for_test, write_session
 
 
 @dataclass
@@ -131,7 +130,7 @@ def _record_run(con, run: str, profile_dir: Path) -> None:
 
 
 def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> dict[str, list[Planned]]:
-    """The captures a worker builds whole (rlwh.build), by capture: with Ray, or with
+    """The captures a worker builds whole (rlwh.ingest.build), by capture: with Ray, or with
     [ingest] derive_in_workers, every capture whose files are all (re)loaded now. A capture
     that keeps rows of a file not reloaded now is derived in the loader, which sees them all.
 
@@ -228,7 +227,7 @@ def ingest(
         summary.seconds = time.perf_counter() - started
         return summary
     if config.dataset is not None:
-        from rlwh.ingest_dataset import ingest_dataset
+        from rlwh.ingest.to_dataset import ingest_dataset
 
         ingest_dataset(summary, planned, root, config, progress)
         summary.results.sort(key=lambda r: r.rel_path)

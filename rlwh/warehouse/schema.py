@@ -16,10 +16,10 @@ from pathlib import Path
 
 import duckdb
 
-from rlwh import derive
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
 from rlwh.sqltext import sql_literal
+from rlwh.warehouse import derive
 
 # A migration holding this line adds or changes derived tables: they are recomputed after it.
 AFTER_REFRESH = "-- after: refresh derived tables"

@@ -1,6 +1,6 @@
 """`rlwh ingest` in dataset mode ([warehouse] dataset): the workers build every capture
-whole (rlwh.build), the loader publishes their Parquet as one new generation of the
-dataset (rlwh.dataset) and rewrites the thin DuckDB file over it. Nothing is loaded into
+whole (rlwh.ingest.build), the loader publishes their Parquet as one new generation of the
+dataset (rlwh.parquet.dataset) and rewrites the thin DuckDB file over it. Nothing is loaded into
 a DuckDB file, so the serial part is the publish, whatever the number of rows.
 
 A capture is the unit: a changed file rebuilds its whole capture (its derived tables
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import duckdb
 
-from rlwh import dataset
-from rlwh.build import build_capture
 from rlwh.config import Config
-from rlwh.executor import fresh_parts_dir, run_tasks
-from rlwh.load import FileResult, Planned, is_unchanged, known_sources, utc
+from rlwh.executors.run import fresh_parts_dir, run_tasks
+from rlwh.executors.task import Task
+from rlwh.ingest.build import build_capture
+from rlwh.ingest.load import FileResult, Planned, is_unchanged, known_sources, utc
+from rlwh.parquet import dataset
 from rlwh.sqltext import sql_literal
-from rlwh.task import Task
-from rlwh.warehouse import connect_read, writer_lock
+from rlwh.warehouse.session import connect_read, writer_lock
 
 
 def _digest(text: str) -> str:
@@ -56,7 +56,7 @@ def _known(config: Config, run: str) -> tuple[dict[str, tuple], int, object]:
 
 
 def build_and_stage(run: str, files: list[Planned], config: Config, gid: str, out_dir: str) -> dict:
-    """The task of one group: build the capture (rlwh.build) and partition it into the
+    """The task of one group: build the capture (rlwh.ingest.build) and partition it into the
     dataset's layout right there, so publishing is renames."""
     built = build_capture(run, files, config, out_dir)
     built["staged"] = str(dataset.stage_group(gid, Path(out_dir), Path(out_dir) / "staged"))

@@ -12,7 +12,7 @@ import duckdb
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.warehouse import connect_read, missing_warehouse
+from rlwh.warehouse.session import connect_read, missing_warehouse
 
 
 @dataclass

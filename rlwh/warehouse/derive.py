@@ -67,7 +67,7 @@ def marked_keys(con: duckdb.DuckDBPyConnection) -> list[tuple]:
 
 
 def unmark(con: duckdb.DuckDBPyConnection, keys: list[tuple]) -> None:
-    """Forget marked keys whose derived rows were computed elsewhere (rlwh.build)."""
+    """Forget marked keys whose derived rows were computed elsewhere (rlwh.ingest.build)."""
     _ensure_state(con)
     for key in keys:
         con.execute(f"delete from _rlwh_dirty where {KEY_MATCH}", list(key))

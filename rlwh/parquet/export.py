@@ -16,7 +16,7 @@ partitioned by those of run, role and rank_id that it has. Layout:
                                                    (whole even with --run: a superset of its stacks)
     OUT/<table>/empty.parquet                      a table with no rows: its schema only
 
-A dataset generation (rlwh.dataset, `gen-N/<table>/...`) has the same folders.
+A dataset generation (rlwh.parquet.dataset, `gen-N/<table>/...`) has the same folders.
 
 Partition columns live in the folder names only (Spark refuses a column that is in the
 files and in the path), so read `run` and `role` as strings and `rank_id` as an integer:
@@ -54,10 +54,10 @@ import duckdb
 from rlwh import __version__
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.schema import view_files
+from rlwh.executors.local import remove_orphaned
 from rlwh.sqltext import sql_ident, sql_literal
-from rlwh.warehouse import connect_read
-from rlwh.workers import remove_orphaned
+from rlwh.warehouse.schema import view_files
+from rlwh.warehouse.session import connect_read
 
 MARKER = "_rlwh_export.json"
 THIN_MARKER = "_rlwh_dataset"  # the table that makes a DuckDB file a dataset's thin file
@@ -66,7 +66,7 @@ _TMP_PREFIX = ".rlwh-export-"
 
 
 def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
-    """True on a dataset's thin file (rlwh.dataset): its tables are views over Parquet."""
+    """True on a dataset's thin file (rlwh.parquet.dataset): its tables are views over Parquet."""
     return bool(con.execute(
         "select count(*) from duckdb_tables() where database_name = current_database() and table_name = ?",
         [THIN_MARKER]).fetchone()[0])

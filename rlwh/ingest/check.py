@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlwh.discover import IGNORED, Discovery, SourceFile, discover
 from rlwh.errors import RlwhError, SourceError
-from rlwh.sniff import read_head
+from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover
+from rlwh.ingest.sniff import read_head
 
 _DIST_RANK = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _INFO_LIMIT = 1 << 20

@@ -11,7 +11,7 @@ Layout of a dataset ROOT:
     ROOT/gen-000007/call_stacks/<group>.<token>_0.parquet       tables without run: not partitioned
     ROOT/gen-000007/<table>/empty.parquet          a table with no rows in this generation: its schema
 
-A generation has the folders of `rlwh export parquet` (rlwh.export: partitioned by those
+A generation has the folders of `rlwh export parquet` (rlwh.parquet.export: partitioned by those
 of run, role and rank_id a table has, partition columns in the folder names only, NULL is
 `__HIVE_DEFAULT_PARTITION__`). Every base table of the warehouse is there, private ones
 (`_memory_timeline`, `_memory_record_ops`, `_torch_memory_blocks`, `_stack_user_frames`,
@@ -87,9 +87,9 @@ import duckdb
 
 from rlwh import __version__
 from rlwh.errors import RlwhError
-from rlwh.export import THIN_MARKER, check_contained, is_thin, partition_keys
+from rlwh.parquet.export import THIN_MARKER, check_contained, is_thin, partition_keys
 from rlwh.sqltext import sql_ident, sql_literal
-from rlwh.warehouse import fsync_path, pause_for_test
+from rlwh.warehouse.session import fsync_path, pause_for_test
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"
@@ -112,7 +112,7 @@ _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
 @functools.lru_cache(maxsize=1)
 def _schema() -> dict[str, dict]:
     """Every base table of a freshly migrated warehouse: columns, types, keys, comments, DDL."""
-    from rlwh.schema import migrate
+    from rlwh.warehouse.schema import migrate
 
     con = duckdb.connect()
     try:
@@ -558,7 +558,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
     """Write db_path: views over the current generation, the sql/ views over them, and
     `settings` (default: those of the default Config) in _rlwh_settings. Atomic."""
     from rlwh.config import Config
-    from rlwh.schema import install_views
+    from rlwh.warehouse.schema import install_views
 
     root = Path(root).absolute()
     db_path = Path(db_path).absolute()

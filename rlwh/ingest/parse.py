@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
-from rlwh.jobs import jobs
+from rlwh.ingest.jobs import jobs
 from rlwh.readers.base import TableSink
 
 

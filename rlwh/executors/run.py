@@ -1,6 +1,6 @@
-"""Where ingest's tasks run: this machine's process pool, or a Ray cluster (rlwh.ray_executor).
+"""Where ingest's tasks run: this machine's process pool, or a Ray cluster (rlwh.executors.ray_pool).
 
-Every executor runs rlwh.task.Task's contract: each attempt in an empty folder of its
+Every executor runs rlwh.executors.task.Task's contract: each attempt in an empty folder of its
 own, so a task that is retried, or run twice, still hands the loader exactly one result
 and one set of files. The loader consumes results as they finish, largest task first.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rlwh.config import Config
-from rlwh.task import Task
+from rlwh.executors.task import Task
 
 
 def _run(function: Callable, args: tuple, out: str) -> Any:
@@ -35,7 +35,7 @@ def local_pool(tasks: list[Task], parts: Path, workers: int) -> Iterator[tuple[T
         for task in ordered:
             yield task, _run(task.function, task.args, str(parts / task.name))
         return
-    from rlwh.workers import die_with_parent, stop_now
+    from rlwh.executors.local import die_with_parent, stop_now
 
     pool = ProcessPoolExecutor(max_workers=min(workers, len(ordered)), mp_context=get_context("spawn"),
                                initializer=die_with_parent, initargs=(os.getpid(),))
@@ -52,7 +52,7 @@ def local_pool(tasks: list[Task], parts: Path, workers: int) -> Iterator[tuple[T
 def run_tasks(tasks: list[Task], config: Config, parts: Path) -> Iterator[tuple[Task, Any]]:
     """Yield (task, result) as tasks finish, on the executor the config names."""
     if config.executor == "ray":
-        from rlwh.ray_executor import ray_pool  # imports ray only when asked for
+        from rlwh.executors.ray_pool import ray_pool  # imports ray only when asked for
 
         return ray_pool(tasks, parts, config)
     return local_pool(tasks, parts, config.workers)

@@ -1,0 +1,3 @@
+"""The DuckDB warehouse file: sessions (read-only and the published working copy), the
+schema (migrations, views), derived tables, read-only catalog questions, forget.
+"""
