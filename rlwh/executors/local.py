@@ -11,8 +11,8 @@ Ctrl-C reaches every process of the terminal's group: workers ignore it (each wo
 print a KeyboardInterrupt traceback) and the parent, which decides, stops them with
 `stop_now` instead of waiting for the files they are parsing.
 
-A process killed that way leaves its temp folders behind: `remove_orphaned` clears those
-whose pid is gone (exports, scratch spill folders).
+A process killed that way leaves its temp folders behind: rlwh.safe_files.remove_orphaned
+clears those whose pid is gone (exports, scratch spill folders).
 """
 
 from __future__ import annotations
@@ -21,14 +21,12 @@ import ctypes
 import ctypes.util
 import multiprocessing
 import os
-import shutil
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
-from rlwh.warehouse.session import pause_for_test
+from rlwh.safe_files import pause_for_test
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 POLL_S = 1.0
@@ -78,19 +76,3 @@ def stop_now(pool) -> None:
         child.join(timeout=5)
 
 
-def remove_orphaned(parent: Path, prefix: str) -> None:
-    """Remove the folders `parent/<prefix><pid>-*` whose process is gone (killed before it
-    could clean up); a live process's folder, this one's included, is left alone."""
-    for path in parent.glob(prefix + "*"):
-        try:
-            pid = int(path.name[len(prefix):].split("-", 1)[0])
-        except ValueError:
-            continue
-        if pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's

@@ -21,7 +21,6 @@ from pathlib import Path
 import duckdb
 
 from rlwh.config import Config
-from rlwh.executors.local import remove_orphaned
 from rlwh.ingest.jobs import FACT_TABLES
 from rlwh.ingest.load import (
     FileResult,
@@ -34,6 +33,7 @@ from rlwh.ingest.load import (
     tables_with_step,
 )
 from rlwh.ingest.parse import failed_result, parse_source
+from rlwh.safe_files import remove_orphaned
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive, schema
 from rlwh.warehouse.session import store_settings

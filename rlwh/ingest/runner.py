@@ -43,7 +43,8 @@ from rlwh.ingest.load import (
     utc,
 )
 from rlwh.ingest.parse import failed_result, parse_source
-from rlwh.warehouse.session import connect_read, derive, pause_for_test, write_session
+from rlwh.safe_files import pause_for_test
+from rlwh.warehouse.session import connect_read, derive, write_session
 
 
 @dataclass

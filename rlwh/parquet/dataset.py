@@ -87,9 +87,9 @@ import duckdb
 
 from rlwh import __version__
 from rlwh.errors import RlwhError
-from rlwh.parquet.export import THIN_MARKER, check_contained, is_thin, partition_keys
+from rlwh.parquet.export import THIN_MARKER, is_thin, partition_keys
+from rlwh.safe_files import check_contained, fsync_path, pause_for_test
 from rlwh.sqltext import sql_ident, sql_literal
-from rlwh.warehouse.session import fsync_path, pause_for_test
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"

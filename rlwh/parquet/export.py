@@ -54,7 +54,7 @@ import duckdb
 from rlwh import __version__
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.executors.local import remove_orphaned
+from rlwh.safe_files import check_contained, remove_orphaned
 from rlwh.sqltext import sql_ident, sql_literal
 from rlwh.warehouse.schema import view_files
 from rlwh.warehouse.session import connect_read
@@ -113,7 +113,6 @@ def partition_keys(columns: list[str]) -> list[str]:
     return [k for k in PARTITION_KEYS if k in columns]
 
 
-
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     return [
         r[0]
@@ -149,17 +148,6 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: s
             f"copy ({select}) to {sql_literal(target / 'data_0.parquet')} (format parquet)", params
         ).fetchone()[0]
     return int(written)
-
-
-def check_contained(root: Path, what: str = "export") -> None:
-    """Every path under root is a plain file or folder inside it (no links, no escape);
-    `what` names the writer in the error (export, dataset)."""
-    real_root = root.resolve()
-    for folder, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(folder) / name
-            if path.is_symlink() or not path.resolve().is_relative_to(real_root):
-                raise RlwhError(f"{what} refused: {path} would lie outside {root}")
 
 
 def _is_replaceable(out: Path) -> bool:

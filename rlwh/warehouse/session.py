@@ -15,7 +15,6 @@ import errno
 import fcntl
 import os
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import duckdb
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
+from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive
 from rlwh.warehouse.schema import is_current, migrate
@@ -121,14 +121,6 @@ def writer_lock(config: Config) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def pause_for_test(stage: str) -> None:
-    """Crash tests set RLWH_TEST_PAUSE_AT=<stage>: the process stops itself (SIGSTOP) the first
-    time it reaches that stage, so the test can kill -9 it exactly there. Does nothing otherwise."""
-    if os.environ.get("RLWH_TEST_PAUSE_AT") == stage:
-        del os.environ["RLWH_TEST_PAUSE_AT"]
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-
 def _working_path(config: Config) -> Path:
     return config.db_path.with_name(config.db_path.name + ".ingest")
 
@@ -137,15 +129,6 @@ def _remove_working_files(work: Path) -> None:
     for path in (work, work.with_name(work.name + ".wal")):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-def fsync_path(folder: Path) -> None:
-    """Flush a file, or a folder's entries (a rename is durable only then), to disk."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class WriteSession:

@@ -1,0 +1,62 @@
+"""Crash-safe file writing, shared by every writer (the warehouse, the dataset, exports,
+the parse workers): durable renames, containment of what a writer publishes, the sweep of
+folders left by killed processes, and the pause point crash tests stop a process at.
+
+A leaf: it imports nothing of rlwh but errors, so the executors and storage both use it
+without depending on each other.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+from rlwh.errors import RlwhError
+
+
+def fsync_path(folder: Path) -> None:
+    """Flush a file, or a folder's entries (a rename is durable only then), to disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pause_for_test(stage: str) -> None:
+    """Crash tests set RLWH_TEST_PAUSE_AT=<stage>: the process stops itself (SIGSTOP) the first
+    time it reaches that stage, so the test can kill -9 it exactly there. Does nothing otherwise."""
+    if os.environ.get("RLWH_TEST_PAUSE_AT") == stage:
+        del os.environ["RLWH_TEST_PAUSE_AT"]
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def remove_orphaned(parent: Path, prefix: str) -> None:
+    """Remove the folders `parent/<prefix><pid>-*` whose process is gone (killed before it
+    could clean up); a live process's folder, this one's included, is left alone."""
+    for path in parent.glob(prefix + "*"):
+        try:
+            pid = int(path.name[len(prefix):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
+
+
+def check_contained(root: Path, what: str = "export") -> None:
+    """Every path under root is a plain file or folder inside it (no links, no escape);
+    `what` names the writer in the error (export, dataset)."""
+    real_root = root.resolve()
+    for folder, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(folder) / name
+            if path.is_symlink() or not path.resolve().is_relative_to(real_root):
+                raise RlwhError(f"{what} refused: {path} would lie outside {root}")
