@@ -88,7 +88,7 @@ def init(config):
     Example:
       rlwh init --db /data/rl.duckdb
     """
-    from rlwh.warehouse.session import initialize
+    from rlwh.warehouse.upgrade import initialize
 
     applied = initialize(config)
     if applied:
@@ -107,7 +107,7 @@ def migrate(config, list_only):
     Example:
       rlwh migrate --list
     """
-    from rlwh.warehouse.session import initialize, migration_status
+    from rlwh.warehouse.upgrade import initialize, migration_status
 
     if list_only:
         for name, applied_at in migration_status(config):

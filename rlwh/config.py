@@ -49,6 +49,10 @@ class Config:
         """The [stacks] rule as one regular expression (see rlwh.stacks)."""
         return library_pattern(self.library_frames, self.stdlib_is_library)
 
+    def view_settings(self) -> dict[str, str]:
+        """The settings the views read, as stored in _rlwh_settings (name -> text)."""
+        return {"gmm_ops_per_layer": str(self.ops_per_layer), "library_frames": self.library_pattern}
+
     def with_db(self, db: str | os.PathLike | None) -> "Config":
         """This config with another warehouse file (a --db flag), when one is given."""
         return replace(self, db_path=Path(db).resolve()) if db else self

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rlwh.ingest import runner as ingest_module
+from rlwh.ingest import to_warehouse as ingest_module
 from rlwh.ingest.runner import ingest
 from tests.conftest import FIXTURES
 from tests.warehouse_compare import every_table_differences

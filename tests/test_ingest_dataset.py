@@ -17,7 +17,7 @@ import pytest
 from rlwh.errors import RlwhError
 from rlwh.ingest.runner import ingest
 from rlwh.parquet import dataset
-from rlwh.warehouse.session import initialize
+from rlwh.warehouse.upgrade import initialize
 from tests.conftest import FIXTURES
 from tests.warehouse_compare import every_table_differences
 

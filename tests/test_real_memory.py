@@ -308,7 +308,7 @@ def test_a_new_library_rule_recomputes_user_frames(tmp_path):
     `rlwh init` with the new rule; the old rule back gives the old answer."""
     from dataclasses import replace
 
-    from rlwh.warehouse.session import initialize
+    from rlwh.warehouse.upgrade import initialize
 
     root = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path)
     config = Config(db_path=tmp_path / "w.duckdb", workers=1)

@@ -96,6 +96,7 @@ def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
 
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
+    from rlwh.warehouse.upgrade import initialize
 
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path / "profile")
     db = tmp_path / "w.duckdb"
@@ -107,8 +108,11 @@ def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     # Back to the state before 0003: no derived tables, none of 0004's columns, no record
     # of either migration.
     _downgrade_to_0002(con)
-    applied = migrate(con)
+    con.close()
+    # What `rlwh init` does: the storage layer migrates, the writer fills the derived tables.
+    applied = initialize(Config(db_path=db))
     assert applied == ["0003_create_derived_memory.sql", "0004_stacks_innermost_first_and_autograd_links.sql"]
+    con = duckdb.connect(str(db))
     assert con.execute("select * from memory_peak order by all").fetchall() == want
     assert con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0] == stacks
 
@@ -131,6 +135,7 @@ def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
 
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
+    from rlwh.warehouse.upgrade import initialize
 
     profile = copy_fixture("torch_profile", tmp_path / "profile")
     db = tmp_path / "w.duckdb"
@@ -153,7 +158,9 @@ def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
                 " where torch_memory_events.stack_id = o.new_id")
     con.execute("delete from call_stacks where stack_id in (select new_id from old_ids)")
     _downgrade_to_0002(con)
-    migrate(con)
+    con.close()
+    initialize(Config(db_path=db))  # migrates, then fills the derived tables
+    con = duckdb.connect(str(db))
     assert con.execute("select o.name, o.ts_ns, s.stack from cpu_ops o join call_stacks s using (stack_id)"
                        " order by all").fetchall() == stacks
     assert con.execute(own_stacks).fetchall() == fresh  # each block's op stack, innermost first again

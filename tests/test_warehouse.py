@@ -13,7 +13,8 @@ from conftest import copy_fixture
 
 from rlwh.errors import WarehouseBusy
 from rlwh.ingest.runner import ingest
-from rlwh.warehouse.session import initialize, write_session
+from rlwh.warehouse.session import write_session
+from rlwh.warehouse.upgrade import initialize
 
 
 def test_settings_reach_the_views(config):

@@ -15,24 +15,16 @@ import contextlib
 import os
 import shutil
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
 
 from rlwh.config import Config
 from rlwh.ingest.jobs import FACT_TABLES
-from rlwh.ingest.load import (
-    FileResult,
-    Planned,
-    delete_rows_of,
-    file_context,
-    ignored_result,
-    load_file,
-    set_capture_starts,
-    tables_with_step,
-)
+from rlwh.ingest.load import delete_rows_of, ignored_result, load_file, set_capture_starts, tables_with_step
 from rlwh.ingest.parse import failed_result, parse_source
+from rlwh.ingest.plan import FileResult, Planned, file_context
 from rlwh.safe_files import remove_orphaned
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive, schema
@@ -44,6 +36,17 @@ SHARED_BY_STACK = ("call_stacks", "_stack_user_frames")
 BUILT_TABLES = ("sources", *FACT_TABLES, *DERIVED_TABLES, *SHARED_BY_STACK)
 
 SPILL_PREFIX = "rlwh-spill-"
+
+
+@dataclass
+class BuiltCapture:
+    """One capture built in a worker: what the loader appends (or the dataset stages)."""
+
+    results: list[FileResult]
+    keys: list[tuple]  # the derived keys (run, role, rank_id, capture) its rows touched
+    tables: dict[str, str] = field(default_factory=dict)  # table -> Parquet file of its rows
+    staged: str | None = None  # dataset mode: the folder stage_group partitioned it into
+
 _scratch: duckdb.DuckDBPyConnection | None = None
 
 
@@ -69,7 +72,7 @@ def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) -> dict:
+def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) -> BuiltCapture:
     """Parse, load and derive one capture's files; return their FileResults, the derived
     keys and one Parquet file per non-empty table under out_dir."""
     out = Path(out_dir)
@@ -94,14 +97,14 @@ def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) 
             path = out / f"{table}.parquet"
             con.execute(f"copy {table} to {sql_literal(str(path))} (format parquet)")
             tables[table] = str(path)
-    return {"results": results, "keys": keys, "tables": tables}
+    return BuiltCapture(results, keys, tables)
 
 
 def _first_time(p: Planned) -> Planned:
     return replace(p, loaded_before=False)
 
 
-def land_capture(con: duckdb.DuckDBPyConnection, files: list[Planned], built: dict) -> None:
+def land_capture(con: duckdb.DuckDBPyConnection, files: list[Planned], built: BuiltCapture) -> None:
     """Append a built capture to the warehouse in one transaction, replacing the rows an
     earlier version of its files loaded. Raises on a DuckDB error (rolled back)."""
     con.execute("begin transaction")
@@ -111,17 +114,17 @@ def land_capture(con: duckdb.DuckDBPyConnection, files: list[Planned], built: di
             if p.loaded_before:
                 con.execute("delete from sources where source_id = ?", [p.source_id])
         # A capture seen for the first time has no derived rows yet (each delete is a scan).
-        for key in built["keys"] if any(p.loaded_before for p in files) else []:
+        for key in built.keys if any(p.loaded_before for p in files) else []:
             for table in DERIVED_TABLES:
                 con.execute(f"delete from {table} where {derive.KEY_MATCH}", list(key))
-        for table, path in built["tables"].items():
+        for table, path in built.tables.items():
             rows = f"read_parquet({sql_literal(path)})"
             if table in SHARED_BY_STACK:
                 con.execute(f"insert into {table} by name select * from {rows} as b "
                             f"anti join {table} as t on b.stack_id = t.stack_id")
             else:
                 con.execute(f"insert into {table} by name select * from {rows}")
-        derive.unmark(con, built["keys"])
+        derive.unmark(con, built.keys)
         con.execute("commit")
     except BaseException:
         with contextlib.suppress(duckdb.Error):

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import duckdb
 
-from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest.discover import SourceFile
 from rlwh.ingest.jobs import FACT_TABLES, SHARED_TABLES, jobs
-from rlwh.ingest.parse import failed_result
+from rlwh.ingest.parse import ParseResult, failed_result
+from rlwh.ingest.plan import FileResult, Planned, utc
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive
 
@@ -30,62 +27,7 @@ _EVENT_TIMES = (("cpu_ops", "ts_ns"), ("memory_records", "alloc_ns"), ("ranges",
                 ("memory_usage", "ts_ns"), ("npu_module_memory", "ts_ns"))
 
 
-@dataclass
-class FileResult:
-    """What happened to one source file."""
-
-    kind: str
-    rel_path: str
-    status: str  # ok | partial | failed | ignored | skipped | unchanged
-    rows: int = 0
-    message: str | None = None
-    seconds: float = 0.0
-    bytes: int = 0
-
-
-@dataclass
-class Planned:
-    source: SourceFile
-    fingerprint: str
-    size: int
-    mtime: float
-    source_id: int | None = None
-    loaded_before: bool = False  # the warehouse holds rows of an earlier version of the file
-
-
-def known_sources(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, tuple[int, str, str]]:
-    """The run's files in the warehouse: path -> (source_id, fingerprint, status)."""
-    rows = con.execute("select path, source_id, fingerprint, status from sources where run = ?", [run]).fetchall()
-    return {path: (source_id, fp, status) for path, source_id, fp, status in rows}
-
-
-def is_unchanged(known: tuple | None, p: Planned) -> bool:
-    """known: (source_id, fingerprint, status) from sources. Same fingerprint as last time,
-    and not failed then (a failure is always retried)."""
-    return known is not None and known[1] == p.fingerprint and known[2] != "failed"
-
-
-def utc(seconds: float | None = None) -> datetime:
-    """A naive UTC datetime: warehouse times are TIMESTAMP in UTC (no pytz needed to read them)."""
-    moment = datetime.now(timezone.utc) if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
-    return moment.replace(tzinfo=None)
-
-
-def file_context(p: Planned, config: Config) -> dict:
-    s = p.source
-    return {
-        "rel_path": s.rel_path,
-        "role": s.role,
-        "rank_id": s.rank_id,
-        "capture": s.capture,
-        "step": s.step,
-        "capture_started_ns": s.capture_started_ns,
-        "single_process_rank0": s.single_process_rank0,
-        "memory_limit": config.worker_memory_limit,
-    }
-
-
-def ignored_result(reason: str) -> dict:
+def ignored_result(reason: str) -> ParseResult:
     """What an ignored file 'parses' to: no rows, the reason as its message."""
     return {**failed_result(reason), "status": "ignored"}
 
@@ -170,7 +112,7 @@ def delete_rows_of(con, p: Planned) -> None:
             con.execute(f"delete from {table} where source_id = ?", [p.source_id])
 
 
-def load_file(con, run: str, p: Planned, parsed: dict, with_step: frozenset[str] | None = None) -> FileResult:
+def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozenset[str] | None = None) -> FileResult:
     """Land one parsed file in one transaction; on any error nothing of it lands.
 
     with_step: the tables that have a step column (tables_with_step, once per ingest:

@@ -10,22 +10,36 @@ from __future__ import annotations
 import time
 import traceback
 from pathlib import Path
+from typing import TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
 from rlwh.ingest.jobs import jobs
+from rlwh.ingest.plan import FileContext
 from rlwh.readers.base import TableSink
 
 
-def failed_result(message: str) -> dict:
+class ParseResult(TypedDict):
+    """What parsing one file hands the loader (picklable, small: the rows stay in Parquet parts)."""
+
+    status: str  # ok | partial | failed | ignored
+    message: str | None
+    rank: dict  # facts about the rank the file names (role, rank_id, device, versions, ...)
+    tables: dict[str, list[str]]  # table -> Parquet part files
+    rows: dict[str, int]  # table -> rows in its parts
+    columns: dict[str, list[str]]  # table -> column names of its parts
+    seconds: float
+
+
+def failed_result(message: str | None) -> ParseResult:
     """What parse_source returns for a file it could not read."""
     return {"status": "failed", "message": message, "rank": {}, "tables": {}, "rows": {}, "columns": {},
             "seconds": 0.0}
 
 
-def parse_source(kind: str, path: str, context: dict, out_dir: str) -> dict:
+def parse_source(kind: str, path: str, context: FileContext, out_dir: str) -> ParseResult:
     """Read `path` with the job for `kind`; return status, message, rank facts and parts."""
     started = time.perf_counter()
     sink = TableSink(Path(out_dir))

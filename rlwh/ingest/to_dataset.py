@@ -1,4 +1,4 @@
-"""`rlwh ingest` in dataset mode ([warehouse] dataset): the workers build every capture
+"""The dataset target of `rlwh ingest` ([warehouse] dataset): the workers build every capture
 whole (rlwh.ingest.build), the loader publishes their Parquet as one new generation of the
 dataset (rlwh.parquet.dataset) and rewrites the thin DuckDB file over it. Nothing is loaded into
 a DuckDB file, so the serial part is the publish, whatever the number of rows.
@@ -19,11 +19,10 @@ import duckdb
 from rlwh.config import Config
 from rlwh.executors.run import fresh_parts_dir, run_tasks
 from rlwh.executors.task import Task
-from rlwh.ingest.build import build_capture
-from rlwh.ingest.load import FileResult, Planned, is_unchanged, known_sources, utc
+from rlwh.ingest.build import BuiltCapture, build_capture
+from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, utc
 from rlwh.parquet import dataset
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse.session import connect_read, writer_lock
 
 
 def _digest(text: str) -> str:
@@ -40,28 +39,14 @@ def _groups(run: str, planned: list[Planned]) -> dict[str, list[Planned]]:
     return groups
 
 
-def _known(config: Config, run: str) -> tuple[dict[str, tuple], int, object]:
-    """The thin file's sources of `run` (path -> source_id, fingerprint, status), the next
-    free source id, and when the run was first ingested."""
-    if not config.db_path.exists():
-        return {}, 1, None
-    con = connect_read(config)
-    try:
-        known = known_sources(con, run)
-        next_id = con.execute("select coalesce(max(source_id), 0) + 1 from sources").fetchone()[0]
-        first = con.execute("select first_ingested_at from runs where run = ?", [run]).fetchone()
-    finally:
-        con.close()
-    return known, next_id, first[0] if first else None
-
-
-def build_and_stage(run: str, files: list[Planned], config: Config, gid: str, out_dir: str) -> dict:
+def build_and_stage(run: str, files: list[Planned], config: Config, gid: str, out_dir: str) -> BuiltCapture:
     """The task of one group: build the capture (rlwh.ingest.build) and partition it into the
     dataset's layout right there, so publishing is renames."""
     built = build_capture(run, files, config, out_dir)
-    built["staged"] = str(dataset.stage_group(gid, Path(out_dir), Path(out_dir) / "staged"))
-    for path in built.pop("tables").values():
+    built.staged = str(dataset.stage_group(gid, Path(out_dir), Path(out_dir) / "staged"))
+    for path in built.tables.values():
         Path(path).unlink()  # staged now: half the disk
+    built.tables = {}
     return built
 
 
@@ -82,48 +67,47 @@ def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Pat
     return folder
 
 
-def ingest_dataset(summary, planned: list[Planned], profile_dir: Path, config: Config, progress) -> None:
-    """Build every changed capture of `planned` in the workers and publish a generation;
-    fills `summary`."""
-    run = summary.run
-    total_bytes = sum(p.size for p in planned)
-    with writer_lock(config):
-        known, next_id, first_ingested = _known(config, run)
-        tasks: dict[str, tuple[Task, list[Planned]]] = {}
-        done_files = done_bytes = 0
-        for gid, files in _groups(run, planned).items():
-            if all(is_unchanged(known.get(p.source.rel_path), p) for p in files):
-                summary.results += [FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size)
-                                    for p in files if not p.source.ignored]
-                done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
-                continue
-            for p in files:
-                if p.source.rel_path in known:
-                    p.source_id = known[p.source.rel_path][0]
-                else:
-                    p.source_id, next_id = next_id, next_id + 1
-            tasks[gid] = (Task(gid, build_and_stage, (run, files, config, gid), sum(p.size for p in files),
-                               tuple(str(p.source.path) for p in files)), files)
-        if progress:
-            progress(done_files, len(planned), done_bytes, total_bytes, "")
-        parts = fresh_parts_dir(config)
-        try:
-            built_groups = {}
-            for task, built in run_tasks([t for t, _ in tasks.values()], config, parts):
-                files = tasks[task.name][1]
-                built_groups[task.name] = Path(built["staged"])
-                for result in built["results"]:
-                    (summary.ignored if result.status == "ignored" else summary.results).append(result)
-                done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
-                if progress:
-                    progress(done_files, len(planned), done_bytes, total_bytes, files[-1].source.rel_path)
+def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
+    """Build every changed capture of `plan` in the workers and publish a generation;
+    fills `summary`. The runner holds the writer lock."""
+    run = plan.run
+    total_bytes = plan.total_bytes
+    next_id = plan.next_source_id
+    tasks: dict[str, tuple[Task, list[Planned]]] = {}
+    done_files = done_bytes = 0
+    for gid, files in _groups(run, plan.files).items():
+        if all(plan.is_unchanged(p) for p in files):
+            summary.results += [plan.unchanged_result(p) for p in files if not p.source.ignored]
+            done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
+            continue
+        for p in files:
+            known = plan.known.get(p.source.rel_path)
+            if known:
+                p.source_id = known[0]
+            else:
+                p.source_id, next_id = next_id, next_id + 1
+        tasks[gid] = (Task(gid, build_and_stage, (run, files, config, gid), sum(p.size for p in files),
+                           tuple(str(p.source.path) for p in files)), files)
+    if progress:
+        progress(done_files, len(plan.files), done_bytes, total_bytes, "")
+    parts = fresh_parts_dir(config)
+    try:
+        built_groups = {}
+        for task, built in run_tasks([t for t, _ in tasks.values()], config, parts):
+            files = tasks[task.name][1]
+            built_groups[task.name] = Path(built.staged)
+            for result in built.results:
+                (summary.ignored if result.status == "ignored" else summary.results).append(result)
+            done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
             if progress:
-                progress(done_files, len(planned), done_bytes, total_bytes, "publishing the dataset")
-            built_groups["run-" + _digest(run)] = _runs_group(parts, run, profile_dir, first_ingested)
-            # Each lands whole or raises. A failed publish leaves the dataset as it was; a thin
-            # file that failed after it leaves the old one, whose sources make the next ingest
-            # rebuild these captures.
-            dataset.publish(config.dataset, built_groups)
-            dataset.build_thin_db(config.dataset, config.db_path, dataset.settings_of(config))
-        finally:
-            shutil.rmtree(parts, ignore_errors=True)
+                progress(done_files, len(plan.files), done_bytes, total_bytes, files[-1].source.rel_path)
+        if progress:
+            progress(done_files, len(plan.files), done_bytes, total_bytes, "publishing the dataset")
+        built_groups["run-" + _digest(run)] = _runs_group(parts, run, plan.profile_dir, plan.first_ingested_at)
+        # Each lands whole or raises. A failed publish leaves the dataset as it was; a thin
+        # file that failed after it leaves the old one, whose sources make the next ingest
+        # rebuild these captures.
+        dataset.publish(config.dataset, built_groups)
+        dataset.build_thin_db(config.dataset, config.db_path, config.view_settings())
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)

@@ -549,11 +549,6 @@ def _check_replaceable(db_path: Path) -> None:
         con.close()
 
 
-def settings_of(config) -> dict[str, str]:
-    """The settings the views read (_rlwh_settings), from an rlwh Config."""
-    return {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern}
-
-
 def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:
     """Write db_path: views over the current generation, the sql/ views over them, and
     `settings` (default: those of the default Config) in _rlwh_settings. Atomic."""
@@ -568,7 +563,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
     if gen is None:
         raise RlwhError(f"{root} has no published generation yet")
     files = manifest(gen)["files"]
-    settings = settings if settings is not None else settings_of(Config())
+    settings = settings if settings is not None else Config().view_settings()
     _check_replaceable(db_path)
     schema = _schema()
     db_path.parent.mkdir(parents=True, exist_ok=True)

@@ -130,6 +130,15 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("select count(*) from _stack_user_frames").fetchone()[0] - before
 
 
+def catch_up(con: duckdb.DuckDBPyConnection, migrations_added_derived: bool) -> bool:
+    """What a writer does after opening a warehouse: fill the derived tables a migration
+    just added, and recompute user frames under a new [stacks] rule. True when anything
+    changed (the warehouse must then be published)."""
+    if migrations_added_derived:
+        refresh_all(con)
+    return bool(refresh_user_frames(con)) or migrations_added_derived
+
+
 def mark_all(con: duckdb.DuckDBPyConnection) -> None:
     """Mark every key in the warehouse (after a migration that adds derived tables)."""
     _ensure_state(con)

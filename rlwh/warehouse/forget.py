@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.warehouse import derive
 from rlwh.warehouse.session import write_session
 
 
@@ -35,6 +36,7 @@ def forget_run(config: Config, run: str) -> dict[str, int]:
     removed: dict[str, int] = {}
     with write_session(config) as session:
         con = session.con
+        derive.catch_up(con, session.derived_stale)
         known = con.execute(
             "select (select count(*) from runs where run = ?) + (select count(*) from sources where run = ?)",
             [run, run],

@@ -19,7 +19,6 @@ import duckdb
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse import derive
 
 # A migration holding this line adds or changes derived tables: they are recomputed after it.
 AFTER_REFRESH = "-- after: refresh derived tables"
@@ -73,10 +72,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
         " version integer primary key, name varchar not null, applied_at timestamp not null)"
     )
     applied = []
-    refresh_derived = False
     for version, path in pending_migrations(con):
         sql = path.read_text(encoding="utf-8")
-        refresh_derived |= AFTER_REFRESH in sql
         con.execute("begin transaction")
         try:
             con.execute(sql)
@@ -90,10 +87,14 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
             raise RlwhError(f"migration {path.name} failed: {exc}") from exc
         applied.append(path.name)
     install_views(con)
-    if refresh_derived:
-        # Derived tables new to this warehouse start empty; fill them from what is loaded.
-        derive.refresh_all(con)
     return applied
+
+
+def adds_derived_tables(applied: list[str]) -> bool:
+    """True when one of the `applied` migrations adds or changes derived tables: they start
+    empty and the writer that migrated must fill them (rlwh.warehouse.derive.catch_up)."""
+    folder = asset_dir("migrations")
+    return any(AFTER_REFRESH in (folder / name).read_text(encoding="utf-8") for name in applied)
 
 
 def is_current(con: duckdb.DuckDBPyConnection) -> bool:

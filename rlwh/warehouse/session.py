@@ -26,8 +26,7 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse import derive
-from rlwh.warehouse.schema import is_current, migrate
+from rlwh.warehouse.schema import adds_derived_tables, is_current, migrate
 
 WRITER_CHECKPOINT = "1GB"
 
@@ -45,8 +44,11 @@ def missing_warehouse(path: Path) -> RlwhError:
         "export RLWH_DB=demo/warehouse.duckdb), or create it with `rlwh ingest PROFILE_DIR`")
 
 
-def connect_read(config: Config) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to the published warehouse; it never blocks a writer."""
+def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the published warehouse; it never blocks a writer.
+
+    require_current=False: also a warehouse that still needs migrating (the ingest plan
+    reads only `sources` and `runs`, which every version has)."""
     path = config.db_path
     if not path.exists():
         raise missing_warehouse(path)
@@ -55,7 +57,7 @@ def connect_read(config: Config) -> duckdb.DuckDBPyConnection:
     except duckdb.Error as exc:
         raise RlwhError(f"cannot open {path}: {exc}") from exc
     _configure(con, config)
-    if not is_current(con):
+    if require_current and not is_current(con):
         con.close()
         raise RlwhError(f"{path} was written by an older rlwh: run `rlwh init` to upgrade it")
     return con
@@ -140,6 +142,7 @@ class WriteSession:
         self.work = work
         self.changed = False
         self.applied: list[str] = []
+        self.derived_stale = False  # a migration added derived tables: the caller fills them
 
     def publish(self) -> None:
         """Checkpoint the working copy and rename it over the published file."""
@@ -155,7 +158,7 @@ class WriteSession:
 
 def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     """Copy the settings views read into _rlwh_settings; True when one changed."""
-    wanted = {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern}
+    wanted = config.view_settings()
     current = dict(con.execute("select name, value from _rlwh_settings").fetchall())
     if current == wanted:
         return False
@@ -173,79 +176,63 @@ def _refuse_thin_file(con: duckdb.DuckDBPyConnection, config: Config) -> None:
 
 
 @contextlib.contextmanager
-def write_session(config: Config) -> Iterator[WriteSession]:
-    """Lock, copy the published file, migrate the copy; publish it if `changed` is set.
+def working_copy(config: Config) -> Iterator[WriteSession]:
+    """Copy the published file and migrate the copy; publish it if `changed` is set. The
+    caller holds the writer lock (write_session, or the ingest runner for its whole plan).
 
     Nothing is published when the block raises or changes nothing, so a failure or a
-    kill at any point leaves the published warehouse exactly as it was.
+    kill at any point leaves the published warehouse exactly as it was. Derived tables
+    are the caller's business: `derived_stale` says a migration added some.
     """
     try:
         config.db_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RlwhError(f"cannot create the warehouse folder {config.db_path.parent}: {exc.strerror}") from exc
-    with writer_lock(config):
-        work = _working_path(config)
-        _remove_working_files(work)  # left by a writer that was killed
-        if config.db_path.exists():
-            try:
-                shutil.copyfile(config.db_path, work)
-            except OSError as exc:
-                _remove_working_files(work)
-                raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
-        try:
-            con = duckdb.connect(str(work))
-        except duckdb.Error as exc:
-            _remove_working_files(work)
-            first = str(exc).strip().splitlines()[0]
-            if config.db_path.exists():  # the copy is the published file's: that file is the problem
-                raise RlwhError(
-                    f"cannot open {config.db_path} as a warehouse ({first.replace(str(work), str(config.db_path))}); "
-                    "move it aside or pick another --db"
-                ) from exc
-            raise RlwhError(f"cannot open {work} for writing: {first}") from exc
-        session = WriteSession(config, con, work)
-        try:
-            _refuse_thin_file(con, config)
-            _configure(con, config, config.ingest_memory_limit)
-            # The working copy is private until published, and publishing checkpoints it:
-            # a checkpoint at every commit (DuckDB's 16 MB WAL default) cost each landed
-            # capture ~0.7 s of its ~1.2 s, growing with the file.
-            con.execute(f"set checkpoint_threshold = {sql_literal(WRITER_CHECKPOINT)}")
-            session.applied = migrate(con)
-            if store_settings(con, config) or session.applied or not config.db_path.exists():
-                session.changed = True
-            if derive.refresh_user_frames(con):  # a new [stacks] rule: every stack again
-                session.changed = True
-            yield session
-            if session.changed:
-                session.publish()
-        except duckdb.Error as exc:  # the disk filled up, the file system failed: say so, keep the warehouse
-            first = str(exc).strip().splitlines()[0]
-            raise RlwhError(f"cannot write the working copy {work} ({first}); {config.db_path} is unchanged") from exc
-        finally:
-            with contextlib.suppress(duckdb.Error):
-                con.close()
-            _remove_working_files(work)
-
-
-def initialize(config: Config) -> list[str]:
-    """Create or upgrade the warehouse; returns the migrations applied."""
-    with write_session(config) as session:
-        applied = session.applied
-        session.changed = True
-    return applied
-
-
-def migration_status(config: Config) -> list[tuple[str, object]]:
-    """(migration file, applied_at or None) for every migration, read-only."""
-    from rlwh.warehouse.schema import applied_migrations, migration_files
-
-    applied: dict[int, object] = {}
+    work = _working_path(config)
+    _remove_working_files(work)  # left by a writer that was killed
     if config.db_path.exists():
-        con = duckdb.connect(str(config.db_path), read_only=True)
         try:
-            if applied_migrations(con):
-                applied = dict(con.execute("select version, applied_at from _rlwh_migrations").fetchall())
-        finally:
+            shutil.copyfile(config.db_path, work)
+        except OSError as exc:
+            _remove_working_files(work)
+            raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
+    try:
+        con = duckdb.connect(str(work))
+    except duckdb.Error as exc:
+        _remove_working_files(work)
+        first = str(exc).strip().splitlines()[0]
+        if config.db_path.exists():  # the copy is the published file's: that file is the problem
+            raise RlwhError(
+                f"cannot open {config.db_path} as a warehouse ({first.replace(str(work), str(config.db_path))}); "
+                "move it aside or pick another --db"
+            ) from exc
+        raise RlwhError(f"cannot open {work} for writing: {first}") from exc
+    session = WriteSession(config, con, work)
+    try:
+        _refuse_thin_file(con, config)
+        _configure(con, config, config.ingest_memory_limit)
+        # The working copy is private until published, and publishing checkpoints it:
+        # a checkpoint at every commit (DuckDB's 16 MB WAL default) cost each landed
+        # capture ~0.7 s of its ~1.2 s, growing with the file.
+        con.execute(f"set checkpoint_threshold = {sql_literal(WRITER_CHECKPOINT)}")
+        session.applied = migrate(con)
+        session.derived_stale = adds_derived_tables(session.applied)
+        if store_settings(con, config) or session.applied or not config.db_path.exists():
+            session.changed = True
+        yield session
+        if session.changed:
+            session.publish()
+    except duckdb.Error as exc:  # the disk filled up, the file system failed: say so, keep the warehouse
+        first = str(exc).strip().splitlines()[0]
+        raise RlwhError(f"cannot write the working copy {work} ({first}); {config.db_path} is unchanged") from exc
+    finally:
+        with contextlib.suppress(duckdb.Error):
             con.close()
-    return [(path.name, applied.get(version)) for version, path in migration_files()]
+        _remove_working_files(work)
+
+
+@contextlib.contextmanager
+def write_session(config: Config) -> Iterator[WriteSession]:
+    """Lock, then a working copy (working_copy) that is published if `changed` is set."""
+    with writer_lock(config), working_copy(config) as session:
+        yield session

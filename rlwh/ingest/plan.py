@@ -1,0 +1,174 @@
+"""The ingest plan: every discovered file with its fingerprint, what the warehouse already
+holds of the run, and the one rule for "this file is loaded as it is".
+
+The runner makes the plan once, under the writer lock, from one read of the published
+warehouse; both targets (rlwh.ingest.to_warehouse, rlwh.ingest.to_dataset) take it as
+it is, so the two warehouse modes cannot disagree about what changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, TypedDict
+
+import duckdb
+
+from rlwh.config import Config
+from rlwh.ingest.discover import SourceFile
+from rlwh.ingest.fingerprint import fingerprint
+
+# progress(files_done, files_total, bytes_done, bytes_total, current file or step)
+Progress = Callable[[int, int, int, int, str], None]
+# What sources holds of one file: (source_id, fingerprint, status).
+Known = tuple[int, str, str]
+
+
+@dataclass
+class FileResult:
+    """What happened to one source file."""
+
+    kind: str
+    rel_path: str
+    status: str  # ok | partial | failed | ignored | skipped | unchanged
+    rows: int = 0
+    message: str | None = None
+    seconds: float = 0.0
+    bytes: int = 0
+
+
+@dataclass
+class Planned:
+    """One discovered file and its fingerprint; source_id once a target assigns it."""
+
+    source: SourceFile
+    fingerprint: str
+    size: int
+    mtime: float
+    source_id: int | None = None
+    loaded_before: bool = False  # the warehouse holds rows of an earlier version of the file
+
+
+class FileContext(TypedDict):
+    """What a reader knows about its file beyond the bytes (picklable: it travels to workers)."""
+
+    rel_path: str
+    role: str | None
+    rank_id: int | None
+    capture: str | None
+    step: int | None
+    capture_started_ns: int | None
+    single_process_rank0: bool
+    memory_limit: str
+
+
+@dataclass
+class IngestSummary:
+    run: str
+    profile_dir: str
+    results: list[FileResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    # Files rlwh does not load (status ignored in sources, with the reason), apart from
+    # `results` so counts and exit statuses are about the files that were read.
+    ignored: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.results if r.status in ("ok", "partial"))
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+
+@dataclass
+class Plan:
+    """What one ingest of one run works from."""
+
+    run: str
+    profile_dir: Path
+    files: list[Planned]
+    known: dict[str, Known]  # the run's files in the published warehouse, by path
+    next_source_id: int = 1  # the first id no source of the warehouse uses
+    first_ingested_at: datetime | None = None
+    schema_behind: bool = False  # the warehouse needs migrating: it is written even if no file changed
+
+    def is_unchanged(self, p: Planned) -> bool:
+        return is_unchanged(self.known.get(p.source.rel_path), p)
+
+    @property
+    def nothing_changed(self) -> bool:
+        return not self.schema_behind and all(self.is_unchanged(p) for p in self.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(p.size for p in self.files)
+
+    def unchanged_result(self, p: Planned) -> FileResult:
+        return FileResult(p.source.kind, p.source.rel_path, "unchanged", bytes=p.size)
+
+
+def is_unchanged(known: Known | None, p: Planned) -> bool:
+    """The one rule: same fingerprint as last time, and not failed then (a failure is
+    always retried)."""
+    return known is not None and known[1] == p.fingerprint and known[2] != "failed"
+
+
+def utc(seconds: float | None = None) -> datetime:
+    """A naive UTC datetime: warehouse times are TIMESTAMP in UTC (no pytz needed to read them)."""
+    moment = datetime.now(timezone.utc) if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
+    return moment.replace(tzinfo=None)
+
+
+def fingerprint_files(files: list[SourceFile]) -> list[Planned]:
+    """Fingerprint every file; one that cannot be read is planned as a failure."""
+    planned = []
+    for source in files:
+        try:
+            fp, size, mtime = fingerprint(source.path)
+        except OSError as exc:
+            # A failed file, not just a warning: `rlwh sources`, the summary and the exit status show it.
+            source.problem = f"cannot read {source.path}: {exc.strerror}"
+            planned.append(Planned(source, f"unreadable:{exc.errno}", 0, 0.0))
+            continue
+        planned.append(Planned(source, fp, size, mtime))
+    return planned
+
+
+def known_sources(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, Known]:
+    """The run's files in the warehouse: path -> (source_id, fingerprint, status)."""
+    rows = con.execute("select path, source_id, fingerprint, status from sources where run = ?", [run]).fetchall()
+    return {path: (source_id, fp, status) for path, source_id, fp, status in rows}
+
+
+def read_plan(con: duckdb.DuckDBPyConnection | None, run: str, profile_dir: Path, files: list[Planned],
+              schema_behind: bool = False) -> Plan:
+    """The plan of `run` from a read of the published warehouse (None: there is none yet).
+
+    `sources` and `runs` have had these columns since the first migration, so a warehouse
+    that still needs migrating is read the same way."""
+    if con is None:
+        return Plan(run, profile_dir, files, {})
+    next_id = con.execute("select coalesce(max(source_id), 0) + 1 from sources").fetchone()[0]
+    first = con.execute("select first_ingested_at from runs where run = ?", [run]).fetchone()
+    return Plan(run, profile_dir, files, known_sources(con, run), next_id, first[0] if first else None,
+                schema_behind)
+
+
+def file_context(p: Planned, config: Config) -> FileContext:
+    s = p.source
+    return {
+        "rel_path": s.rel_path,
+        "role": s.role,
+        "rank_id": s.rank_id,
+        "capture": s.capture,
+        "step": s.step,
+        "capture_started_ns": s.capture_started_ns,
+        "single_process_rank0": s.single_process_rank0,
+        "memory_limit": config.worker_memory_limit,
+    }
