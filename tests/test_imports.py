@@ -119,3 +119,48 @@ def test_every_module_imports_in_a_fresh_interpreter():
     result = subprocess.run([sys.executable, "-c", code, *names], cwd=REPO, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# The floors of the package, lowest first: a module imports only from its own floor or
+# those below it, so following `rlwh ingest` or `rlwh nightly` never climbs back up.
+FLOORS = (
+    ("rlwh", "rlwh.errors", "rlwh.sqltext", "rlwh.assets", "rlwh.stacks", "rlwh.safe_files", "rlwh.exitcodes"),
+    ("rlwh.config",),
+    ("rlwh.readers", "rlwh.synth"),
+    ("rlwh.executors",),
+    ("rlwh.warehouse",),
+    ("rlwh.parquet",),
+    ("rlwh.ingest",),
+    ("rlwh.report",),
+    ("rlwh.nightly",),
+    ("rlwh.cli", "rlwh.demo"),
+    ("rlwh.docs",),
+)
+
+
+def floor_of(name: str) -> int:
+    """The floor of a module: that of the longest listed prefix of its name."""
+    best = max((len(room), i) for i, rooms in enumerate(FLOORS) for room in rooms
+               if name == room or name.startswith(room + "."))
+    return best[1]
+
+
+def test_imports_never_climb_back_up():
+    found = modules()
+    climbs = sorted(f"{name} (floor {floor_of(name)}) imports {target} (floor {floor_of(target)})"
+                    for name, path in found.items() for target in imports_of(name, path, set(found))
+                    if floor_of(target) > floor_of(name))
+    assert climbs == []
+
+
+def test_every_module_has_a_floor():
+    assert all(floor_of(name) >= 0 for name in modules())
+    assert floor_of("rlwh.ingest.runner") > floor_of("rlwh.warehouse.session") > floor_of("rlwh.executors.run")
+
+
+def test_storage_never_runs_analysis():
+    """The warehouse's storage (sessions, migrations) never calls the derived tables' code:
+    the writers that open it (ingest targets, the builder, init, forget) do."""
+    found = modules()
+    for name in ("rlwh.warehouse.session", "rlwh.warehouse.schema"):
+        assert "rlwh.warehouse.derive" not in imports_of(name, found[name], set(found)), name
