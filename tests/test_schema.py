@@ -228,3 +228,19 @@ def test_rows_from_before_0005_are_reloaded_by_the_next_ingest(tmp_path):
     captures = {c for (c,) in con.execute("select distinct capture from memory_peak").fetchall()}
     assert captures == {f"{step}/actor_update/prof_rank-{k}.pt.trace.json.gz" for step in "12" for k in "01"}
     assert con.execute("select count(*) from cpu_ops where capture not like '%/%'").fetchone()[0] == 0
+
+
+def test_key_columns_mean_one_thing_everywhere(fresh_db):
+    """run, role, rank_id, capture, step and source_id carry one comment in every public
+    table and view, so no BI user reads two meanings of a key."""
+    rows = fresh_db.execute(
+        """select column_name, comment, list(table_name order by table_name) from duckdb_columns()
+           where schema_name = 'main' and not starts_with(table_name, '_')
+             and column_name in ('run', 'role', 'rank_id', 'capture', 'step', 'source_id')
+           group by all order by all""").fetchall()
+    by_key: dict[str, list] = {}
+    for column, comment, objects in rows:
+        by_key.setdefault(column, []).append((comment, objects))
+    assert sorted(by_key) == ["capture", "rank_id", "role", "run", "source_id", "step"]
+    split = {key: texts for key, texts in by_key.items() if len(texts) != 1 or not texts[0][0]}
+    assert split == {}

@@ -168,8 +168,37 @@ def view_files() -> list[ViewFile]:
     return ordered
 
 
+# The key columns mean one thing in every table and view, so their comments have one home:
+# whatever a migration or a view file says, these texts are what BI tools show.
+KEY_COLUMN_COMMENTS = {
+    "run": "Run name: the profile dir's name unless set with --run.",
+    "role": ("Role (rollout, actor_update, ...): profiler_metadata.json's role, else the nearest folder above "
+             "the capture that is no rank, step or capture folder, else the format's convention (an NVTX "
+             "range's own name); NULL when nothing names one."),
+    "rank_id": ("Global rank: the file's own (profiler_info, distributedInfo.rank, RANK=), else a rank in the "
+                "path, else 0 for a single-process trace; NULL when nothing names one."),
+    "capture": ("The capture: its path relative to the profile dir (an Ascend rank dir, a trace or snapshot "
+                "file, a GMM dump folder). Two captures never merge, whatever their names."),
+    "step": ("Training step: the profiler's own where the source records one, else the step the capture's "
+             "path names (step_<n>, step<n> or an all-digit folder); NULL when none."),
+    "source_id": "The sources row (the file) this row came from.",
+}
+
+
+def comment_key_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Give every public table's and view's key columns their one comment."""
+    rows = con.execute(
+        """select table_name, column_name from duckdb_columns()
+           where database_name = current_database() and schema_name = 'main'
+             and not starts_with(table_name, '_') and list_contains($keys, column_name)""",
+        {"keys": list(KEY_COLUMN_COMMENTS)},
+    ).fetchall()
+    for table, column in rows:
+        con.execute(f'comment on column {table}."{column}" is {sql_literal(KEY_COLUMN_COMMENTS[column])}')
+
+
 def install_views(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create every view and its comments."""
+    """(Re)create every view and its comments, then the key columns' one comment."""
     for view in view_files():
         try:
             con.execute(view.sql)
@@ -189,3 +218,4 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
                     f"sql/{view.path.name}: the select must itself name column {column!r} "
                     f"(alias it in the final select): {exc}"
                 ) from exc
+    comment_key_columns(con)
