@@ -82,3 +82,26 @@ def demo_profile(tmp_path_factory) -> Path:
     from rlwh.demo import write_demo_profile
 
     return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
+
+
+def _ingested_once(profile: Path, db: Path, run: str) -> Path:
+    from rlwh.ingest.runner import ingest
+
+    summary = ingest(profile, Config(db_path=db, workers=2), run=run)
+    assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
+    return db
+
+
+@pytest.fixture(scope="session")
+def demo_warehouse(demo_profile, tmp_path_factory) -> Path:
+    """The demo profile ingested once per session (run "demo", two parse workers, the loader
+    derives): the reference other ingests of the demo are compared with. Read it, never write."""
+    return _ingested_once(demo_profile, tmp_path_factory.mktemp("demo-wh") / "warehouse.duckdb", "demo")
+
+
+@pytest.fixture(scope="session")
+def real_corpus(tmp_path_factory) -> tuple[Path, Path]:
+    """(a copy of ../shared/fixtures/real, its warehouse): every real file ingested once per
+    session (run "real", two parse workers, the loader derives). Read both, never write."""
+    profile = copy_fixture("real", tmp_path_factory.mktemp("real-corpus"))
+    return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "real")
