@@ -183,6 +183,7 @@ def test_a_loose_trace_view_is_rank_0_and_says_so(tmp_path, config):
     assert status == "ok" and rows > 0 and "read as rank 0" in message
 
 
+@pytest.mark.slow  # the session's real-corpus warehouse
 def test_every_real_file_lands_in_sources(real_corpus):
     root, warehouse = real_corpus  # ingested once per session; failures fail the fixture
     con = duckdb.connect(str(warehouse), read_only=True)

@@ -21,6 +21,8 @@ from rlwh.parquet import dataset
 from rlwh.warehouse.session import initialize
 from tests.warehouse_compare import every_table_differences
 
+pytestmark = pytest.mark.slow  # every test ingests a profile in dataset mode (and its reference)
+
 MEMORY_VIEWS = ("memory_peak", "memory_peak_breakdown", "memory_unreleased", "rank_skew", "role_timeline")
 
 
