@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from test_report import HOSTILE, build_hostile_report, shaped_report, shared_demo
 
+pytestmark = pytest.mark.slow  # starts a browser; the demo report it reads takes an ingest
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
