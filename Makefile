@@ -1,12 +1,14 @@
-# rlwh: `make demo` runs the main job on built-in demo data, `make test` runs the tests.
-# Both set up .venv first.
+# rlwh: `make demo` runs the main job on built-in demo data, `make test` runs every test
+# (what CI runs), `make check` the fast ones (not marked slow: under 2 minutes), and
+# `make coverage` the fast ones under coverage, failing when an rlwh module goes unexercised.
+# All set up .venv first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= demo
 
-.PHONY: install demo test lint bench docs clean
+.PHONY: install demo test check coverage lint bench docs clean
 
 install: $(STAMP)
 
@@ -23,6 +25,16 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+check: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+coverage: install
+	$(BIN)/python -m coverage erase
+	$(BIN)/python -m coverage run -m pytest -q -m "not slow"
+	$(BIN)/python -m coverage combine -q
+	$(BIN)/python -m coverage report --skip-covered --sort=cover
+	$(BIN)/python tests/unexercised_modules.py
+
 lint: install
 	$(BIN)/ruff check rlwh tests bench
 	$(BIN)/python -m rlwh.docs --check
@@ -34,4 +46,4 @@ bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) build dist *.egg-info
+	rm -rf $(VENV) $(DEMO_DIR) build dist *.egg-info .coverage .coverage.*

@@ -19,11 +19,22 @@ FIXTURES = SHARED / "fixtures"
 SAMPLES = FIXTURES / "rl-insight-samples"
 
 
-@pytest.fixture
-def fresh_db():
-    """An in-memory DuckDB, migrated and with every view installed."""
-    con = duckdb.connect()
+@pytest.fixture(scope="session")
+def _migrated_template(tmp_path_factory) -> Path:
+    """A warehouse file migrated once per session: copying it is ten times faster than migrating."""
+    path = tmp_path_factory.mktemp("template") / "migrated.duckdb"
+    con = duckdb.connect(str(path))
     migrate(con)
+    con.close()
+    return path
+
+
+@pytest.fixture
+def fresh_db(_migrated_template, tmp_path):
+    """A new DuckDB warehouse, migrated and with every view installed (a copy of the template)."""
+    path = tmp_path / "fresh.duckdb"
+    shutil.copyfile(_migrated_template, path)
+    con = duckdb.connect(str(path))
     yield con
     con.close()
 
@@ -82,3 +93,66 @@ def demo_profile(tmp_path_factory) -> Path:
     from rlwh.demo import write_demo_profile
 
     return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
+
+
+def _ingested_once(profile: Path, db: Path, run: str) -> Path:
+    from rlwh.ingest.runner import ingest
+
+    summary = ingest(profile, Config(db_path=db, workers=2), run=run)
+    assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
+    return db
+
+
+@pytest.fixture(scope="session")
+def demo_warehouse(demo_profile, tmp_path_factory) -> Path:
+    """The demo profile ingested once per session (run "demo", two parse workers, the loader
+    derives): the reference other ingests of the demo are compared with. Read it, never write."""
+    return _ingested_once(demo_profile, tmp_path_factory.mktemp("demo-wh") / "warehouse.duckdb", "demo")
+
+
+@pytest.fixture(scope="session")
+def real_corpus(tmp_path_factory) -> tuple[Path, Path]:
+    """(a copy of ../shared/fixtures/real, its warehouse): every real file ingested once per
+    session (run "real", two parse workers, the loader derives). Read both, never write."""
+    profile = copy_fixture("real", tmp_path_factory.mktemp("real-corpus"))
+    return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "real")
+
+
+# ---------------------------------------------------------------- CPU time per test
+# On a shared 2-core machine wall times swing with the load; `--cpu-durations=N` also lists
+# the N tests that used the most CPU (this process and its reaped children, setup included),
+# which is what decides the `slow` mark: over 5 s is slow.
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N tests that used the most CPU seconds (0: all)")
+
+
+_CPU: dict[str, float] = {}
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.config.getoption("--cpu-durations") is None:
+        yield
+        return
+    start = _cpu_seconds()
+    yield
+    _CPU[item.nodeid] = _cpu_seconds() - start
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    count = config.getoption("--cpu-durations")
+    if count is None or not _CPU:
+        return
+    ranked = sorted(_CPU.items(), key=lambda item: -item[1])
+    terminalreporter.write_sep("=", f"CPU seconds per test (total {sum(_CPU.values()):.1f})")
+    for nodeid, seconds in ranked[:count] if count else ranked:
+        terminalreporter.write_line(f"{seconds:8.2f}s cpu  {nodeid}")

@@ -30,14 +30,12 @@ from conftest import REPO
 from rlwh import report
 from rlwh.cli import cli
 from rlwh.config import Config
-from rlwh.demo import write_demo_profile
 from rlwh.errors import RlwhError
-from rlwh.ingest.runner import ingest
 from rlwh.parquet import dataset
 from rlwh.parquet.export import export_parquet, public_tables, public_views
 from rlwh.warehouse.session import connect_read, write_session
 
-RUN = "demo-run"
+RUN = "demo"  # conftest.demo_warehouse
 SHELL = REPO / ".venv" / "bin" / "duckdb"
 
 
@@ -46,10 +44,12 @@ def _config(db: Path, **more) -> Config:
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory) -> Path:
+def warehouse(demo_warehouse, tmp_path_factory) -> Path:
+    """A copy of the session's demo warehouse (conftest), with one stray sources row."""
     tmp = tmp_path_factory.mktemp("dataset")
     config = _config(tmp / "wh" / "warehouse.duckdb")
-    assert ingest(write_demo_profile(tmp / "profile" / RUN), config).failed == 0
+    config.db_path.parent.mkdir()
+    shutil.copyfile(demo_warehouse, config.db_path)
     with write_session(config) as session:  # a sources row with no role and no rank: NULL partitions
         session.con.execute(
             """insert into sources select * replace (nextval('_source_ids') as source_id, null as role,
@@ -539,4 +539,4 @@ def test_a_generation_has_the_layout_of_an_export(warehouse, published, tmp_path
         assert (out / table / "empty.parquet").exists() == (gen / table / "empty.parquet").exists(), table
         depth = {len(p.relative_to(out / table).parts) for p in (out / table).rglob("*.parquet")}
         assert depth == {len(p.relative_to(gen / table).parts) for p in (gen / table).rglob("*.parquet")}, table
-    assert "run=demo-run/role=__HIVE_DEFAULT_PARTITION__/rank_id=__HIVE_DEFAULT_PARTITION__" in folders(out / "sources")
+    assert f"run={RUN}/role=__HIVE_DEFAULT_PARTITION__/rank_id=__HIVE_DEFAULT_PARTITION__" in folders(out / "sources")

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import duckdb
 import pytest
 from conftest import FIXTURES, copy_fixture, read_db
 
@@ -182,11 +183,10 @@ def test_a_loose_trace_view_is_rank_0_and_says_so(tmp_path, config):
     assert status == "ok" and rows > 0 and "read as rank 0" in message
 
 
-def test_every_real_file_lands_in_sources(tmp_path, config):
-    root = copy_fixture("real", tmp_path)
-    summary = ingest(root, config)
-    assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
-    con = read_db(config)
+@pytest.mark.slow  # the session's real-corpus warehouse
+def test_every_real_file_lands_in_sources(real_corpus):
+    root, warehouse = real_corpus  # ingested once per session; failures fail the fixture
+    con = duckdb.connect(str(warehouse), read_only=True)
     paths = {r[0]: r[1:] for r in con.execute("select path, kind, status, message, rank_id from sources").fetchall()}
     on_disk = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
     assert set(paths) == on_disk

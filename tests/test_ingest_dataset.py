@@ -14,12 +14,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest.runner import ingest
 from rlwh.parquet import dataset
 from rlwh.warehouse.upgrade import initialize
-from tests.conftest import FIXTURES
 from tests.warehouse_compare import every_table_differences
+
+pytestmark = pytest.mark.slow  # every test ingests a profile in dataset mode (and its reference)
 
 MEMORY_VIEWS = ("memory_peak", "memory_peak_breakdown", "memory_unreleased", "rank_skew", "role_timeline")
 
@@ -27,6 +29,23 @@ MEMORY_VIEWS = ("memory_peak", "memory_peak_breakdown", "memory_unreleased", "ra
 @pytest.fixture
 def demo(demo_profile) -> Path:
     return demo_profile
+
+
+@pytest.fixture(scope="module")
+def demo_thin(demo_profile, tmp_path_factory):
+    """The demo ingested once in dataset mode (two workers, as the shared demo_warehouse):
+    (the thin file's config, the summary). Read it, never write."""
+    tmp = tmp_path_factory.mktemp("demo-thin")
+    thin = Config(db_path=tmp / "wh-thin.duckdb", dataset=tmp / "wh.dataset", workers=2, lock_timeout=5)
+    return thin, _ok(ingest(demo_profile, thin, run="demo"))
+
+
+def _small_profile(demo: Path, dest: Path) -> Path:
+    """The demo's Ascend ranks (two roles, two ranks each) and PyTorch files, without its
+    144 GMM dumps: the same formats and partitions for a fraction of the ingest time."""
+    for part in ("ascend", "torch"):
+        shutil.copytree(demo / part, dest / part)
+    return dest
 
 
 def _modes(config, tmp_path: Path, name: str = "wh"):
@@ -47,14 +66,12 @@ def _files_by_path(root: Path) -> dict[str, int]:
     return {str(p.relative_to(gen)): p.stat().st_ino for p in gen.rglob("*.parquet")}
 
 
-def test_demo_dataset_equals_the_warehouse(tmp_path, config, demo):
-    normal, thin = _modes(config, tmp_path)
-    _ok(ingest(demo, normal, run="demo"))
-    summary = _ok(ingest(demo, thin, run="demo"))
+def test_demo_dataset_equals_the_warehouse(demo, demo_thin, demo_warehouse):
+    thin, summary = demo_thin
     assert summary.rows > 10_000
-    assert every_table_differences(thin.db_path, normal.db_path) == {}
+    assert every_table_differences(thin.db_path, demo_warehouse) == {}
     con = duckdb.connect(str(thin.db_path), read_only=True)
-    want = duckdb.connect(str(normal.db_path), read_only=True)
+    want = duckdb.connect(str(demo_warehouse), read_only=True)
     for view in MEMORY_VIEWS:
         got_rows = sorted(map(repr, con.execute(f"select * from {view}").fetchall()))
         assert got_rows == sorted(map(repr, want.execute(f"select * from {view}").fetchall())), view
@@ -65,18 +82,15 @@ def test_demo_dataset_equals_the_warehouse(tmp_path, config, demo):
     assert {r[0] for r in con.execute("select path from sources").fetchall()} == files
 
 
-def test_real_corpus_dataset_equals_the_warehouse(tmp_path, config):
-    profile = tmp_path / "real"
-    shutil.copytree(FIXTURES / "real", profile)
-    normal, thin = _modes(config, tmp_path)
-    _ok(ingest(profile, normal, run="real"))
+def test_real_corpus_dataset_equals_the_warehouse(tmp_path, config, real_corpus):
+    profile, normal = real_corpus
+    _, thin = _modes(dataclasses.replace(config, workers=2), tmp_path)
     _ok(ingest(profile, thin, run="real"))
-    assert every_table_differences(thin.db_path, normal.db_path) == {}
+    assert every_table_differences(thin.db_path, normal) == {}
 
 
 def test_a_changed_rank_rewrites_only_its_files(tmp_path, config, demo):
-    profile = tmp_path / "demo"
-    shutil.copytree(demo, profile)
+    profile = _small_profile(demo, tmp_path / "demo")
     normal, thin = _modes(config, tmp_path)
     _ok(ingest(profile, thin, run="demo"))
     before = _files_by_path(thin.dataset)
@@ -107,10 +121,9 @@ def test_a_changed_rank_rewrites_only_its_files(tmp_path, config, demo):
     assert every_table_differences(thin.db_path, normal.db_path) == {}
 
 
-def test_the_thin_file_reads_like_a_warehouse(tmp_path, config, demo):
+def test_the_thin_file_reads_like_a_warehouse(demo, demo_thin):
     """rlwh query and the pinned duckdb shell read it; writers other than ingest refuse it."""
-    _, thin = _modes(config, tmp_path)
-    _ok(ingest(demo, thin, run="demo"))
+    thin, _ = demo_thin
     query = subprocess.run(
         [sys.executable, "-m", "rlwh.cli", "query", "select count(*) as n from memory_peak", "--format", "json",
          "--db", str(thin.db_path)], capture_output=True, text=True, check=False)
@@ -129,7 +142,8 @@ def test_the_thin_file_reads_like_a_warehouse(tmp_path, config, demo):
 
 def test_cli_ingest_with_dataset_flag(tmp_path, demo):
     db = tmp_path / "thin.duckdb"
-    out = subprocess.run([sys.executable, "-m", "rlwh.cli", "ingest", str(demo), "--run", "demo", "-q",
+    profile = demo / "ascend" / "actor_update"  # two ranks are enough to see the flag work
+    out = subprocess.run([sys.executable, "-m", "rlwh.cli", "ingest", str(profile), "--run", "demo", "-q",
                           "--dataset", str(tmp_path / "ds"), "--db", str(db)], capture_output=True, text=True,
                          check=False)
     assert out.returncode == 0, out.stderr

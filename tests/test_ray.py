@@ -33,7 +33,6 @@ from warehouse_compare import differences, every_table_differences, row_count
 
 from rlwh import synth
 from rlwh.config import Config
-from rlwh.demo import write_demo_profile
 from rlwh.ingest.runner import ingest
 
 pytestmark = pytest.mark.slow
@@ -104,8 +103,9 @@ def area(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo(area) -> Path:
-    return write_demo_profile(area / "demo" / "demo-run")
+def demo(demo_profile) -> Path:
+    """The session's demo profile (conftest; run "demo"): read it, never change it."""
+    return demo_profile
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +123,9 @@ def _local(profile: Path, db: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo_local(area, demo) -> Path:
-    return _local(demo, area / "local-demo" / "w.duckdb")
+def demo_local(demo_warehouse) -> Path:
+    """The reference: the session's demo warehouse, ingested by the local pool (conftest)."""
+    return demo_warehouse
 
 
 @pytest.fixture(scope="module")

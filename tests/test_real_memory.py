@@ -49,10 +49,13 @@ def _ingested(relative: str, tmp: Path) -> tuple[duckdb.DuckDBPyConnection, Path
 
 
 @pytest.fixture(scope="module")
-def kineto(tmp_path_factory):
-    """Every real Kineto trace, ingested once: (connection, {capture: raw trace path})."""
-    con, root = _ingested("real/kineto", tmp_path_factory.mktemp("kineto"))
-    captures = {c: root / c for (c,) in con.execute("select distinct capture from ranks").fetchall()}
+def kineto(real_corpus):
+    """Every real file, ingested once per session (conftest.real_corpus): (connection,
+    {capture: raw trace path} of the Kineto traces)."""
+    root, warehouse = real_corpus
+    con = duckdb.connect(str(warehouse), read_only=True)
+    captures = {c: root / c for (c,) in con.execute(
+        "select distinct capture from ranks where capture like 'kineto/%'").fetchall()}
     yield con, captures
     con.close()
 
@@ -98,6 +101,7 @@ def _torch_peaks(path: Path) -> dict[str, int]:
     return peaks
 
 
+@pytest.mark.slow  # the session's real-corpus warehouse
 def test_pytorch_peaks_match_the_raw_events(kineto):
     con, captures = kineto
     checked = 0
@@ -135,6 +139,7 @@ def _unreleased(captures: dict, name: str) -> int:
     return sum(1 for size in last.values() if size > 0)
 
 
+@pytest.mark.slow  # the session's real-corpus warehouse
 def test_live_bytes_never_exceed_the_allocators_total(kineto, alexnet):
     for con, _ in (kineto, alexnet):
         broken = con.execute("""
