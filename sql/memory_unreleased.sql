@@ -13,9 +13,9 @@ create or replace view memory_unreleased (
   capture,
   -- Device, e.g. NPU:0 or cuda:0.
   device,
-  -- 'ascend' or 'torch'.
+  -- 'ascend', 'torch' or 'snapshot'.
   source,
-  -- Innermost frame of the allocating call stack; NULL when unknown.
+  -- Innermost Python frame of the allocating call stack (native frames never stand for it); NULL when unknown.
   call_stack_top,
   -- Operator that allocated the blocks.
   name,
@@ -31,7 +31,7 @@ create or replace view memory_unreleased (
   first_alloc_ns,
   -- Last such allocation, ns since the epoch.
   last_alloc_ns,
-  -- Innermost frame of the stack outside library code: the line of the user's code.
+  -- Innermost Python frame of the stack outside library code: the line of the user's code.
   user_frame
 ) as
 with blocks as (

@@ -36,7 +36,7 @@ create or replace view rank_skew (
   span_vs_median,
   -- True when span_vs_median > 1.1.
   is_straggler,
-  -- Highest live bytes of the rank in the role (over its captures and devices).
+  -- The rank's peak memory over its devices: memory_peak.allocator_peak_bytes (what the allocator held) where known, else peak_live_bytes.
   peak_live_bytes,
   -- The reference peak: the median peak_live_bytes over the role's ranks (the lower middle value for an even count).
   median_peak_live_bytes,
@@ -112,7 +112,10 @@ spans as (
 ),
 
 peaks as (
-  select run, role, rank_id, max(peak_live_bytes) as peak_live_bytes
+  -- What the allocator held at its peak where the source reports it or lets rlwh replay it
+  -- (a memory snapshot's trace alone misses the blocks allocated before recording), else
+  -- the peak of live bytes; the highest over the rank's devices.
+  select run, role, rank_id, max(coalesce(allocator_peak_bytes, peak_live_bytes)) as peak_live_bytes
   from memory_peak
   group by run, role, rank_id
 ),
