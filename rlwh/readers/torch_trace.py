@@ -16,6 +16,10 @@ Why it is built this way:
 - user_annotation ranges land with domain 'default'; gpu_user_annotation (Kineto's copy of
   the same annotation projected onto a GPU stream) lands with domain 'gpu', pid = device
   and tid = stream, so timelines can pick either without double counting.
+- Two spans per trace land in ranges: the profiler's declared window ('profiler', the
+  "PyTorch Profiler (0)" event) and what the events cover ('recorded': the earliest start
+  to the latest end of every other timed event, device activity included), which is what
+  the rank recorded: real traces hold events well outside the declared window.
 """
 
 from __future__ import annotations
@@ -221,11 +225,33 @@ def _scan_events(path: Path, spill: _Spill) -> dict:
             error = (f"{what} at or before uncompressed byte {stream.offset}; "
                      f"kept the {scan.seq} complete events before it")
         tail = None if error else _parse_trailer(stream.tail(), last)
+    if (covered := scan.covered.range_row()) is not None:
+        scan._add("ranges", covered)
     return {"error": error, "bad": scan.bad, "tail": tail, "devices": scan.devices, "names": scan.names,
             "min_ts": None if scan.min_ts == _NO_TS else scan.min_ts}
 
 
 _NO_TS = Decimal("Infinity")
+
+
+class _Extent:
+    """The earliest start and latest end of the events seen: the span a capture's events cover."""
+
+    def __init__(self):
+        self.start, self.end = _NO_TS, -_NO_TS
+
+    def add(self, ts, dur) -> None:
+        end = ts + dur if dur.__class__ in (int, Decimal) else ts
+        if ts < self.start:
+            self.start = ts
+        if end > self.end:
+            self.end = end
+
+    def range_row(self) -> tuple | None:
+        """A ranges row (source 'recorded'), or None when no event had a time."""
+        if self.start == _NO_TS:
+            return None
+        return ("recorded", "default", "recorded events", _ns(self.start), _ns(self.end), None, None)
 
 
 class _Scan:
@@ -235,6 +261,7 @@ class _Scan:
         self.spill = spill
         self.seq = self.n_mem = self.bad = 0
         self.min_ts = _NO_TS
+        self.covered = _Extent()
         self.devices: Counter = Counter()
         self.names: list[str] = []
         self._name_ids: dict[str, int] = {}
@@ -255,6 +282,8 @@ class _Scan:
             if ts < self.min_ts and ev.get("ph") != "M":  # metadata events may say ts 0
                 self.min_ts = ts
             cat = ev.get("cat")
+            if cat != "Trace" and ev.get("ph") != "M":  # what the events cover, beside the declared window
+                self.covered.add(ts, ev.get("dur"))
             if cat in OLD_CATEGORIES:
                 ev["cat"] = cat = OLD_CATEGORIES[cat]
             handler = self.handlers.get(cat)
