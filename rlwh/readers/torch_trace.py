@@ -494,10 +494,11 @@ def _sweep(reader, names: list, stacks: _Stacks):
     """Walk rows sorted by (pid, tid, ts): python frames, then ops, then memory events.
 
     Keeps only the current thread's open python frames and open ops. A frame's parent is
-    its "Python parent id" when that frame is open and encloses it in time (which settles
-    frames that touch at one instant), else the innermost open frame that encloses it:
-    where the ids contradict time (activation checkpointing re-runs forward code under
-    other parents), time nesting is what the thread did. An op's stack is the open frames
+    the innermost open frame that encloses it in time: where the "Python parent id"
+    contradicts time (activation checkpointing re-runs forward code under other parents),
+    time nesting is what the thread did, for every frame. The ids settle only frames that
+    touch it at one instant (ending as it starts, or with its very span), which time
+    cannot order. An op's stack is the open frames
     that have not ended before it starts, innermost first, or the "Call stack" it carries
     (PyTorch 1.8); a memory event's op is the innermost open op whose [ts, ts+dur] holds it.
     Yields (cpu_ops rows, memory attribution rows) per batch.
@@ -513,14 +514,17 @@ def _sweep(reader, names: list, stacks: _Stacks):
                 key, frames, open_ops = (pid, tid), [], []
             if kind == 0:
                 end = ts + dur
+                while frames and frames[-1][1] < end:  # time first: these do not enclose it
+                    frames.pop()
                 j = len(frames) - 1 if extra is not None else -1  # extra: "Python parent id"
                 while j >= 0 and frames[j][2] != extra:
                     j -= 1
-                if j >= 0 and frames[j][1] >= end:  # the named parent is open and encloses it
-                    del frames[j + 1:]
-                else:
-                    while frames and frames[-1][1] < end:
-                        frames.pop()
+                # Frames deeper than the named parent that merely touch it (they end at the
+                # instant it starts, or share its exact span) are its siblings: the ids
+                # settle what time cannot. A frame that truly encloses it stays.
+                while j >= 0 and len(frames) > j + 1 and (
+                        frames[-1][1] == ts or (frames[-1][0] == ts and frames[-1][1] == end)):
+                    frames.pop()
                 frames.append([ts, end, ident, name, None])
             elif kind == 1:  # extra: the op's dur as written (may be null)
                 while frames and frames[-1][1] < ts:
