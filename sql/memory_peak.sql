@@ -6,6 +6,7 @@
 -- snapshot records no totals: its allocator peak is the peak of memory_timeline's
 -- allocator_live_bytes, what the allocator held with the blocks allocated before recording
 -- began (its peak_live_bytes counts only the blocks its trace allocated).
+-- depends: _memory_rules
 create or replace view memory_peak (
   -- Run name.
   run,
@@ -46,15 +47,15 @@ with timeline as (
 ),
 
 peaks as (
-  -- One pass, no sort: max_by keeps the first event (by time, releases first, then
-  -- origin_row) that reached the highest value.
+  -- One pass, no sort: max_by keeps the first event (in _memory_event_order: time,
+  -- releases first, then origin_row) that reached the highest value.
   select
     run, role, rank_id, capture, device,
-    max_by(ts_ns, [live_bytes, -ts_ns, -(delta_bytes > 0)::bigint, -origin_row]) as peak_at_ns,
+    max_by(ts_ns, [live_bytes::hugeint, -_memory_event_order(ts_ns, event, origin_row)]) as peak_at_ns,
     max(live_bytes) as peak_live_bytes,
     max(allocator_held_bytes) as allocator_peak_bytes,
-    max_by(ts_ns, [allocator_held_bytes, -ts_ns]) filter (where allocator_held_bytes is not null)
-      as allocator_peak_at_ns,
+    max_by(ts_ns, [allocator_held_bytes::hugeint, -_memory_event_order(ts_ns, event, origin_row)])
+      filter (where allocator_held_bytes is not null) as allocator_peak_at_ns,
     max(allocator_reserved_bytes) filter (where allocator is distinct from 'GE') as allocator_reserved_peak_bytes,
     coalesce(any_value(clock), 'epoch') as clock,
   from timeline
