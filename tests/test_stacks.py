@@ -65,3 +65,20 @@ def test_a_pattern_written_with_slashes_matches_backslash_paths():
     rule = stacks.library_pattern((r"(^|/)megatron/",), stdlib=False)
     assert stacks.is_library("E:\\src\\megatron\\core\\layer.py(5): f", rule)
     assert not stacks.is_library("E:\\src\\mine\\layer.py(5): f", rule)
+
+
+def test_stacks_stored_under_an_older_rule_are_brought_to_this_one(fresh_db):
+    """A warehouse whose stacks were stored when native frames stood for them: the next
+    refresh (ingest, rlwh init, migration 0009) recomputes top_frame and user_frame."""
+    from rlwh.readers.base import stack_id
+    from rlwh.warehouse import derive
+
+    sid = stack_id(LINUX_SNAPSHOT)
+    fresh_db.execute("insert into call_stacks values (?, ?, '??(0): torch::unwind::unwind()', 8)",
+                     [sid, LINUX_SNAPSHOT])
+    fresh_db.execute("insert into _stack_user_frames values (?, '??(0): torch::unwind::unwind()', 'an older rule')",
+                     [sid])
+    assert derive.refresh_user_frames(fresh_db) == 1
+    row = fresh_db.execute("select top_frame, user_frame from _stack_frames").fetchone()
+    assert row == CASES[0][1:]
+    assert derive.refresh_user_frames(fresh_db) == 0

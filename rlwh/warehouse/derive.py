@@ -123,6 +123,7 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     row = con.execute("select max(value) from _rlwh_settings where name = 'library_frames'").fetchone()
     rule = row[0] if row and row[0] else library_pattern()
     recorded = f"{rule}\n-- native frames: {stacks.LINE_FRAME} unless {stacks.PYTHON_LINE_FRAME}"
+    stale = con.execute("select count(*) from _stack_user_frames where rule <> ?", [recorded]).fetchone()[0]
     con.execute("delete from _stack_user_frames where rule <> ?", [recorded])
     before = con.execute("select count(*) from _stack_user_frames").fetchone()[0]
     con.execute(
@@ -132,7 +133,7 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
         anti join _stack_user_frames as u on s.stack_id = u.stack_id""",
         {"rule": rule, "recorded": recorded},
     )
-    if _is_table(con, "call_stacks"):
+    if stale and _is_table(con, "call_stacks"):  # readers write new stacks under the current rule
         con.execute(f"""update call_stacks set top_frame = {stacks.top_frame_sql('stack')}
             where top_frame is distinct from {stacks.top_frame_sql('stack')}""")
     return con.execute("select count(*) from _stack_user_frames").fetchone()[0] - before
