@@ -1,6 +1,7 @@
 -- One row per (run, role, rank_id, capture, device, source, call_stack_top, user_frame, name): blocks
 -- never released within the capture, grouped by where they were allocated. Leak suspects,
--- or memory that simply outlived the profiling window.
+-- or memory that simply outlived the profiling window (a memory snapshot's blocks allocated
+-- before recording and still held, such as the weights, count here too).
 -- depends: memory_blocks
 create or replace view memory_unreleased (
   -- Run name.

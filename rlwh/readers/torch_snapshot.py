@@ -10,6 +10,12 @@ the next free_completed of that address closes it (free_requested is kept as a n
 an alloc at an address still open ends the earlier block, whose free fell outside the
 trace. Newer PyTorch stamps entries with time_us (epoch); the torch_npu snapshots have no
 time, so the entry's position is the only clock and the rows say so.
+
+The trace records only what happened after recording began; the segments are the
+allocator's state at snapshot time, blocks allocated before recording included. The
+warehouse replays the segments backwards through the trace (sql/_snapshot_blocks.sql,
+ingest/derived/memory.sql), so the reader checks that the two can both be true
+(disagreements()) and lands a file where they cannot as partial, every row kept.
 """
 
 from __future__ import annotations
