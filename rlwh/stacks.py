@@ -1,11 +1,26 @@
-"""Which frames of a call stack are library code, so views can name the user's own line.
+"""Which frames of a call stack are native or library code, so views can name Python lines.
 
-The rule is a list of regular expressions (warehouse.toml [stacks] library_frames) plus,
-by default, the Python standard library, whose modules Kineto names by their relative path
-("multiprocessing/spawn.py(135): _main") and Ascend by their absolute one
-("/usr/lib/python3.9/threading.py(973): _bootstrap"). rlwh joins them into one regex that
-it stores in the warehouse (_rlwh_settings 'library_frames'), where the _stack_frames view
-reads it: DuckDB's RE2 and Python's re agree on the syntax used here.
+A stack is its frames innermost first, every frame kept. Two rules pick the frame that
+stands for it:
+- a native frame never does: one that names a file and a line ("file(line): name") whose
+  file is no Python file. PyTorch's memory snapshots on Linux start every stack with C++
+  frames ("??(0): torch::unwind::unwind()", "CUDACachingAllocator.cpp(0): c10::...",
+  "(0): c10::..."). Frames without a file ("<built-in method add ...>", Kineto's
+  python_function names) are the Python profiler's own and are kept. `top_frame` is the
+  innermost frame that is not native;
+- library code never names the user's line: a list of regular expressions (warehouse.toml
+  [stacks] library_frames) plus, by default, the Python standard library, whose modules
+  Kineto names by their relative path ("multiprocessing/spawn.py(135): _main") and Ascend
+  by their absolute one ("/usr/lib/python3.9/threading.py(973): _bootstrap"). `user_frame`
+  is the innermost frame that is neither native nor library code. Frames are compared with
+  either separator: as written, and with every `\\` turned into `/` (Windows paths like
+  "D:\\proj\\.venv\\Lib\\site-packages\\torch\\functional.py(373): einsum"), so patterns
+  written with `/` match both.
+
+rlwh joins the library patterns into one regex that it stores in the warehouse
+(_rlwh_settings 'library_frames'); the SQL below applies both rules where stacks are
+stored (call_stacks.top_frame, _stack_user_frames). DuckDB's RE2 and Python's re agree on
+the syntax used here.
 """
 
 from __future__ import annotations
@@ -21,9 +36,25 @@ DEFAULT_LIBRARY_FRAMES = (
     r"(^|/)torch_npu/",
     r"(^|/)transformers/",
     r"(^|/)python3\.\d+/",  # an absolute path into the standard library
+    r"^[A-Za-z]:/(.*/)?Lib/",  # Windows: the standard library and site-packages live under ...\Lib\
     r"^<",  # <built-in method ...>, <frozen importlib._bootstrap>, <string>(1): <module>
     r"^nn\.Module: ",  # Kineto's module events ("nn.Module: Linear_0") are no line of code
 )
+
+# A frame that names a file and a line: "file(line): name" (the file may be empty).
+LINE_FRAME = r"^.*\(-?[0-9]+\): "
+# ... whose file is Python code: a .py/.pyw/.pyx file, or <string>, <frozen ...> and the like.
+PYTHON_LINE_FRAME = r"^(.*\.[Pp][Yy][WwXx]?|<[^>]*>)\(-?[0-9]+\): "
+
+
+def is_native(frame: str) -> bool:
+    """True for a frame that names a file and a line, the file no Python code (C/C++, ??, none)."""
+    return re.search(LINE_FRAME, frame) is not None and re.search(PYTHON_LINE_FRAME, frame) is None
+
+
+def top_frame(stack: str) -> str | None:
+    """The innermost frame of `stack` (frames joined by newlines) that is not native."""
+    return next((f for f in stack.split("\n") if not is_native(f)), None)
 
 
 def _stdlib_pattern() -> str:
@@ -40,8 +71,31 @@ def library_pattern(frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES, stdlib: bo
     return "|".join(parts) if parts else "$^"
 
 
-def user_frame(stack: str, pattern: str) -> str | None:
-    """The innermost frame of `stack` (frames joined by newlines, innermost first) that
-    the pattern does not call library code; None when all are."""
+def is_library(frame: str, pattern: str) -> bool:
+    """True when the pattern calls `frame` library code, read with either path separator."""
     rule = re.compile(pattern)
-    return next((f for f in stack.split("\n") if not rule.search(f)), None)
+    return rule.search(frame) is not None or rule.search(frame.replace("\\", "/")) is not None
+
+
+def user_frame(stack: str, pattern: str) -> str | None:
+    """The innermost frame of `stack` (frames joined by newlines, innermost first) that is
+    neither native nor, by the pattern, library code; None when there is none."""
+    return next((f for f in stack.split("\n") if not is_native(f) and not is_library(f, pattern)), None)
+
+
+def native_sql(frame: str) -> str:
+    """SQL true when the frame expression `frame` is native (is_native)."""
+    return (f"(regexp_matches({frame}, '{LINE_FRAME}') "
+            f"and not regexp_matches({frame}, '{PYTHON_LINE_FRAME}'))")
+
+
+def top_frame_sql(stack: str) -> str:
+    """SQL for top_frame() of the stack expression `stack`."""
+    return f"list_filter(string_split({stack}, chr(10)), lambda f: not {native_sql('f')})[1]"
+
+
+def user_frame_sql(stack: str, rule: str) -> str:
+    """SQL for user_frame() of the stack expression `stack`, the library regex bound as `rule`
+    (a parameter, so DuckDB compiles it once)."""
+    return (f"list_filter(string_split({stack}, chr(10)), lambda f: not {native_sql('f')} "
+            f"and not regexp_matches(f, {rule}) and not regexp_matches(replace(f, '\\', '/'), {rule}))[1]")

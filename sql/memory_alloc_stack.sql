@@ -55,9 +55,9 @@ create or replace view memory_alloc_stack (
   stack_id,
   -- The attributed call stack, frames separated by newlines, innermost first.
   call_stack,
-  -- Innermost frame of the attributed call stack.
+  -- Innermost Python frame of the attributed call stack (native frames never stand for it).
   call_stack_top,
-  -- Innermost frame of the attributed stack outside library code ([stacks] in warehouse.toml).
+  -- Innermost Python frame of the attributed stack outside library code ([stacks] in warehouse.toml).
   user_frame,
   -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op', or NULL (see the view's comment).
   stack_source,

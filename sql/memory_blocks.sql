@@ -7,13 +7,16 @@
 -- unreleased (release_ns NULL); a free with no earlier allocation is counted in
 -- torch_memory_orphan_frees instead. Stacks follow memory_alloc_stack's rules for both
 -- sources (for PyTorch the matched op is the innermost cpu_op enclosing the event on its
--- thread). PyTorch memory snapshots add the blocks of their device_traces (source
--- 'snapshot': each alloc paired with its free_completed, or ended by the next alloc at its
--- address; blocks allocated before the trace began are not blocks here), with the stack
--- the allocator recorded for each ('allocation'). Where the snapshot's entries carry no
--- time, clock is 'sequence' and alloc_ns / release_ns hold the entries' positions in the
--- trace: they order that capture's events and are no time.
--- depends: memory_alloc_stack, _stack_frames
+-- thread). PyTorch memory snapshots (source 'snapshot') add every block their allocator
+-- held while the trace ran (_snapshot_blocks): the blocks of their device_traces, each
+-- alloc paired with its free_completed or ended by the next alloc at its address, with the
+-- stack the allocator recorded ('allocation'); and the blocks allocated before recording
+-- began (allocated_before_recording, alloc_ns NULL): those the trace frees, and those the
+-- segments still hold at snapshot time, with the segments' stack where they carry one.
+-- Where the snapshot's entries carry no time, clock is 'sequence' and alloc_ns /
+-- release_ns hold the entries' positions in the trace: they order that capture's events
+-- and are no time.
+-- depends: memory_alloc_stack, _stack_frames, _snapshot_blocks, _memory_rules
 create or replace view memory_blocks (
   -- Run name.
   run,
@@ -27,11 +30,11 @@ create or replace view memory_blocks (
   device,
   -- Where the block was recorded: 'ascend' (operator_memory.csv), 'torch' ([memory] events) or 'snapshot'.
   source,
-  -- Provenance: the CSV's 1-based data row (ascend), the memory event's index (torch), the alloc entry's position in its device trace (snapshot).
+  -- Provenance: the CSV's 1-based data row (ascend), the memory event's index (torch), the alloc entry's position in its device trace (snapshot; NULL for a block allocated before recording).
   origin_row,
   -- Operator that allocated the block (torch: innermost enclosing cpu_op).
   name,
-  -- Allocation time, ns since the epoch.
+  -- Allocation time, ns since the epoch; NULL for a snapshot block allocated before recording began.
   alloc_ns,
   -- Release time, ns since the epoch; NULL when never released within the capture.
   release_ns,
@@ -39,7 +42,7 @@ create or replace view memory_blocks (
   size_bytes,
   -- Attributed call stack of the allocation (call_stacks.stack_id); NULL when unknown.
   stack_id,
-  -- Innermost frame of that call stack.
+  -- Innermost Python frame of that call stack (native C/C++ frames never stand for it).
   call_stack_top,
   -- Allocator's total allocated bytes right after the allocation, when recorded.
   allocated_after_alloc_bytes,
@@ -55,11 +58,13 @@ create or replace view memory_blocks (
   release_inferred,
   -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op' (see memory_alloc_stack), 'allocation' (recorded by the allocator: snapshots) or NULL.
   stack_source,
-  -- Innermost frame of the stack outside library code ([stacks] in warehouse.toml).
+  -- Innermost Python frame of the stack outside library code ([stacks] in warehouse.toml).
   user_frame,
   -- Clock of alloc_ns and release_ns: 'epoch' (ns since 1970 UTC), or 'sequence' (positions
   -- in a memory snapshot's trace that records no time).
-  clock
+  clock,
+  -- True for a memory snapshot's block allocated before its trace began recording (the allocator held it; the trace has no alloc for it).
+  allocated_before_recording
 ) as
 with ascend_allocations as (
   select * from memory_alloc_stack
@@ -73,9 +78,9 @@ ascend_blocks as (
     alloc_total_reserved_bytes as reserved_after_alloc_bytes,
     release_total_allocated_bytes as allocated_after_release_bytes,
     release_total_reserved_bytes as reserved_after_release_bytes,
-    if(starts_with(name, 'cann::'), 'GE', 'PTA') as allocator,
+    _ascend_allocator(name) as allocator,
     false as release_inferred,
-    stack_source, user_frame, 'epoch' as clock,
+    stack_source, user_frame, 'epoch' as clock, false as allocated_before_recording,
   from ascend_allocations
 ),
 
@@ -86,6 +91,7 @@ torch_blocks as (
     b.allocated_after_alloc_bytes, b.reserved_after_alloc_bytes,
     b.allocated_after_release_bytes, b.reserved_after_release_bytes,
     'torch' as allocator, b.release_inferred, b.stack_source, f.user_frame, 'epoch' as clock,
+    false as allocated_before_recording,
   from _torch_memory_blocks as b
   left join _stack_frames as f on b.stack_id = f.stack_id
 ),
@@ -93,16 +99,13 @@ torch_blocks as (
 snapshot_blocks as (
   select
     b.run, b.role, b.rank_id, b.capture, b.device, 'snapshot' as source, b.alloc_seq as origin_row,
-    null::varchar as name,
-    if(b.clock = 'epoch', b.alloc_ns, b.alloc_seq) as alloc_ns,
-    if(b.clock = 'epoch', b.release_ns, b.release_seq) as release_ns,
-    b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
+    null::varchar as name, b.alloc_ns, b.release_ns, b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
     null::bigint, null::bigint, null::bigint, null::bigint,
-    'snapshot' as allocator, coalesce(b.release_action = 'alloc', false) as release_inferred,
+    'snapshot' as allocator, b.release_inferred,
     if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
-  from snapshot_trace_blocks as b
+    b.allocated_before_recording,
+  from _snapshot_blocks as b
   left join _stack_frames as f on b.stack_id = f.stack_id
-  where b.alloc_seq is not null
 ),
 
 final as (

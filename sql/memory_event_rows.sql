@@ -14,7 +14,7 @@ create or replace view memory_event_rows (
   rank_id,
   -- Call stack with frames joined by ";\r\n" as in trace_view.json; '' when no match.
   call_stack,
-  -- First frame of the call stack; '' when no match.
+  -- Innermost Python frame of the call stack (native frames never stand for it); '' when no match or none.
   call_stack_top,
   -- Size in KB; negative for a release row.
   size_kb,

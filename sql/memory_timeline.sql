@@ -6,7 +6,11 @@
 -- PyTorch allocator 'PTA' and GE's for cann::* rows), so compare allocator_live_bytes, the
 -- running sum of that allocator's blocks alone, with them: it never exceeds
 -- allocator_allocated_bytes. PyTorch events without an address (PyTorch 1.8) form no
--- blocks; their rows are the running sum of their Bytes.
+-- blocks; their rows are the running sum of their Bytes. A memory snapshot's trace
+-- records only what happened after recording began: its live_bytes counts the traced
+-- blocks, and its allocator_live_bytes what the allocator held, blocks allocated before
+-- recording included (the segments' held blocks at snapshot time replayed backwards
+-- through the trace; see memory_blocks for those blocks).
 -- The running sum is computed once at ingest (private table _memory_timeline, from
 -- ingest/derived/memory.sql); this view adds each Ascend block's name and call stack.
 -- depends: _stack_frames
@@ -23,13 +27,13 @@ create or replace view memory_timeline (
   device,
   -- 'ascend', 'torch' or 'snapshot'.
   source,
-  -- Time of the event, ns since the epoch.
+  -- Time of the event: ns since the epoch, or the trace position where clock is 'sequence'.
   ts_ns,
   -- 'alloc' or 'release'.
   event,
   -- +size at alloc, -size at release, in bytes.
   delta_bytes,
-  -- Bytes of blocks live right after this event (running sum of delta_bytes).
+  -- Bytes of blocks live right after this event (running sum of delta_bytes); for a memory snapshot, of the blocks its trace allocated.
   live_bytes,
   -- Allocator's total allocated bytes after the event, as the profiler recorded it.
   allocator_allocated_bytes,
@@ -41,17 +45,17 @@ create or replace view memory_timeline (
   size_bytes,
   -- Call stack of the block's allocation.
   stack_id,
-  -- First frame of that call stack.
+  -- Innermost Python frame of that call stack (native frames never stand for it).
   call_stack_top,
   -- Provenance of the block (memory_blocks.origin_row).
   origin_row,
-  -- The allocator that made the block: 'PTA', 'GE' (Ascend cann::* rows) or 'torch'.
+  -- The allocator that made the block: 'PTA', 'GE' (Ascend cann::* rows), 'torch' or 'snapshot'.
   allocator,
-  -- Bytes live right after this event in blocks of this row's allocator alone.
+  -- Bytes live right after this event in blocks of this row's allocator alone; for a memory snapshot, all the allocator held, blocks allocated before recording included.
   allocator_live_bytes,
-  -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op' or NULL (see memory_alloc_stack).
+  -- Which rule gave the stack: 'op', 'forward_op', 'enclosing_op' (see memory_alloc_stack), 'allocation' (snapshots) or NULL.
   stack_source,
-  -- Innermost frame of the stack outside library code ([stacks] in warehouse.toml).
+  -- Innermost Python frame of the stack outside library code ([stacks] in warehouse.toml).
   user_frame,
   -- True on a release that was inferred: another allocation reused the block's address.
   release_inferred,

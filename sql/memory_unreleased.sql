@@ -1,6 +1,7 @@
 -- One row per (run, role, rank_id, capture, device, source, call_stack_top, user_frame, name): blocks
 -- never released within the capture, grouped by where they were allocated. Leak suspects,
--- or memory that simply outlived the profiling window.
+-- or memory that simply outlived the profiling window (a memory snapshot's blocks allocated
+-- before recording and still held, such as the weights, count here too).
 -- depends: memory_blocks
 create or replace view memory_unreleased (
   -- Run name.
@@ -13,9 +14,9 @@ create or replace view memory_unreleased (
   capture,
   -- Device, e.g. NPU:0 or cuda:0.
   device,
-  -- 'ascend' or 'torch'.
+  -- 'ascend', 'torch' or 'snapshot'.
   source,
-  -- Innermost frame of the allocating call stack; NULL when unknown.
+  -- Innermost Python frame of the allocating call stack (native frames never stand for it); NULL when unknown.
   call_stack_top,
   -- Operator that allocated the blocks.
   name,
@@ -31,7 +32,7 @@ create or replace view memory_unreleased (
   first_alloc_ns,
   -- Last such allocation, ns since the epoch.
   last_alloc_ns,
-  -- Innermost frame of the stack outside library code: the line of the user's code.
+  -- Innermost Python frame of the stack outside library code: the line of the user's code.
   user_frame
 ) as
 with blocks as (

@@ -36,7 +36,7 @@ create or replace view rank_skew (
   span_vs_median,
   -- True when span_vs_median > 1.1.
   is_straggler,
-  -- Highest live bytes of the rank in the role (over its captures and devices).
+  -- Highest live bytes of the rank in the role (over its captures and devices); for a memory snapshot, memory_peak.allocator_peak_bytes (what its allocator held, blocks from before recording included).
   peak_live_bytes,
   -- The reference peak: the median peak_live_bytes over the role's ranks (the lower middle value for an even count).
   median_peak_live_bytes,
@@ -111,10 +111,21 @@ spans as (
     on s.run = c.run and s.role = c.role and s.span_source = c.span_source and coalesce(s.clock, '') = coalesce(c.clock, '')
 ),
 
+snapshot_captures as (
+  select distinct run, capture from sources where kind = 'torch_snapshot'
+),
+
 peaks as (
-  select run, role, rank_id, max(peak_live_bytes) as peak_live_bytes
-  from memory_peak
-  group by run, role, rank_id
+  -- The peak of live bytes; for a memory snapshot, what its allocator held at its peak (its
+  -- trace alone misses the blocks allocated before recording). The highest over the rank's
+  -- captures and devices.
+  select
+    p.run, p.role, p.rank_id,
+    max(if(s.capture is not null, coalesce(p.allocator_peak_bytes, p.peak_live_bytes), p.peak_live_bytes))
+      as peak_live_bytes,
+  from memory_peak as p
+  left join snapshot_captures as s using (run, capture)
+  group by p.run, p.role, p.rank_id
 ),
 
 rank_keys as (

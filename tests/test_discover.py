@@ -25,7 +25,7 @@ def test_classifies_every_fixture_format(tmp_path):
     assert found.warnings == []
     ignored = {f.rel_path: f.reason for f in found.files if f.ignored}
     assert ignored["verl_data/good_minimal_verl.log"] == "a log file"
-    assert ignored["summary_event_data/summary_event_dataframe_sample.json"].startswith("unknown file")
+    assert ignored["summary_event_data/summary_event_dataframe_sample.json"].startswith("a JSON array that is no trace")
     assert "profile dir" not in ignored["memory_data/20260526_085155_ascend_pt/profiler_metadata.json"]
     mstx = [f for f in found.files if f.kind == "ascend_trace" and "mstx_profile" in f.rel_path]
     assert sorted(f.role for f in mstx) == ["actor_compute_log_prob", "actor_update",

@@ -58,7 +58,8 @@ def test_a_json_object_that_is_no_trace_is_ignored_with_a_reason(tmp_path):
     root = copy_fixture("rl-insight-samples/summary_event_data", tmp_path)
     (root / "config.json").write_text(json.dumps({"schemaVersionX": 1, "lr": 0.1}))
     kinds = {f.rel_path: (f.kind, f.reason) for f in discover(root).files}
-    assert kinds["config.json"] == ("ignored", "unknown file: not a format rlwh reads")
+    assert kinds["config.json"] == ("ignored", 'a JSON object (first keys "schemaVersionX", "lr") that is no profile '
+                                   "rlwh reads (a PyTorch trace holds traceEvents)")
     assert kinds["summary_event_dataframe_sample.json"][0] == "ignored"
 
 

@@ -95,17 +95,3 @@ def test_spans_of_two_clocks_are_never_compared(fresh_db):
     assert [(r[0], r[1], r[3]) for r in rows] == [(0, None, False), (1, 1000, False), (2, 1100, False)]
     clocks = fresh_db.execute("select distinct span_clock from rank_skew").fetchall()
     assert clocks == [("epoch",)]
-
-
-def test_a_pytorch_traces_role_span_is_the_profilers_window(tmp_path, config):
-    role = tmp_path / "run" / "actor"
-    role.mkdir(parents=True)
-    name = "worker0.1623143089861.pt.trace.json.gz"
-    shutil.copy(REAL / "kineto" / "kineto-tb-samples" / "resnet50_num_workers_0" / name, role / name)
-    assert ingest(tmp_path / "run", config).failed == 0
-    con = read_db(config)
-    window = con.execute("select start_ns, end_ns from ranges where source = 'profiler'").fetchone()
-    ops = con.execute("select min(ts_ns), max(ts_ns + dur_ns) from cpu_ops").fetchone()
-    assert window != ops  # the ops do not fill the recorded window
-    span = con.execute("select source, clock, start_ns, end_ns from role_timeline").fetchall()
-    assert span == [("window", "epoch", *window)]

@@ -32,11 +32,11 @@ def plain_load(path: Path):
     return pickle.loads(data)
 
 
-def read(path: Path, tmp_path: Path) -> dict[str, list[dict]]:
+def read(path: Path, tmp_path: Path, status: str = "ok") -> dict[str, list[dict]]:
     sink = TableSink(tmp_path / "parts")
     outcome = torch_snapshot.read(path, sink, {})
     sink.close()
-    assert outcome.status == "ok"
+    assert outcome.status == status, outcome.message
     return {table: pq.read_table(parts).to_pylist() for table, parts in sink.tables().items()}
 
 
@@ -137,7 +137,10 @@ def test_time_us_becomes_epoch_ns_and_realloc_ends_a_block(tmp_path):
         {"action": "alloc", "addr": 8192, "size": 32, "stream": 0, "frames": frames, "time_us": 1700000000000020},
         {"action": "free_completed", "addr": 99, "size": 16, "stream": 0, "frames": [], "time_us": 1700000000000030},
     ]
-    rows = read(write_pickle(tmp_path / "s.pickle", {"segments": [], "device_traces": [[], trace]}), tmp_path)
+    # No segment holds the block the trace leaves allocated, and 8192 is allocated twice:
+    # the rows all land, and the file is partial.
+    rows = read(write_pickle(tmp_path / "s.pickle", {"segments": [], "device_traces": [[], trace]}), tmp_path,
+                status="partial")
     blocks = sorted(rows["snapshot_trace_blocks"], key=lambda r: (r["alloc_seq"] is None, r["alloc_seq"]))
     assert {r["clock"] for r in blocks} == {"epoch"} and {r["device"] for r in blocks} == {"cuda:1"}
     assert [(r["alloc_ns"], r["release_ns"], r["free_requested_ns"], r["release_action"], r["size_bytes"])
@@ -150,6 +153,25 @@ def test_time_us_becomes_epoch_ns_and_realloc_ends_a_block(tmp_path):
     assert rows["call_stacks"][0]["stack"] == "train.py(3): step"
     outcome = torch_snapshot.read(tmp_path / "s.pickle", TableSink(tmp_path / "again"), {})
     assert outcome.rank["capture_started_ns"] == 1700000000000001000 and outcome.rank["device"] == "cuda:1"
+    assert "cuda:1: 1 allocs at an address the trace still held (first at entry 4)" in outcome.message
+    assert "1 blocks the trace leaves allocated that the segments do not hold (e.g. address 0x2000)" in outcome.message
+
+
+def _entry(action: str, addr: int, size: int = 512) -> dict:
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "frames": []}
+
+
+@pytest.mark.parametrize("trace, held, phrase", [
+    ([_entry("alloc", 1), _entry("free_completed", 1)], set(), None),
+    ([_entry("free_completed", 1), _entry("alloc", 1)], {1}, None),  # allocated before recording, then again
+    ([_entry("free_completed", 1), _entry("free_completed", 1)], set(), "1 frees of a block neither"),
+    ([_entry("alloc", 1)], set(), "1 blocks the trace leaves allocated that the segments do not hold"),
+    ([_entry("free_completed", 1)], {1}, "1 blocks the segments hold that the trace freed last"),
+    ([_entry("alloc", 1), _entry("alloc", 1)], {1}, "1 allocs at an address the trace still held"),
+])
+def test_segments_and_trace_that_disagree_are_named(trace, held, phrase):
+    found = torch_snapshot.disagreements(trace, held)
+    assert (found == []) if phrase is None else (len(found) == 1 and found[0].startswith(phrase))
 
 
 class _RunsCode:

@@ -117,8 +117,9 @@ def reference(path: Path):
         around = [f for f in frames if f[2] == tid and f[0] <= start <= f[1]]
         text = None
         if around:
-            # Innermost frame first. A frame's parent: its "Python parent id" frame when that
-            # one encloses it in time, else the innermost frame that encloses it in time.
+            # Innermost frame first. A frame's parent: the innermost frame that encloses it
+            # in time; its "Python parent id" frame only when every frame between them merely
+            # touches it (ends as it starts, or has its very span).
             order = sorted(frames, key=lambda f: (f[2], f[0], f[0] - f[1], f[3] if f[3] is not None else -1))
             rank = {id(f): i for i, f in enumerate(order)}
             f = max(around, key=lambda f: (f[0], f[0] - f[1], f[3] if f[3] is not None else -1))
@@ -126,11 +127,12 @@ def reference(path: Path):
             while f is not None:
                 chain.append(f[5])
                 named = by_id.get(f[4])
-                if named is not None and named[0] <= f[0] and named[1] >= f[1] and named[2] == f[2]:
+                outer = [g for g in frames if g[2] == f[2] and rank[id(g)] < rank[id(f)]
+                         and g[0] <= f[0] and g[1] >= f[1]]
+                between = [g for g in outer if named is not None and rank[id(g)] > rank.get(id(named), 1 << 60)]
+                if named in outer and all(g[1] == f[0] or (g[0], g[1]) == (f[0], f[1]) for g in between):
                     f = named
                 else:
-                    outer = [g for g in frames if g[2] == f[2] and rank[id(g)] < rank[id(f)]
-                             and g[0] <= f[0] and g[1] >= f[1]]
                     f = max(outer, key=lambda g: rank[id(g)]) if outer else None
             text = "\n".join(chain)
         stacks.setdefault((name, base + start, tid), []).append(text)
@@ -196,7 +198,10 @@ def test_real_trace_values(tmp_path):
     assert window["name"].startswith("PyTorch Profiler")
     assert window["start_ns"] <= min(r["ts_ns"] for r in tables["cpu_ops"])
     assert window["end_ns"] >= max(r["ts_ns"] + (r["dur_ns"] or 0) for r in tables["cpu_ops"])
-    assert len(ranges) == 9
+    # What the events cover, beside it: the span of every other timed event.
+    covered, = [r for r in tables["ranges"] if r["source"] == "recorded"]
+    assert covered["start_ns"] <= min(r["ts_ns"] for r in tables["cpu_ops"])
+    assert len(ranges) == 10
 
 
 @pytest.mark.parametrize("name", ["actor_update/prof_rank-1.pt.trace.json.gz",
@@ -220,7 +225,8 @@ def test_rl_insight_gpu_traces(tmp_path):
     assert rank["versions"] == {"schemaVersion": 1, "cupti_version": 26, "cuda_runtime_version": 12080,
                                 "cuda_driver_version": 12080}
     assert [g["pg_desc"] for g in rank["parallel_groups"]][:2] == ["default_pg", "mesh_dp"]
-    assert tables == {}  # a cuda_runtime call and markers only
+    # A cuda_runtime call and markers only: no rows but the span those events cover.
+    assert list(tables) == ["ranges"] and [r["source"] for r in tables["ranges"]] == ["recorded"]
 
     rollout = copy_in(RL_INSIGHT / "agent_loop_rollout_replica_0"
                       / "huawei_372640.1771730370159969000.pt.trace.json.gz", tmp_path)
@@ -232,7 +238,7 @@ def test_rl_insight_gpu_traces(tmp_path):
                                   "dur_ns": 1987, "pid": 372640, "tid": 372640, "stack_id": None,
                                   "seq_no": None, "fwd_tid": None}]
     assert "call_stacks" not in tables
-    assert [r["source"] for r in tables["ranges"]] == ["profiler"]  # the profiler's window only
+    assert [r["source"] for r in tables["ranges"]] == ["profiler", "recorded"]  # its window, its events' span
 
 
 # --- generated traces ----------------------------------------------------------------
@@ -489,4 +495,28 @@ def test_time_nesting_wins_where_python_parent_ids_contradict_it(tmp_path):
     got = stacks_by_op(tables)
     assert got == {("aten::mm", BASE + 320_000, 10): [
         "model.py(21): block\ncheckpoint.py(40): recompute\ntrain.py(30): backward\ntrain.py(10): step"]}
+    assert got == reference(path)[0]
+
+
+def test_time_nesting_wins_over_an_enclosing_named_parent(tmp_path):
+    """A recomputed frame whose "Python parent id" names an open frame that encloses it,
+    with a frame between them in time (a real checkpointed MI300X trace lost
+    `torchvision/models/resnet.py(266): _forward_impl` this way): every frame that encloses
+    the op in time stays in its stack."""
+    path = tmp_path / "prof_rank-0.json"
+    write_trace(path, [
+        py("train.py(10): step", "0.000", "1000.000", 1, None),
+        py("checkpoint.py(30): checkpoint", "100.000", "800.000", 2, 1),
+        py("resnet.py(266): _forward_impl", "200.000", "500.000", 3, 2),
+        py("resnet.py(285): forward", "250.000", "100.000", 4, 2),  # its id names checkpoint
+        X("cpu_op", "aten::conv2d", "260.000", "10.000"),
+        py("resnet.py(90): block", "400.000", "50.000", 5, 3),
+        py("resnet.py(91): relu", "450.000", "10.000", 6, 3),  # touches block as it ends: a sibling by id
+        X("cpu_op", "aten::relu", "455.000", "5.000"),
+    ])
+    outcome, tables = run_reader(path, tmp_path)
+    got = stacks_by_op(tables)
+    tail = "resnet.py(266): _forward_impl\ncheckpoint.py(30): checkpoint\ntrain.py(10): step"
+    assert got == {("aten::conv2d", BASE + 260_000, 10): [f"resnet.py(285): forward\n{tail}"],
+                   ("aten::relu", BASE + 455_000, 10): [f"resnet.py(91): relu\n{tail}"]}
     assert got == reference(path)[0]

@@ -227,9 +227,8 @@ where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id a
 
 -- The Ascend live-memory timeline: +size at each allocation row's alloc, -size at its
 -- release, summed in time order per device (live_bytes) and per device and allocator
--- (allocator_live_bytes: 'GE' for the cann::* rows, which carry GE's own totals, 'PTA'
--- for the rest, which carry the PyTorch allocator's). At equal times releases come first,
--- then the CSV row. One window sorts once and sums twice: all blocks, and GE's alone (a
+-- (allocator_live_bytes: _ascend_allocator, 'GE' or 'PTA'), in _memory_event_order (time,
+-- releases first, then the CSV row). One window sorts once and sums twice: all blocks, and GE's alone (a
 -- PTA row's own sum is the difference; a second window per allocator doubled the sort,
 -- 4 s on 3 M events). Only numbers ride through it (a name column makes the sort ~50%
 -- slower) and the keys are added after it; the memory_timeline view joins each block's
@@ -238,7 +237,7 @@ insert into _memory_timeline by name
 with blocks as (
   select
     source_id, device, alloc_ns, release_ns, size_bytes, source_row,
-    if(starts_with(name, 'cann::'), 'GE', 'PTA') as allocator,
+    _ascend_allocator(name) as allocator,
     alloc_total_allocated_bytes, alloc_total_reserved_bytes,
     release_total_allocated_bytes, release_total_reserved_bytes,
   from memory_records
@@ -258,9 +257,7 @@ events as (
     if(e.event = 'alloc', b.alloc_total_reserved_bytes, b.release_total_reserved_bytes)
       as allocator_reserved_bytes,
     b.size_bytes, b.source_row as origin_row,
-    -- ts_ns, then releases first, then the row, as one key: DuckDB's window sorts one
-    -- HUGEINT several times faster than three columns (source_row < 2^40).
-    ts_ns::hugeint * 2199023255552 + (e.event = 'alloc')::hugeint * 1099511627776 + b.source_row as sort_key,
+    _memory_event_order(ts_ns, e.event, b.source_row) as sort_key,
   from blocks as b
   cross join (values ('alloc'), ('release')) as e (event)
   where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
@@ -342,52 +339,27 @@ where source in ('torch', 'snapshot')
   and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
--- The PyTorch and memory-snapshot timelines, one allocator per device (so
--- allocator_live_bytes = live_bytes), the same running sum as for Ascend rows: at equal
--- times releases come first, then the event's position in its file. A statement of its
--- own so the Ascend window stays narrow. Its events:
+-- The PyTorch timeline, one allocator per device (so allocator_live_bytes = live_bytes),
+-- the same running sum as for Ascend rows, in _memory_event_order (time, releases first,
+-- then the event's position in its file). A statement of its own so the Ascend window
+-- stays narrow. Its events:
 -- - the PyTorch blocks' allocs and releases;
 -- - PyTorch events without an address (PyTorch 1.8 wrote none): no block, and live bytes
---   are their running sum;
--- - a memory snapshot's device_traces: the blocks allocated within the trace (the reader
---   paired each alloc with the free_completed or the next alloc at its address). Where
---   the entries carry no time the clock is 'sequence': ts_ns holds the entry's position
---   in the trace, which orders that capture's events and nothing else.
+--   are their running sum.
 insert into _memory_timeline by name
-with torch_blocks as (
+with blocks as (
   select
-    source_id, device, 'epoch' as clock, alloc_ns, release_ns, release_inferred, size_bytes,
+    source_id, device, alloc_ns, release_ns, release_inferred, size_bytes,
     allocated_after_alloc_bytes, reserved_after_alloc_bytes,
     allocated_after_release_bytes, reserved_after_release_bytes,
-    name, stack_id, stack_source, origin_row, 'torch' as source,
+    name, stack_id, stack_source, origin_row,
   from _torch_memory_blocks
   where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
-snapshot_blocks as (
-  -- memory_blocks' snapshot rows, read from the base table (the view would plan every source)
-  select
-    source_id, device, clock,
-    if(clock = 'epoch', alloc_ns, alloc_seq) as alloc_ns,
-    if(clock = 'epoch', release_ns, release_seq) as release_ns,
-    coalesce(release_action = 'alloc', false) as release_inferred, size_bytes,
-    null::bigint, null::bigint, null::bigint, null::bigint,
-    null::varchar as name, stack_id, if(stack_id is not null, 'allocation', null) as stack_source,
-    alloc_seq as origin_row, 'snapshot' as source,
-  from snapshot_trace_blocks
-  where alloc_seq is not null
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
-),
-
-blocks as (
-  select * from torch_blocks
-  union all
-  select * from snapshot_blocks
-),
-
 block_events as (
   select
-    b.source, b.source_id, b.device, b.clock,
+    b.source_id, b.device,
     if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
     e.event,
     if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
@@ -404,7 +376,7 @@ block_events as (
 
 addressless as (
   select
-    'torch', p.source_id, p.device, 'epoch', p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event,
+    p.source_id, p.device, p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event,
     p.bytes as delta_bytes, p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
     o.attributed_stack_id, o.stack_source, p.event_index, false,
   from _torch_memory_pairs as p
@@ -421,8 +393,8 @@ events as (
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, source, clock,
-  source_id, device, source as allocator, ts_ns, event, delta_bytes,
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'torch' as source, 'epoch' as clock,
+  source_id, device, 'torch' as allocator, ts_ns, event, delta_bytes,
   live_bytes, live_bytes as allocator_live_bytes,
   allocator_allocated_bytes, allocator_reserved_bytes, name, size_bytes, stack_id, stack_source, origin_row,
   release_inferred,
@@ -430,12 +402,76 @@ from (
   select
     *,
     (sum(delta_bytes) over (
-      partition by source, device
-      order by ts_ns::hugeint * 2199023255552 + (event = 'alloc')::hugeint * 1099511627776 + origin_row
+      partition by device
+      order by _memory_event_order(ts_ns, event, origin_row)
       rows between unbounded preceding and current row
     ))::bigint as live_bytes,
   from events
 )
+;
+
+-- A memory snapshot's timeline: one row per alloc and release of a block its device_traces
+-- record (_snapshot_blocks), in _memory_event_order (time, releases first, then the
+-- entry's position in the trace). Where the entries carry no time the clock is 'sequence':
+-- ts_ns holds the entry's position, which orders that capture's events and nothing else.
+-- live_bytes sums the traced blocks alone. allocator_live_bytes is what the allocator held:
+-- the held blocks of the segments at snapshot time (_snapshot_held), replayed backwards
+-- through every event of the trace, the frees of blocks allocated before recording
+-- included (those frees are no rows: no block of the trace ends there). Trace entries
+-- carry the requested size, segments the allocator's rounded block size, as PyTorch
+-- writes them; rlwh takes both as written. Where segments and trace disagree the
+-- reader says so in sources.
+insert into _memory_timeline by name
+with blocks as (
+  select * from _snapshot_blocks
+  where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+),
+
+held_at_snapshot as (
+  select device, sum(size_bytes)::bigint as held_bytes
+  from snapshot_blocks
+  where _snapshot_held(state)
+    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  group by device
+),
+
+events as (
+  select
+    b.source_id, b.device, b.clock,
+    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
+    e.event,
+    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
+    b.size_bytes, b.stack_id, if(b.stack_id is not null, 'allocation', null) as stack_source,
+    b.alloc_seq as origin_row,
+    if(e.event = 'alloc', b.alloc_seq, b.release_seq) as trace_position,
+    e.event = 'release' and b.release_inferred as release_inferred,
+    not b.allocated_before_recording as traced,
+  from blocks as b
+  cross join (values ('alloc'), ('release')) as e (event)
+  where if(e.event = 'alloc', b.alloc_seq, b.release_seq) is not null
+),
+
+replayed as (
+  select
+    *,
+    sum(if(traced, delta_bytes, 0)) over in_order as live_bytes,
+    sum(delta_bytes) over in_order - sum(delta_bytes) over (partition by device) as change_to_snapshot,
+  from events
+  window in_order as (
+    partition by device order by _memory_event_order(ts_ns, event, trace_position) rows unbounded preceding
+  )
+)
+
+select
+  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'snapshot' as source, r.clock,
+  r.source_id, r.device, 'snapshot' as allocator, r.ts_ns, r.event, r.delta_bytes,
+  r.live_bytes::bigint as live_bytes,
+  (coalesce(h.held_bytes, 0) + r.change_to_snapshot)::bigint as allocator_live_bytes,
+  null::bigint as allocator_allocated_bytes, null::bigint as allocator_reserved_bytes, null::varchar as name,
+  r.size_bytes, r.stack_id, r.stack_source, r.origin_row, r.release_inferred,
+from replayed as r
+left join held_at_snapshot as h using (device)
+where r.traced
 ;
 
 drop table _key_op_starts

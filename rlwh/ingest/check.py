@@ -55,6 +55,19 @@ class CheckReport:
         """Files ingest would mark failed."""
         return len({p.path for p in self.problems if p.fails})
 
+    def verdicts(self) -> dict[str, tuple[str, str | None]]:
+        """What ingest will record in `sources` for each file, by rel_path: ('ignored', the
+        reason), ('failed', what check saw), or ('ok', None) (ok, or partial when the damage
+        lies beyond the first bytes). Ingest words an ignored file's message the same way."""
+        out: dict[str, tuple[str, str | None]] = {}
+        for f in self.files:
+            if f.ignored:
+                out[f.rel_path] = ("ignored", f.reason)
+            else:
+                fails = [p.message for p in self.problems if p.path == f.rel_path and p.fails]
+                out[f.rel_path] = ("failed", fails[0]) if fails else ("ok", None)
+        return out
+
     def kinds(self) -> Counter:
         return Counter(f.kind for f in self.files)
 

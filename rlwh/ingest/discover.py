@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlwh.ingest.sniff import head_kind
+from rlwh.ingest.sniff import head_kind, json_reason
 
 ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
 IGNORED = "ignored"
@@ -57,6 +57,7 @@ class Rule:
     reason: str | None = None
 
 
+JSON_NOT_A_PROFILE = "json: described by sniff.json_reason"
 # First match wins. A reader for a new format is one line here (and its ingest job).
 RULES: tuple[Rule, ...] = (
     Rule("ascend_info", r"profiler_info_\d+\.json", "capture"),
@@ -82,7 +83,9 @@ RULES: tuple[Rule, ...] = (
     Rule("nvtx_jsonl", content="nsys_legacy_json"),  # the reader fails it, saying how to export jsonlines
     # Name rules: a damaged file named like a source is read and failed with a message.
     Rule("torch_trace", r".*\.pt\.trace\.json(\.gz)?|prof_.*\.json(\.gz)?"),
-    Rule("nvtx_jsonl", r".*\.jsonl"),
+    # Any other JSON is no profile (an NVTX export is lines of {"table": ...} records, found
+    # by content above); its reason says what it is (sniff.json_reason).
+    Rule(IGNORED, r".*\.(jsonl|ndjson|json)(\.gz)?", reason=JSON_NOT_A_PROFILE),
     Rule(IGNORED, r".*\.(log|out|err)", reason="a log file"),
     Rule(IGNORED, r".*\.(py|sh|yaml|yml|toml|cfg|ini|md|txt)", reason="a script, config or text file"),
 )
@@ -378,6 +381,8 @@ def _classify(path: Path, root: Path, where: str, capture: _Capture | None) -> S
     rule, content = match_rule(path.name, where, path)
     kind = rule.kind if rule else IGNORED
     reason = (rule.reason if rule else None) or (UNKNOWN_REASON if kind == IGNORED else None)
+    if reason == JSON_NOT_A_PROFILE:
+        reason = json_reason(path)
     if capture is not None and (where != "any" or kind in (IGNORED, "ascend_trace")):
         return SourceFile(kind, path, rel_text, capture.role, capture.rank_id, capture.rel,
                           problem=None if kind == IGNORED else capture.problem, step=capture.step,

@@ -76,6 +76,34 @@ def classify_head(head: bytes, complete: bool) -> str | None:
     return None
 
 
+def json_reason(path: Path) -> str:
+    """Why a .json/.jsonl file that is no format rlwh reads is ignored, saying what it is.
+
+    An NVTX export is a file whose lines are {"table": ...} records (classify_head's
+    'nsys_jsonl'); a benchmark's results, a config or a metrics log next to the profiles
+    is anything else, and `rlwh check` and `rlwh ingest` both name it with these words.
+    """
+    try:
+        head = read_head(path)
+    except OSError as exc:
+        return f"not a profile: cannot read its first bytes ({exc.strerror})"
+    text = head.decode("utf-8", "replace").lstrip(" \t\r\n\ufeff")
+    if not text:
+        return "an empty JSON file: not a profile"
+    first_line = text.split("\n", 1)[0]
+    keys = re.findall(r'[{,]\s*"([^"\\]{1,40})"\s*:', first_line[:2000])
+    shown = ", ".join(f'"{k}"' for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
+    if text.startswith("{") and "\n" in text.rstrip() and first_line.rstrip().endswith("}"):
+        return (f"JSON lines whose records are not {{\"table\": ...}} (the first has keys {shown}): not an nsys "
+                "NVTX export, nor any profile rlwh reads")
+    if text.startswith("{"):
+        return (f"a JSON object (first keys {shown}) that is no profile rlwh reads (a PyTorch trace holds "
+                "traceEvents)")
+    if text.startswith("["):
+        return "a JSON array that is no trace (its first element is no event with \"ph\"): not a profile"
+    return f"named like JSON, but it starts {text[:24]!r}: not a profile"
+
+
 def head_kind(path: Path) -> str | None:
     """classify_head of the file's first bytes; None when it cannot be read."""
     try:

@@ -19,6 +19,7 @@ import pyarrow as pa
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.sqltext import sql_literal
+from rlwh.stacks import top_frame_sql
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
@@ -215,7 +216,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
     con.execute(
         f"""copy (
           select distinct stack_id, normalized as stack,
-            split_part(normalized, chr(10), 1) as top_frame,
+            {top_frame_sql('normalized')} as top_frame,
             len(string_split(normalized, chr(10)))::integer as depth
           from stacks
         ) to {sql_literal(sink.parquet_path('call_stacks'))} (format parquet)"""

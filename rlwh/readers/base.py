@@ -20,6 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlwh.stacks import top_frame
+
 
 @dataclass
 class ReadOutcome:
@@ -131,9 +133,8 @@ CALL_STACKS_SCHEMA = pa.schema(
 
 
 def call_stack_row(stack: str) -> dict:
-    """One call_stacks row for a normalized stack text."""
-    frames = stack.split("\n")
-    return {"stack_id": stack_id(stack), "stack": stack, "top_frame": frames[0], "depth": len(frames)}
+    """One call_stacks row for a normalized stack text (top_frame: rlwh.stacks.top_frame)."""
+    return {"stack_id": stack_id(stack), "stack": stack, "top_frame": top_frame(stack), "depth": stack.count("\n") + 1}
 
 
 def trimmed_sql(column: str) -> str:

@@ -10,6 +10,12 @@ the next free_completed of that address closes it (free_requested is kept as a n
 an alloc at an address still open ends the earlier block, whose free fell outside the
 trace. Newer PyTorch stamps entries with time_us (epoch); the torch_npu snapshots have no
 time, so the entry's position is the only clock and the rows say so.
+
+The trace records only what happened after recording began; the segments are the
+allocator's state at snapshot time, blocks allocated before recording included. The
+warehouse replays the segments backwards through the trace (sql/_snapshot_blocks.sql,
+ingest/derived/memory.sql), so the reader checks that the two can both be true
+(disagreements()) and lands a file where they cannot as partial, every row kept.
 """
 
 from __future__ import annotations
@@ -156,11 +162,20 @@ def _block_frames(block: dict):
     return None
 
 
-def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> set[str]:
+# Block states of memory the allocator still holds at snapshot time: allocated, or freed
+# by the program while a stream still uses it (its free_completed is yet to come).
+HELD_STATES = ("active_allocated", "active_pending_free")
+
+
+def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks,
+              sink: TableSink) -> tuple[set[str], dict[int, set[int]]]:
+    """Write segments and blocks; return their devices and, per device index, the addresses
+    of the blocks held at snapshot time."""
     segments = snapshot["segments"]
     if not isinstance(segments, list):
         raise SourceError(f"{path}: segments is a {type(segments).__name__}, not a list")
     seg_rows, block_rows = [], []
+    held: dict[int, set[int]] = {}
     for i, seg in enumerate(segments):
         where = f"{path}: segments[{i}]"
         if not isinstance(seg, dict):
@@ -195,10 +210,12 @@ def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: Tabl
                 "requested_bytes": _int(block.get("requested_size"), f"{bwhere}.requested_size", False),
                 "state": _text(block.get("state")), "stack_id": stacks.of(_block_frames(block), bwhere),
             })
+            if block_rows[-1]["state"] in HELD_STATES:
+                held.setdefault(device, set()).add(block_rows[-1]["address"])
             offset += size
     _write(sink, "snapshot_segments", seg_rows, SEGMENTS_SCHEMA)
     _write(sink, "snapshot_blocks", block_rows, BLOCKS_SCHEMA)
-    return {r["device"] for r in seg_rows}
+    return {r["device"] for r in seg_rows}, held
 
 
 def _has_time(traces: list) -> bool:
@@ -253,6 +270,45 @@ def pair_trace(trace: list, where: str, stacks: _Stacks, epoch: bool):
     yield from live.values()
 
 
+def disagreements(trace: list, held: set[int]) -> list[str]:
+    """Where one device's trace and its segments cannot both be true, as phrases (the
+    allocator's live bytes are replayed backwards from the segments through the trace,
+    so there they may be off):
+    - an alloc at an address the trace still holds (the earlier block's free is missing);
+    - a free of a block that neither holds: no alloc in the trace since the address was
+      last freed;
+    - a block the trace leaves allocated that no held block of the segments starts at;
+    - a held block of the segments whose address the trace freed last and never reallocated."""
+    live: set[int] = set()
+    freed: set[int] = set()
+    found = {"realloc": [], "free": []}
+    for i, entry in enumerate(trace):
+        action, addr = entry.get("action"), entry.get("addr")
+        if action == "alloc":
+            if addr in live:
+                found["realloc"].append(i)
+            live.add(addr)
+            freed.discard(addr)
+        elif action == "free_completed":
+            if addr not in live and addr in freed:
+                found["free"].append(i)
+            live.discard(addr)
+            freed.add(addr)
+    phrases = []
+    if found["realloc"]:
+        phrases.append(f"{len(found['realloc'])} allocs at an address the trace still held (first at entry "
+                       f"{found['realloc'][0]})")
+    if found["free"]:
+        phrases.append(f"{len(found['free'])} frees of a block neither the trace nor the segments hold (first at "
+                       f"entry {found['free'][0]})")
+    if unheld := live - held:
+        phrases.append(f"{len(unheld)} blocks the trace leaves allocated that the segments do not hold "
+                       f"(e.g. address {min(unheld):#x})")
+    if gone := held & freed:
+        phrases.append(f"{len(gone)} blocks the segments hold that the trace freed last (e.g. address {min(gone):#x})")
+    return phrases
+
+
 class _Rows:
     """One table's rows, written BATCH_ROWS at a time so a long trace never sits in memory as dicts."""
 
@@ -269,9 +325,10 @@ class _Rows:
         self.rows = []
 
 
-def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink) -> tuple[str, set, int | None]:
-    """Write the trace blocks; return the clock, the devices whose trace has entries, and the
-    first entry's epoch ns (None on a sequence clock)."""
+def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableSink,
+            held: dict[int, set[int]]) -> tuple[str, set, int | None, list[str]]:
+    """Write the trace blocks; return the clock, the devices whose trace has entries, the
+    first entry's epoch ns (None on a sequence clock) and where trace and segments disagree."""
     traces = snapshot.get("device_traces") or []
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise SourceError(f"{path}: device_traces is not a list of lists")
@@ -280,13 +337,16 @@ def _traces(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: TableS
     first = min((t[0]["time_us"] * 1000 for t in traces if t), default=None) if epoch else None
     devices = {f"{kind}:{d}" for d, t in enumerate(traces) if t}
     rows = _Rows(sink, "snapshot_trace_blocks", TRACE_SCHEMA)
+    disagree = []
     for device in range(len(traces)):
         keys = {"device": f"{kind}:{device}", "device_index": device, "clock": clock}
         for block in pair_trace(traces[device], f"{path}: device_traces[{device}]", stacks, epoch):
             rows.add({**keys, **block})
+        if traces[device]:
+            disagree += [f"{kind}:{device}: {p}" for p in disagreements(traces[device], held.get(device, set()))]
         traces[device] = None  # its entries are no longer needed: free them before the next device
     rows.flush()
-    return clock, devices, first
+    return clock, devices, first, disagree
 
 
 def _write(sink: TableSink, table: str, rows: list[dict], schema: pa.Schema) -> None:
@@ -305,8 +365,8 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"))
     kind = _device_kind(snapshot)
     stacks = _Stacks()
-    devices = _segments(path, snapshot, kind, stacks, sink)
-    clock, traced, first_ns = _traces(path, snapshot, kind, stacks, sink)
+    devices, held = _segments(path, snapshot, kind, stacks, sink)
+    clock, traced, first_ns, disagree = _traces(path, snapshot, kind, stacks, sink, held)
     _write(sink, "call_stacks", list(stacks.rows.values()), CALL_STACKS_SCHEMA)
     devices = sorted(devices | traced)
     # A ranks row for the capture: its device when it has one, its trace's first time.
@@ -314,4 +374,8 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             "metadata": {"snapshot_devices": devices, "snapshot_clock": clock}}
     if context.get("rank_id") is None and context.get("single_process_rank0"):
         rank.update(rank_id=0, note=f"{path.name}: no rank in its path: read as rank 0 (a single-process snapshot)")
+    if disagree:
+        return ReadOutcome(status="partial", rank=rank, message=(
+            f"{path}: segments and device_traces disagree, so the allocator's live bytes replayed from the "
+            f"segments may be off there (every row is loaded): {'; '.join(disagree)}"))
     return ReadOutcome(rank=rank)

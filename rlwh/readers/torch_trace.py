@@ -16,6 +16,10 @@ Why it is built this way:
 - user_annotation ranges land with domain 'default'; gpu_user_annotation (Kineto's copy of
   the same annotation projected onto a GPU stream) lands with domain 'gpu', pid = device
   and tid = stream, so timelines can pick either without double counting.
+- Two spans per trace land in ranges: the profiler's declared window ('profiler', the
+  "PyTorch Profiler (0)" event) and what the events cover ('recorded': the earliest start
+  to the latest end of every other timed event, device activity included), which is what
+  the rank recorded: real traces hold events well outside the declared window.
 """
 
 from __future__ import annotations
@@ -221,11 +225,33 @@ def _scan_events(path: Path, spill: _Spill) -> dict:
             error = (f"{what} at or before uncompressed byte {stream.offset}; "
                      f"kept the {scan.seq} complete events before it")
         tail = None if error else _parse_trailer(stream.tail(), last)
+    if (covered := scan.covered.range_row()) is not None:
+        scan._add("ranges", covered)
     return {"error": error, "bad": scan.bad, "tail": tail, "devices": scan.devices, "names": scan.names,
             "min_ts": None if scan.min_ts == _NO_TS else scan.min_ts}
 
 
 _NO_TS = Decimal("Infinity")
+
+
+class _Extent:
+    """The earliest start and latest end of the events seen: the span a capture's events cover."""
+
+    def __init__(self):
+        self.start, self.end = _NO_TS, -_NO_TS
+
+    def add(self, ts, dur) -> None:
+        end = ts + dur if dur.__class__ in (int, Decimal) else ts
+        if ts < self.start:
+            self.start = ts
+        if end > self.end:
+            self.end = end
+
+    def range_row(self) -> tuple | None:
+        """A ranges row (source 'recorded'), or None when no event had a time."""
+        if self.start == _NO_TS:
+            return None
+        return ("recorded", "default", "recorded events", _ns(self.start), _ns(self.end), None, None)
 
 
 class _Scan:
@@ -235,6 +261,7 @@ class _Scan:
         self.spill = spill
         self.seq = self.n_mem = self.bad = 0
         self.min_ts = _NO_TS
+        self.covered = _Extent()
         self.devices: Counter = Counter()
         self.names: list[str] = []
         self._name_ids: dict[str, int] = {}
@@ -255,6 +282,8 @@ class _Scan:
             if ts < self.min_ts and ev.get("ph") != "M":  # metadata events may say ts 0
                 self.min_ts = ts
             cat = ev.get("cat")
+            if cat != "Trace" and ev.get("ph") != "M":  # what the events cover, beside the declared window
+                self.covered.add(ts, ev.get("dur"))
             if cat in OLD_CATEGORIES:
                 ev["cat"] = cat = OLD_CATEGORIES[cat]
             handler = self.handlers.get(cat)
@@ -465,10 +494,11 @@ def _sweep(reader, names: list, stacks: _Stacks):
     """Walk rows sorted by (pid, tid, ts): python frames, then ops, then memory events.
 
     Keeps only the current thread's open python frames and open ops. A frame's parent is
-    its "Python parent id" when that frame is open and encloses it in time (which settles
-    frames that touch at one instant), else the innermost open frame that encloses it:
-    where the ids contradict time (activation checkpointing re-runs forward code under
-    other parents), time nesting is what the thread did. An op's stack is the open frames
+    the innermost open frame that encloses it in time: where the "Python parent id"
+    contradicts time (activation checkpointing re-runs forward code under other parents),
+    time nesting is what the thread did, for every frame. The ids settle only frames that
+    touch it at one instant (ending as it starts, or with its very span), which time
+    cannot order. An op's stack is the open frames
     that have not ended before it starts, innermost first, or the "Call stack" it carries
     (PyTorch 1.8); a memory event's op is the innermost open op whose [ts, ts+dur] holds it.
     Yields (cpu_ops rows, memory attribution rows) per batch.
@@ -484,14 +514,17 @@ def _sweep(reader, names: list, stacks: _Stacks):
                 key, frames, open_ops = (pid, tid), [], []
             if kind == 0:
                 end = ts + dur
+                while frames and frames[-1][1] < end:  # time first: these do not enclose it
+                    frames.pop()
                 j = len(frames) - 1 if extra is not None else -1  # extra: "Python parent id"
                 while j >= 0 and frames[j][2] != extra:
                     j -= 1
-                if j >= 0 and frames[j][1] >= end:  # the named parent is open and encloses it
-                    del frames[j + 1:]
-                else:
-                    while frames and frames[-1][1] < end:
-                        frames.pop()
+                # Frames deeper than the named parent that merely touch it (they end at the
+                # instant it starts, or share its exact span) are its siblings: the ids
+                # settle what time cannot. A frame that truly encloses it stays.
+                while j >= 0 and len(frames) > j + 1 and (
+                        frames[-1][1] == ts or (frames[-1][0] == ts and frames[-1][1] == end)):
+                    frames.pop()
                 frames.append([ts, end, ident, name, None])
             elif kind == 1:  # extra: the op's dur as written (may be null)
                 while frames and frames[-1][1] < ts:

@@ -37,11 +37,14 @@ from rank_skew where run = $run
 order by role, rank_id
 """
 
-# user_frame first (the innermost frame outside library code, the line a user would
-# change), then call_stack_top.
+# user_frame first (the innermost Python frame outside library code, the line a user
+# would change), then call_stack_top; a memory snapshot's blocks from before its trace
+# began recording say so where they have no operator.
 TOP_STACKS = """
 select role, rank_id, round(live_bytes / 1048576, 1) as live_mib,
-  round(100 * share_of_peak, 1) as pct_of_peak, name as op, user_frame, call_stack_top
+  round(100 * share_of_peak, 1) as pct_of_peak,
+  coalesce(name, if(allocated_before_recording, '(allocated before recording)', null)) as op,
+  user_frame, call_stack_top
 from memory_peak_breakdown where run = $run
 qualify row_number() over (partition by role, rank_id order by live_bytes desc, name) <= {top}
 order by role, rank_id, live_bytes desc, name

@@ -27,7 +27,8 @@ MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 @dataclass
 class ViewFile:
-    """One sql/ file: a view, its docs and what it depends on."""
+    """One sql/ file: a view, its docs and what it depends on; or a file of private macros
+    (kind 'macros', named after the file), rules that views and derived tables share."""
 
     name: str
     path: Path
@@ -35,6 +36,7 @@ class ViewFile:
     depends: list[str]
     comment: str
     column_comments: dict[str, str] = field(default_factory=dict)
+    kind: str = "view"
 
     @property
     def is_public(self) -> bool:
@@ -102,6 +104,7 @@ def is_current(con: duckdb.DuckDBPyConnection) -> bool:
     return not pending_migrations(con)
 
 
+_CREATE_MACRO = re.compile(r"^create\s+or\s+replace\s+macro\s+_", re.IGNORECASE | re.MULTILINE)
 _CREATE_VIEW = re.compile(r"create\s+or\s+replace\s+view\s+([a-z_][a-z0-9_]*)\s*(\()?", re.IGNORECASE)
 
 
@@ -109,6 +112,8 @@ def parse_view_file(path: Path) -> ViewFile:
     """Read a view file's name, dependencies and comments."""
     sql = path.read_text(encoding="utf-8")
     match = _CREATE_VIEW.search(sql)
+    if not match and path.stem.startswith("_") and _CREATE_MACRO.search(sql):
+        return ViewFile(path.stem, path, sql, [], "", kind="macros")
     if not match:
         raise RlwhError(f"{path.name}: no CREATE OR REPLACE VIEW statement")
     name = match.group(1)
