@@ -232,6 +232,9 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         stats.rows += len(rows)
     if stats.records == 0:
         raise SourceError(f"{name}: no VeRL step record (a line `step:N - key:value - ...`) in the file")
+    if stats.rows == 0:
+        found = outcome(name, stats).message or f"{name}: "
+        raise SourceError(f"{found}; no whole key:number field in its {stats.records} record(s), nothing loaded")
     return outcome(name, stats)
 
 
