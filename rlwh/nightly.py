@@ -198,7 +198,7 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
             fresh = known.get("last_ingested_at") == str(row["last_ingested_at"]) if row else False
             if row is None or (o.status == "unchanged" and fresh and (reports / report.slug(o.run)).is_dir()):
                 continue
-            o.pages = report.render_run(s, row, reports)
+            o.pages = report.render_run(s, row, reports, config.train_metrics)
             _check(s, o, runs, history, baseline, config, state)
             _write_comparison(o, config, reports, index, baseline, state)
         summary = {
