@@ -226,3 +226,21 @@ def test_copy_of_a_real_log_ingests_the_same(tmp_path, config):
     ingest(tmp_path / "p", config)
     expected, _ = oracle(src)
     assert [(r[1], r[2], r[3]) for r in _rows(config)] == sorted((e[0], e[1], e[2]) for e in expected)
+
+
+def test_tee_log_lines_past_the_cap_are_whole(tmp_path, config):
+    """A `tee` of the driver has no 4,096-character cap: a longer record is not cut, and
+    Ray's repeat note and other prefixes do not stick to the last value."""
+    fields = " - ".join(f"val-aux/k{i}/mean@16:np.float64({i}.5)" for i in range(150))
+    long = f"\x1b[36m(TaskRunner pid=9, ip=10.0.0.2)\x1b[0m step:7 - {fields}"
+    assert len(long) > 4096
+    log = (f"{long}\n"
+           "(TaskRunner pid=9) step:8 - a:1.5 - b:2 [repeated 2x across cluster]\n"
+           "2025-06-01 10:00:00,001 INFO:root:step:9 - a:3\n"
+           "'step:10 - a:4'\n")
+    write_log(tmp_path / "p" / "driver.out", log)
+    (result,) = ingest(tmp_path / "p", config).results
+    assert (result.kind, result.status, result.message) == ("verl_log", "ok", None)
+    rows = _rows(config)
+    assert len([r for r in rows if r[2] == 7]) == 150
+    assert sorted((r[2], r[3], r[4]) for r in rows if r[2] != 7) == [(8, "a", 1.5), (8, "b", 2.0), (9, "a", 3.0)]

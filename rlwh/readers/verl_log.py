@@ -5,9 +5,10 @@ VeRL's console logger prints every numeric metric of an optimizer step on one li
 - Streaming, line by line: a run's log grows for days; memory holds one line (at most
   MAX_LINE_BYTES of it) and a batch of rows.
 - A record starts at `step:N - ` at the start of a line, after what a wrapper puts in
-  front: ANSI colour codes, Ray's `(TaskRunner pid=N)` prefix, a timestamp or logger
-  name ending in a space. `global_step:5 - ` and `training/global_step:5` never start
-  one (the character before `step` must be a space or the line start). tqdm bars redrawn
+  front: ANSI colour codes, Ray's `(TaskRunner pid=N)` prefix (and its `[repeated Nx
+  across cluster]` note), a timestamp or logger name. `global_step:5 - ` and
+  `training/global_step:5` never start one (no word character, `/`, `.`, `-`, `@` or
+  quote may stand right before `step`). tqdm bars redrawn
   with `\\r` share a line with records: each `\\r` segment is looked at on its own.
 - Values are numbers as Python and numpy print them: `0.1`, `1e-06`, `nan`, `inf`,
   `True`, `np.float64(0.1)`, `np.int32(3)`. The reader hands them as printed; the ingest
@@ -15,7 +16,8 @@ VeRL's console logger prints every numeric metric of an optimizer step on one li
   A key is everything before the last `:` that leaves a number after it, so keys with
   `@`, `(`, `)` or `:` in them stay whole.
 - A record cut short keeps its whole fields and drops the cut one: wandb's output.log
-  cuts every line at 4,096 characters (LINE_CAP), and a log can end mid-record (a run
+  cuts every line to 4,096 characters (LINE_CAP: a line of exactly that length lost its
+  end; a longer one, from `tee`, was never cut), and a log can end mid-record (a run
   stopped, or still writing). The outcome names how many were cut and where.
 - A record wrapped over several lines (a terminal's width, Ray splitting a long line) is
   joined when the next line, under the same prefix, is the rest of it: `key:value`
@@ -44,11 +46,14 @@ SNIFF_BYTES = 64 << 20  # how far discovery looks for a first record
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 # Ray's per-line prefix: (TaskRunner pid=123), (main_task pid=9, ip=10.0.0.1), (pid=7).
 _RAY_PREFIX = re.compile(r"\((?:[^()\s]+ )?pid=\d+(?:, ip=[^()]*)?\) ?")
-_RECORD_START = re.compile(r"(?:^|(?<=\s))step:(\d{1,9}) - ")
+# `step:` after the line start or a delimiter a prefix ends with (space, `]`, `)`, `:`, `|`),
+# never inside a key (global_step:, training/global_step:) or a quoted text.
+_RECORD_START = re.compile(r"(?<![\w/.@'\"-])step:(\d{1,9}) - ")
+# Ray's note on a line it folded with its repeats from other processes.
+_RAY_REPEATS = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity)"
 VALUE = re.compile(rf"np\.[A-Za-z_][A-Za-z0-9_]*\({_NUMBER}\)|{_NUMBER}|True|False", re.IGNORECASE)
 _FIELD = re.compile(rf"(.+):({VALUE.pattern})", re.IGNORECASE | re.DOTALL)
-_TAIL_FIELDS = re.compile(r"\S*(?: - [^\s:]+:\S+)+")
 
 
 @dataclass
@@ -70,8 +75,8 @@ class LogStats:
 
 
 def strip_line(raw: str) -> tuple[str | None, str]:
-    """(Ray prefix or None, the rest) of one line, its ANSI codes removed."""
-    text = _ANSI.sub("", raw)
+    """(Ray prefix or None, the rest) of one line, its ANSI codes and Ray's repeat note removed."""
+    text = _RAY_REPEATS.sub("", _ANSI.sub("", raw) if "\x1b" in raw else raw)
     body = text.lstrip(" ")
     prefix = _RAY_PREFIX.match(body)
     if prefix:
@@ -99,17 +104,17 @@ def split_fields(text: str) -> list[tuple[str | None, str]]:
 
 
 def _is_continuation(record: _Record, prefix: str | None, text: str) -> bool:
-    """The line after a record is its wrapped rest: same prefix, no record of its own,
-    and either more ` - key:value` fields or the tail that completes the last field."""
+    """The line after a record is its wrapped rest: same prefix, no record of its own, and
+    joined to the record (no separator: a wrap keeps every character) every field from the
+    record's last one on reads as key:number."""
     if record.closed or prefix != record.prefix:
         return False
     body = text.rstrip()
     if not body or record_start(body) or "\r" in body:
         return False
-    if _TAIL_FIELDS.fullmatch(body):
-        return True
-    last = record.text.rsplit(" - ", 1)[-1]
-    return bool(re.fullmatch(r"\S+", body)) and not _FIELD.fullmatch(last) and bool(_FIELD.fullmatch(last + body))
+    before = len(split_fields(record.text))
+    tail = split_fields(record.text + body)[before - 1:]
+    return all(key is not None for key, _ in tail)
 
 
 def physical_lines(f, limit: int = MAX_LINE_BYTES):
@@ -140,14 +145,17 @@ def physical_lines(f, limit: int = MAX_LINE_BYTES):
 
 
 def _at_cap(raw: str) -> bool:
-    """The line reaches wandb's cap (in characters or in bytes): its end may be lost."""
-    return len(raw) >= LINE_CAP or len(raw.encode("utf-8", "replace")) >= LINE_CAP
+    """The line is as long as wandb's cap (in characters or in bytes): its end may be lost.
+    A longer line (a `tee` log has no cap) was not cut."""
+    return len(raw) == LINE_CAP or len(raw.encode("utf-8", "replace")) == LINE_CAP
 
 
 def records(f):
     """Every record of the log in `f` (binary), joined over wrapped lines; cut ones flagged."""
     current: _Record | None = None
     for number, raw, ended, over in physical_lines(f):
+        if current is None and "step:" not in raw:
+            continue  # most lines of a log: no need to look closer
         prefix, text = strip_line(raw)
         if current is not None and _is_continuation(current, prefix, text):
             current.text += text.rstrip("\r")
