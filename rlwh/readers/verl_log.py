@@ -53,7 +53,7 @@ _RECORD_START = re.compile(r"(?<![\w/.@'\"-])step:(\d{1,9}) - ")
 _RAY_REPEATS = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity)"
 VALUE = re.compile(rf"np\.[A-Za-z_][A-Za-z0-9_]*\({_NUMBER}\)|{_NUMBER}|True|False", re.IGNORECASE)
-_FIELD = re.compile(rf"(.+):({VALUE.pattern})", re.IGNORECASE | re.DOTALL)
+_VALUE_MATCH = VALUE.fullmatch
 
 
 @dataclass
@@ -76,7 +76,9 @@ class LogStats:
 
 def strip_line(raw: str) -> tuple[str | None, str]:
     """(Ray prefix or None, the rest) of one line, its ANSI codes and Ray's repeat note removed."""
-    text = _RAY_REPEATS.sub("", _ANSI.sub("", raw) if "\x1b" in raw else raw)
+    text = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    if "[repeated " in text:
+        text = _RAY_REPEATS.sub("", text)
     body = text.lstrip(" ")
     prefix = _RAY_PREFIX.match(body)
     if prefix:
@@ -95,11 +97,12 @@ def _segments(text: str) -> list[str]:
 
 def split_fields(text: str) -> list[tuple[str | None, str]]:
     """The fields of a record's body in order: (key, value text), or (None, the piece)
-    for a piece that is no key:number."""
+    for a piece that is no key:number. The key ends at the last `:` (no value holds one)."""
     fields: list[tuple[str | None, str]] = []
     for piece in text.split(" - "):
-        match = _FIELD.fullmatch(piece.strip())
-        fields.append((match.group(1), match.group(2)) if match else (None, piece.strip()))
+        piece = piece.strip()
+        key, colon, value = piece.rpartition(":")
+        fields.append((key, value) if colon and key and _VALUE_MATCH(value) else (None, piece))
     return fields
 
 
@@ -112,9 +115,8 @@ def _is_continuation(record: _Record, prefix: str | None, text: str) -> bool:
     body = text.rstrip()
     if not body or record_start(body) or "\r" in body:
         return False
-    before = len(split_fields(record.text))
-    tail = split_fields(record.text + body)[before - 1:]
-    return all(key is not None for key, _ in tail)
+    last = record.text.rsplit(" - ", 1)[-1]
+    return all(key is not None for key, _ in split_fields(last + body))
 
 
 def physical_lines(f, limit: int = MAX_LINE_BYTES):
