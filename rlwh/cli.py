@@ -202,23 +202,37 @@ def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset)
 
 
 @cli.command()
-@click.argument("profile_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("profile_dir", type=click.Path(exists=True))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Settings file (default: ./warehouse.toml; env RLWH_CONFIG): [verl_log] required_keys.")
 @user_errors
-def check(profile_dir):
+def check(profile_dir, config_path):
     """Say what `rlwh ingest` would do with PROFILE_DIR, writing nothing.
 
     Roles x ranks x captures x steps, the files per kind, the ignored files and every
-    problem visible from the files' first bytes. Exit status: 0 nothing would fail,
-    1 a file would fail, 6 no profiler file found.
+    problem visible from the files' first bytes, and the VeRL log checks of every *.log
+    ([verl_log] required_keys). Exit status: 0 nothing would fail, 1 a file would fail,
+    6 no profiler file found; a failed log check does not change it. PROFILE_DIR may be
+    one log file: then only its log checks run, and 1 means it failed them.
 
     \b
     Example:
       rlwh check /shared/profiles/grpo-0412
+      rlwh check /shared/profiles/grpo-0412/wandb/latest-run/files/output.log
     """
+    from pathlib import Path
+
+    from rlwh.config import load_config
     from rlwh.ingest.check import check as run_check
     from rlwh.ingest.check import format_report
+    from rlwh.ingest.log_check import check_log, format_log_checks
 
-    report = run_check(profile_dir)
+    required = load_config(config_path).verl_log_required_keys
+    if not Path(profile_dir).is_dir():
+        verdict = check_log(Path(profile_dir), profile_dir, required)
+        click.echo("\n".join(format_log_checks([verdict])))
+        sys.exit(exitcodes.OK if verdict.passed else exitcodes.FAILED)
+    report = run_check(profile_dir, required)
     click.echo(format_report(report))
     sys.exit(exitcodes.for_ingest(report.failing, 0, len(report.loadable)))
 

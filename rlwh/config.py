@@ -18,6 +18,13 @@ from rlwh.stacks import DEFAULT_LIBRARY_FRAMES, library_pattern
 
 CONFIG_NAME = "warehouse.toml"
 EXECUTORS = ("local", "ray")
+# The seed's list of what a VeRL PPO/GRPO log must show (`rlwh check`; [verl_log] required_keys).
+DEFAULT_REQUIRED_KEYS = (
+    "verl", "actor/loss", "critic/score/mean", "critic/rewards/mean", "response_length/mean", "actor/grad_norm",
+    "training/global_step", "training/epoch", "actor/lr", "actor/entropy", "Training Progress:",
+)
+# The training-log metrics the regression rule watches ([verl_log] regression_metrics).
+DEFAULT_TRAIN_METRICS = ("timing_s/step", "perf/throughput", "perf/max_memory_allocated_gb", "response_length/mean")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,10 @@ class Config:
     usage_component: str = "PTA+GE"
     library_frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES
     stdlib_is_library: bool = True
+    verl_log_required_keys: tuple[str, ...] = DEFAULT_REQUIRED_KEYS  # the seed's VeRL log check
+    train_metrics: tuple[str, ...] = DEFAULT_TRAIN_METRICS  # log metrics nightly and compare check
+    higher_is_better: tuple[str, ...] = ("perf/throughput",)  # of those, the ones that regress downward
+    train_metric_pct: float = 10.0
     source: Path | None = field(default=None, compare=False)
 
     @property
@@ -76,7 +87,14 @@ def _boolean(raw) -> bool:
     return raw
 
 
+def _strings(raw) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        raise ValueError("expected a list of non-empty strings")
+    return tuple(raw)
+
+
 _patterns.__name__ = "list of regular expressions"
+_strings.__name__ = "list of strings"
 _boolean.__name__ = "boolean"
 
 _KEYS = {
@@ -100,6 +118,10 @@ _KEYS = {
     ("gmm", "ops_per_layer"): ("ops_per_layer", int),
     ("stacks", "library_frames"): ("library_frames", _patterns),
     ("stacks", "stdlib_is_library"): ("stdlib_is_library", _boolean),
+    ("verl_log", "required_keys"): ("verl_log_required_keys", _strings),
+    ("verl_log", "regression_metrics"): ("train_metrics", _strings),
+    ("verl_log", "higher_is_better"): ("higher_is_better", _strings),
+    ("thresholds", "train_metric_pct"): ("train_metric_pct", float),
 }
 
 

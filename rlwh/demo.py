@@ -54,7 +54,27 @@ def write_demo_profile(root: Path) -> Path:
             roles={"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200},
             utc_start_ns=critic_at_ns + 60_000_000_000)
     synth_timelines.write_gmm_dumps(root / "gmm", ranks=RANKS)
+    write_verl_demo_log(root, critic_at_ns)
     return root
+
+
+# The demo trainer's steps and the phases (ms) of step 2, which its profile captured with nsys.
+LOG_STEPS = 6
+PROFILED_PHASES_MS = {"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200}
+
+
+def write_verl_demo_log(root: Path, critic_at_ns: int) -> None:
+    """The trainer's console log (wandb's files/output.log) for steps 1..LOG_STEPS, and an
+    NVTX capture of step 2 in VeRL's step_<n> layout whose phases the log's step 2 reports:
+    with the GMM dumps of steps 1 and 2, the log's steps match the profile's."""
+    from rlwh.synth import timelines as synth_timelines
+    from rlwh.synth.verl_log import write_verl_log
+
+    synth_timelines.write_nvtx_export(root / "nvtx" / "step_2" / "worker_process_7000.2.jsonl", rank=0,
+                                      roles=PROFILED_PHASES_MS, utc_start_ns=critic_at_ns + 120_000_000_000)
+    phases = {"gen": 0.9, "old_log_prob": 0.3, "update_actor": 1.2}
+    write_verl_log(root / "trainer" / "wandb" / f"run-{CAPTURE_TIME}-demo" / "files" / "output.log",
+                   steps=LOG_STEPS, phases={2: phases})
 
 
 PEAKS_SQL = """
@@ -69,6 +89,14 @@ select role, rank_id, regexp_extract(capture, '[^/]+$') as capture_file, user_fr
 from memory_peak_breakdown
 qualify row_number() over (partition by role, rank_id, capture, device order by live_bytes desc) <= 2
 order by role, rank_id, capture, live_mb desc
+"""
+
+
+STEPS_SQL = """
+select step, is_profiled, round(timing_step_s, 3) as log_step_s, round(timing_gen_s, 3) as log_gen_s,
+       round(profile_gen_s, 3) as profile_gen_s, round(timing_update_actor_s, 3) as log_update_actor_s,
+       round(profile_update_actor_s, 3) as profile_update_actor_s, round(throughput, 1) as throughput
+from step_metrics order by step
 """
 
 
@@ -87,6 +115,8 @@ def run_demo(out: Path) -> int:
     print(as_table(query(config, PEAKS_SQL)))
     print("\nTop call stacks live at each rank's peak (memory_peak_breakdown):")
     print(as_table(query(config, TOP_STACKS_SQL)))
+    print("\nThe training log's steps beside the profile's (step_metrics):")
+    print(as_table(query(config, STEPS_SQL)))
     try:
         from rlwh.report import build_report
     except ImportError:

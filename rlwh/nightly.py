@@ -198,7 +198,7 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
             fresh = known.get("last_ingested_at") == str(row["last_ingested_at"]) if row else False
             if row is None or (o.status == "unchanged" and fresh and (reports / report.slug(o.run)).is_dir()):
                 continue
-            o.pages = report.render_run(s, row, reports)
+            o.pages = report.render_run(s, row, reports, config.train_metrics)
             _check(s, o, runs, history, baseline, config, state)
             _write_comparison(o, config, reports, index, baseline, state)
         summary = {
@@ -244,10 +244,19 @@ def _write_comparison(o: RunOutcome, config: Config, reports: Path, index: Path,
     entry["compare_page"] = os.path.relpath(page, index.parent)
     links = []
     for g in o.regressions:
-        memory = run_dir / report.memory_page_name(g.role, g.rank_id)
-        href = os.path.relpath(memory, index.parent) if memory.exists() else None
+        memory = run_dir / report.memory_page_name(g.role, g.rank_id) if g.rank_id is not None else None
+        href = os.path.relpath(memory, index.parent) if memory is not None and memory.exists() else None
         links.append({"text": str(g), "memory_page": href})
     entry["regression_links"] = links
+
+
+def _train_regressions(s: report.ReportSession, run: str, baseline: str, config: Config) -> list:
+    """The training-log half of the rule (compare_runs.find_train_regressions): the medians
+    of the chosen log metrics, run against baseline."""
+    from rlwh.report.compare_runs import TRAIN_FIGURES, find_train_regressions, train_figures
+
+    figures = {r: train_figures(s.rows(TRAIN_FIGURES, {"run": r}), config.train_metrics) for r in (run, baseline)}
+    return find_train_regressions(figures[run], figures[baseline], config)
 
 
 def _check(s: report.ReportSession, o: RunOutcome, runs: dict, history: list, baseline: str | None,
@@ -258,6 +267,7 @@ def _check(s: report.ReportSession, o: RunOutcome, runs: dict, history: list, ba
     if o.baseline is not None:
         before = _baseline_metrics(s, o.baseline, str(runs[o.baseline]["last_ingested_at"]), state)
         o.regressions = find_regressions(_metrics(current_rows), before, config.peak_memory_pct, config.role_span_pct)
+        o.regressions += _train_regressions(s, o.run, o.baseline, config)
     o.checked = True
     state["runs"][o.run] = {
         "last_ingested_at": str(runs[o.run]["last_ingested_at"]),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlwh.errors import RlwhError, SourceError
 from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover
+from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
 from rlwh.ingest.sniff import read_head
 
 _DIST_RANK = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
@@ -41,6 +42,9 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     # Ranks a file's head names where its path does not (distributedInfo.rank), by rel_path.
     head_ranks: dict[str, int] = field(default_factory=dict)
+    # The seed's VeRL log rules, per *.log (and per file read as a VeRL log): pass or fail,
+    # never a reason for ingest to fail the file.
+    log_checks: list[LogCheck] = field(default_factory=list)
 
     @property
     def loadable(self) -> list[SourceFile]:
@@ -91,8 +95,10 @@ class CheckReport:
         return [by_role[k] for k in sorted(by_role)]
 
 
-def check(profile_dir: str | os.PathLike) -> CheckReport:
-    """Discover `profile_dir` and look at every file's head; never writes anything."""
+def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAULT_REQUIRED_KEYS) -> CheckReport:
+    """Discover `profile_dir` and look at every file's head; never writes anything.
+
+    `required_keys`: what a VeRL log must hold ([verl_log] required_keys)."""
     root = Path(profile_dir)
     if not root.is_dir():
         raise RlwhError(f"profile dir not found: {root}")
@@ -102,6 +108,8 @@ def check(profile_dir: str | os.PathLike) -> CheckReport:
         if not f.ignored:
             report.problems += _file_problems(f, report.head_ranks)
     report.problems += _capture_problems(found.files)
+    report.log_checks = [check_log(f.path, f.rel_path, required_keys) for f in found.files
+                         if f.kind == "verl_log" or f.path.name.lower().endswith(".log")]
     return report
 
 
@@ -264,6 +272,10 @@ def format_report(report: CheckReport, max_listed: int = 20) -> str:
         lines += ["", f"problems ({len(report.problems)}, {report.failing} files would fail):"]
         for p in sorted(report.problems, key=lambda p: (not p.fails, p.path)):
             lines.append(f"  {'FAIL' if p.fails else 'note'}  {p.message}")
+    if report.log_checks:
+        failed = sum(1 for c in report.log_checks if not c.passed)
+        lines += ["", f"VeRL log checks ({len(report.log_checks)} logs, {failed} failed; ingest loads them "
+                  "either way):", *format_log_checks(report.log_checks)]
     lines += ["", f"{len(report.loadable)} files would load, {report.failing} would fail, "
               f"{len(ignored)} ignored; nothing was written"]
     return "\n".join(lines)

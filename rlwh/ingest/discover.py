@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlwh.ingest.sniff import head_kind, json_reason
+from rlwh.ingest.sniff import TEXT_KINDS, head_kind, json_reason
 
 ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
 IGNORED = "ignored"
@@ -37,6 +37,7 @@ _PROFILER_INFO = re.compile(r"profiler_info_(\d+)\.json")
 # Folders inside a capture, never a role: Ascend's own, msprof's raw data, msprobe's dump.
 _INNER_FOLDER = re.compile(r"ASCEND_PROFILER_OUTPUT|FRAMEWORK|PROF_.*|dump_tensor_data|mindstudio_profiler_.*|"
                            r"logs?|profiler_output")
+_WANDB_FOLDER = re.compile(r"wandb|(?:offline-)?run-\d{8}_\d{6}-\w+|latest-run|files")
 _CAPTURE_TIME = re.compile(r"(?<!\d)(\d{8})_?(\d{6})")
 
 
@@ -86,6 +87,8 @@ RULES: tuple[Rule, ...] = (
     # Any other JSON is no profile (an NVTX export is lines of {"table": ...} records, found
     # by content above); its reason says what it is (sniff.json_reason).
     Rule(IGNORED, r".*\.(jsonl|ndjson|json)(\.gz)?", reason=JSON_NOT_A_PROFILE),
+    # A console log holding VeRL step records, whatever its name says (wandb: files/output.log).
+    Rule("verl_log", r".*\.(log|out|err|txt)(\.\d+)?|[^.]+", content="verl_log"),
     Rule(IGNORED, r".*\.(log|out|err)", reason="a log file"),
     Rule(IGNORED, r".*\.(py|sh|yaml|yml|toml|cfg|ini|md|txt)", reason="a script, config or text file"),
 )
@@ -276,6 +279,10 @@ def match_rule(name: str, where: str, path: Path | None) -> tuple[Rule | None, s
         if rule.content is not None:
             if path is None:
                 continue
+            if rule.content in TEXT_KINDS:
+                if not TEXT_KINDS[rule.content](path):
+                    continue
+                return rule, rule.content
             if not sniffed:
                 content, sniffed = head_kind(path), True
             if content != rule.content:
@@ -391,6 +398,8 @@ def _classify(path: Path, root: Path, where: str, capture: _Capture | None) -> S
         return SourceFile(kind, path, rel_text, None, None, None, reason=reason, content=content)
     if kind == "gmm_group_list":
         return _gmm_file(path, rel, content)
+    if kind == "verl_log":
+        return _verl_log_file(path, rel, content)
     rank, step, role = place(rel.parts[:-1])
     own = rank_in_name(path.name)
     rank = own if own is not None else rank
@@ -423,6 +432,17 @@ def _gmm_file(path: Path, rel: Path, content: str | None) -> SourceFile:
         return found
     found.role, found.rank_id, found.step = where.role, where.rank_id, where.step
     return found
+
+
+def _verl_log_file(path: Path, rel: Path, content: str | None) -> SourceFile:
+    """A training log is its own capture; role and rank only where its folders (or its
+    name, for the rank) say, else NULL: a log is the driver's, no rank's. wandb's own
+    folders (wandb/run-<time>-<id>/files) are no role."""
+    folders = tuple(f for f in rel.parts[:-1] if not _WANDB_FOLDER.fullmatch(f))
+    rank, _step, role = place(folders)
+    own = rank_in_name(path.name)
+    return SourceFile("verl_log", path, rel.as_posix(), role, own if own is not None else rank, rel.as_posix(),
+                      content=content)
 
 
 def _set_capture_starts(files: list[SourceFile], captures: list[_Capture]) -> None:

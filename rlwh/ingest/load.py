@@ -13,7 +13,7 @@ import json
 import duckdb
 
 from rlwh.errors import RlwhError
-from rlwh.ingest.jobs import FACT_TABLES, SHARED_TABLES, jobs
+from rlwh.ingest.jobs import FACT_TABLES, RANK_OPTIONAL_TABLES, SHARED_TABLES, jobs
 from rlwh.ingest.parse import ParseResult, failed_result
 from rlwh.ingest.plan import FileResult, Planned, utc
 from rlwh.sqltext import sql_literal
@@ -137,7 +137,8 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
             staged = {t: _staged_select(t, parts, parsed["columns"][t], t in with_step)
                       for t, parts in parsed["tables"].items()}
             if rank_id is None and any(
-                "rank_id" not in parsed["columns"][t] for t in parsed["tables"] if t not in SHARED_TABLES
+                "rank_id" not in parsed["columns"][t] for t in parsed["tables"]
+                if t not in SHARED_TABLES + RANK_OPTIONAL_TABLES
             ):
                 raise RlwhError(f"{s.rel_path}: the rank is unknown (neither the file nor its path names it)")
             _set_keys(con, run, p, rank)

@@ -111,3 +111,15 @@ def head_kind(path: Path) -> str | None:
     except OSError:
         return None
     return classify_head(head, len(head) < HEAD_BYTES)
+
+
+def is_verl_log(path: Path) -> bool:
+    """A VeRL training log: a `step:N - key:value` record within its first lines (read
+    line by line up to rlwh.readers.verl_log.SNIFF_BYTES, never the whole file)."""
+    from rlwh.readers.verl_log import first_record_line
+
+    return first_record_line(path) is not None
+
+
+# Content kinds judged by a scan of their own, not by classify_head: kind -> test.
+TEXT_KINDS = {"verl_log": is_verl_log}

@@ -37,7 +37,7 @@ def build_report(config: Config, out: Path | None = None, run: str | None = None
         render.write_assets(out)
         written: list[Path] = []
         for r in runs:
-            written.extend(render_run(s, r, out))
+            written.extend(render_run(s, r, out, config.train_metrics))
         written.append(write_index(s, out / "index.html", out, load_state(out / "index.html")))
         return written
     finally:

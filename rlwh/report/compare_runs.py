@@ -68,7 +68,68 @@ def find_regressions(current: dict[tuple[str, int], RankMetrics], baseline: dict
 def rule_text(config: Config, against: str) -> str:
     """The regression rule in words, for pages: `against` names the baseline."""
     return (f"A (role, rank) regresses when its peak live memory rises more than {config.peak_memory_pct:g}% "
-            f"or its role span more than {config.role_span_pct:g}% above the baseline: {against}")
+            f"or its role span more than {config.role_span_pct:g}% above the baseline; "
+            + train_rule_text(config) + f": {against}")
+
+
+@dataclass(frozen=True)
+class TrainRegression:
+    """A training-log metric whose median over the run's steps moved the wrong way."""
+
+    metric: str
+    baseline: float
+    value: float
+    change_pct: float  # signed change from baseline to value
+    threshold_pct: float
+    higher_is_better: bool
+    role = "training log"  # where nightly's links look for a rank: none here
+    rank_id = None
+
+    def __str__(self) -> str:
+        better = "higher" if self.higher_is_better else "lower"
+        return (f"training log: {self.metric} median {self.baseline:.6g} -> {self.value:.6g} "
+                f"({self.change_pct:+.1f}%, {better} is better, threshold {self.threshold_pct:g}%)")
+
+
+# Per metric of a run's VeRL logs: the median over its step records (NaN and inf left out,
+# so one diverged step does not move it), and how many records held it.
+TRAIN_FIGURES = """
+select metric, median(value) as median_value, count(*) as records
+from train_metrics
+where run = $run and isfinite(value)
+group by metric
+order by metric
+"""
+
+
+def train_rule_text(config: Config) -> str:
+    """The training-log half of the rule, in words."""
+    return (f"a training log's median of {', '.join(config.train_metrics)} regresses when it moves the wrong way "
+            f"(down for {', '.join(config.higher_is_better) or 'none'}, else up) by more than "
+            f"{config.train_metric_pct:g}%")
+
+
+def train_figures(rows: list[dict], metrics: tuple[str, ...]) -> dict[str, float]:
+    """TRAIN_FIGURES rows -> {metric: median} for the chosen metrics."""
+    return {r["metric"]: float(r["median_value"]) for r in rows if r["metric"] in metrics}
+
+
+def find_train_regressions(current: dict[str, float], baseline: dict[str, float],
+                           config: Config) -> list[TrainRegression]:
+    """The training-log rule: a chosen metric ([verl_log] regression_metrics) whose median
+    over the run's records moved more than [thresholds] train_metric_pct percent the wrong
+    way from the baseline's: down for a metric in [verl_log] higher_is_better, else up.
+    A metric missing on either side, or with a zero baseline, is not compared."""
+    found = []
+    for metric in config.train_metrics:
+        old, new = baseline.get(metric), current.get(metric)
+        if old is None or new is None or old == 0:
+            continue
+        change = (new - old) / abs(old) * 100.0
+        higher = metric in config.higher_is_better
+        if (-change if higher else change) > config.train_metric_pct:
+            found.append(TrainRegression(metric, old, new, change, config.train_metric_pct, higher))
+    return found
 
 
 SIDE_BY_SIDE = """
@@ -93,7 +154,7 @@ class Comparison:
     run_a: str
     run_b: str
     table: QueryResult  # per (role, rank): both runs' figures and the change; `regression` last
-    regressions: list[Regression]
+    regressions: list  # Regression per (role, rank), then TrainRegression per log metric
 
 
 def _metrics(rows: list[dict], side: str) -> dict[tuple[str, int], RankMetrics]:
@@ -111,6 +172,8 @@ def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
     rows = [dict(zip(result.columns, row)) for row in result.rows]
     regressions = find_regressions(_metrics(rows, "b"), _metrics(rows, "a"), config.peak_memory_pct,
                                    config.role_span_pct)
+    logs = {run: train_figures(_rows(query(config, TRAIN_FIGURES, {"run": run})), config.train_metrics)
+            for run in (run_a, run_b)}
     flagged: dict[tuple[str, int], list[str]] = {}
     for g in regressions:
         flagged.setdefault((g.role, g.rank_id), []).append("peak memory" if g.metric == "peak_live_bytes" else "time")
@@ -119,4 +182,8 @@ def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
         tuple(r[c] for c in shown) + (", ".join(flagged.get((r["role"], r["rank_id"]), [])) or None,)
         for r in rows
     ])
-    return Comparison(run_a, run_b, table, regressions)
+    return Comparison(run_a, run_b, table, regressions + find_train_regressions(logs[run_b], logs[run_a], config))
+
+
+def _rows(result: QueryResult) -> list[dict]:
+    return [dict(zip(result.columns, row)) for row in result.rows]

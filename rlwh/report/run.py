@@ -5,6 +5,7 @@ one memory timeline per (role, rank), under out/<run slug>/.
   <run>/role_timeline.html       Gantt of role spans, one row per (role, rank), one axis per clock
   <run>/memory_compare.html      peak and span per rank of each role, outliers marked
   <run>/gmm_heatmap.html         experts x layers per (step, role, rank), when gmm data exists
+  <run>/train_metrics.html       VeRL log metrics over steps, profiled steps marked, when a log exists
   <run>/memory_timeline/<role>-rank<k>.html   live memory of one rank
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rlwh.config import DEFAULT_TRAIN_METRICS
 from rlwh.report import queries as Q
 from rlwh.report import render
 from rlwh.report.compare import compare_figures
@@ -34,6 +36,7 @@ from rlwh.report.context import (
 from rlwh.report.gmm import gmm_heatmaps
 from rlwh.report.memory import memory_panels
 from rlwh.report.timeline import role_timeline_figures
+from rlwh.report.train_metrics import TrainMetricsPage, train_metric_figures
 
 
 def memory_page_name(role: str, rank_id: int) -> str:
@@ -108,8 +111,11 @@ def _write(out: Path, path: Path, template: str, page) -> Path:
     return render.write_text(out, path, render.render_page(template, page))
 
 
-def render_run(s: ReportSession, run: dict, out: Path) -> list[Path]:
-    """Every page of one run (a row of Q.RUNS) under out/<run slug>/; returns the pages."""
+def render_run(s: ReportSession, run: dict, out: Path,
+               train_metrics: tuple[str, ...] = DEFAULT_TRAIN_METRICS) -> list[Path]:
+    """Every page of one run (a row of Q.RUNS) under out/<run slug>/; returns the pages.
+
+    train_metrics: the VeRL log metrics the training-log page draws ([verl_log] regression_metrics)."""
     name = run["run"]
     run_dir = out / render.slug(name)
     render.inside(out, run_dir)
@@ -129,6 +135,12 @@ def render_run(s: ReportSession, run: dict, out: Path) -> list[Path]:
         page = MemoryComparePage(**base(f"Memory across ranks · {name}"), run=name, figures=compare)
         written.append(_write(out, run_dir / "memory_compare.html", "memory_compare.html", page))
         links.append(Link("Memory and span across the ranks of each role", "memory_compare.html"))
+    charts, profiled = train_metric_figures(s, name, train_metrics)
+    if charts:
+        page = TrainMetricsPage(**base(f"Training log · {name}"), run=name, metrics=list(train_metrics),
+                                profiled_steps=profiled, figures=charts)
+        written.append(_write(out, run_dir / "train_metrics.html", "train_metrics.html", page))
+        links.append(Link("Training log metrics over steps, profiled steps marked", "train_metrics.html"))
     heatmaps, note = gmm_heatmaps(s, name)
     if heatmaps:
         page = GmmHeatmapPage(**base(f"GMM expert load · {name}"), run=name, heatmaps=heatmaps, note=note)
