@@ -80,12 +80,16 @@ def test_blocks_of_every_source(fresh_db):
     got = fresh_db.execute(f"select {COLUMNS} from memory_blocks where source = 'torch' order by all").fetchall()
     assert got == sorted(torch)
 
-    snapshot = sorted(("snapshot", device, alloc_seq, None, alloc_ns if clock == "epoch" else alloc_seq,
-                       release_ns if clock == "epoch" else release_seq, size, None, None, None, None, "snapshot",
-                       action == "alloc", clock)
-                      for device, _i, clock, alloc_seq, release_seq, alloc_ns, release_ns, action, _a, size
-                      in SNAPSHOT_ROWS if alloc_seq is not None)
-    got = fresh_db.execute(f"select {COLUMNS} from memory_blocks where source = 'snapshot' order by all").fetchall()
-    assert got == snapshot
+    # Every trace block, a free with no alloc too (allocated before recording: alloc_ns NULL).
+    snapshot = sorted((("snapshot", device, alloc_seq, None, alloc_ns if clock == "epoch" else alloc_seq,
+                        release_ns if clock == "epoch" else release_seq, size, None, None, None, None, "snapshot",
+                        action == "alloc", clock)
+                       for device, _i, clock, alloc_seq, release_seq, alloc_ns, release_ns, action, _a, size
+                       in SNAPSHOT_ROWS), key=repr)
+    got = fresh_db.execute(f"select {COLUMNS} from memory_blocks where source = 'snapshot'").fetchall()
+    assert sorted(got, key=repr) == snapshot
+    before = fresh_db.execute("select origin_row, release_ns from memory_blocks where source = 'snapshot' "
+                              "and allocated_before_recording").fetchall()
+    assert before == [(None, 1_650)]
     keys = fresh_db.execute("select distinct run, role, rank_id from memory_blocks").fetchall()
     assert keys == [(KEY["run"], KEY["role"], KEY["rank_id"])]

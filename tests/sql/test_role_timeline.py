@@ -16,6 +16,7 @@ RANGES = [  # (role, rank_id, capture, step, source, domain, name, start_ns, end
     ("actor", 2, "mstx/rank2", 4, "mstx", "default", "forward", 2_050, 2_100, "epoch"),  # not a role span
     ("actor", 3, "other/rank3", 4, "mstx", "default", "forward", 10, 99_999, "epoch"),  # neither span nor window
     ("critic", 4, "prof/rank4", 7, "profiler", "default", "window", 3_000, 3_500, "epoch"),
+    ("critic", 6, "quiet/rank6", 7, "profiler", "default", "window", 3_100, 3_300, "epoch"),  # recorded nothing
     ("critic", 4, "prof/rank4", 7, "profiler", "default", "window", 3_600, 3_800, "epoch"),
     ("critic", 5, "events/rank5", 7, "torch_annotation", "default", "ProfilerStep#1", 4_000, 4_900, "epoch"),
     ("critic", 5, "events/rank5", 7, "torch_annotation", "default", "late", 9_000, 9_999, "nsys_session"),
@@ -25,7 +26,7 @@ OPS = [  # (role, rank_id, capture, step, ts_ns, dur_ns)
     ("actor", 2, "mstx/rank2", 4, 1_990, 10),
     ("actor", 3, "other/rank3", 4, 500, 20),
     ("actor", 3, "other/rank3", 4, 700, None),
-    ("critic", 4, "prof/rank4", 7, 2_000, 5_000),  # outside the profiler's own window: it wins
+    ("critic", 4, "prof/rank4", 7, 2_000, 5_000),  # outside the declared window: the events win
     ("critic", 5, "events/rank5", 7, 4_100, 1_000),
 ]
 MEMORY = [("critic", 5, "events/rank5", 7, 3_900, None), ("actor", 3, "other/rank3", 4, 600, 800)]
@@ -49,8 +50,9 @@ def _expected() -> list[tuple]:
         recorded[(role, rank, capture, step)].append((alloc, release if release is not None else alloc))
     for role, rank, capture, step, ts in TORCH:
         recorded[(role, rank, capture, step)].append((ts, ts))
-    with_profiler = {(rank, capture) for _, rank, capture, _ in profiler}
-    windows = {**profiler, **{k: v for k, v in recorded.items() if (k[1], k[2]) not in with_profiler}}
+    # The span is what the events cover; the declared window only where nothing was recorded.
+    with_events = {(rank, capture) for _, rank, capture, _ in recorded}
+    windows = {**{k: v for k, v in profiler.items() if (k[1], k[2]) not in with_events}, **recorded}
     for (role, rank, capture, step), found in windows.items():
         if (rank, capture) not in ranged:
             spans.append((role, rank, capture, "window", role, "default", min(s for s, _ in found),
