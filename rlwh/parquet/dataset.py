@@ -89,7 +89,7 @@ from rlwh import __version__
 from rlwh.errors import RlwhError
 from rlwh.parquet.export import THIN_MARKER, is_thin, partition_keys
 from rlwh.safe_files import check_contained, fsync_path, pause_for_test
-from rlwh.sqltext import sql_ident, sql_literal
+from rlwh.sqltext import one_value, sql_ident, sql_literal
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"
@@ -348,7 +348,7 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
             else:
                 target.mkdir()
                 one = target / (pattern.replace("{i}", "0") + ".parquet")
-                count = con.execute(f"copy ({select}) to {sql_literal(one)} (format parquet)").fetchone()[0]
+                count = one_value(con.execute(f"copy ({select}) to {sql_literal(one)} (format parquet)"))
                 written = {os.path.realpath(one): int(count)} if count else {}
                 if not count:
                     one.unlink()

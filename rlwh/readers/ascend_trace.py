@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import one_value, sql_literal
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
@@ -245,7 +245,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
           from both_sources b left join threads t on b.pid = t.pid and b.tid = t.tid
         ) to {sql_literal(sink.parquet_path('ranges'))} (format parquet)"""
     )
-    return con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'").fetchone()[0]
+    return one_value(con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'"))
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pickle
 import pickletools
 from pathlib import Path
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
@@ -111,7 +112,7 @@ def _device_kind(snapshot: dict) -> str:
 class _Stacks:
     """Frames (innermost first, as PyTorch records them) -> stack_id, each distinct stack once."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rows: dict[int, dict] = {}
         self._ids: dict[tuple, int | None] = {}
 
@@ -132,6 +133,10 @@ class _Stacks:
         return self._ids[key]
 
 
+@overload
+def _int(value, where, required: Literal[True] = True) -> int: ...
+@overload
+def _int(value, where, required: bool) -> int | None: ...
 def _int(value, where, required: bool = True) -> int | None:
     """`value` when it is an integer; where (text, or a function giving it) names it otherwise."""
     if value is None and not required:
@@ -160,7 +165,8 @@ def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks, sink: Tabl
     segments = snapshot["segments"]
     if not isinstance(segments, list):
         raise SourceError(f"{path}: segments is a {type(segments).__name__}, not a list")
-    seg_rows, block_rows = [], []
+    seg_rows: list[dict[str, Any]] = []
+    block_rows: list[dict[str, Any]] = []
     for i, seg in enumerate(segments):
         where = f"{path}: segments[{i}]"
         if not isinstance(seg, dict):
@@ -257,7 +263,8 @@ class _Rows:
     """One table's rows, written BATCH_ROWS at a time so a long trace never sits in memory as dicts."""
 
     def __init__(self, sink: TableSink, table: str, schema: pa.Schema):
-        self.sink, self.table, self.schema, self.rows = sink, table, schema, []
+        self.sink, self.table, self.schema = sink, table, schema
+        self.rows: list[dict] = []
 
     def add(self, row: dict) -> None:
         self.rows.append(row)
@@ -305,10 +312,10 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"))
     kind = _device_kind(snapshot)
     stacks = _Stacks()
-    devices = _segments(path, snapshot, kind, stacks, sink)
+    segment_devices = _segments(path, snapshot, kind, stacks, sink)
     clock, traced, first_ns = _traces(path, snapshot, kind, stacks, sink)
     _write(sink, "call_stacks", list(stacks.rows.values()), CALL_STACKS_SCHEMA)
-    devices = sorted(devices | traced)
+    devices = sorted(segment_devices | traced)
     # A ranks row for the capture: its device when it has one, its trace's first time.
     rank = {"device": devices[0] if len(devices) == 1 else None, "capture_started_ns": first_ns,
             "metadata": {"snapshot_devices": devices, "snapshot_clock": clock}}

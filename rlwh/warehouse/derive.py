@@ -17,6 +17,7 @@ from typing import Callable
 import duckdb
 
 from rlwh.assets import asset_dir
+from rlwh.sqltext import one_value
 from rlwh.stacks import library_pattern
 
 # The tables whose rows feed ingest/derived/memory.sql.
@@ -119,7 +120,7 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     row = con.execute("select max(value) from _rlwh_settings where name = 'library_frames'").fetchone()
     rule = row[0] if row and row[0] else library_pattern()
     con.execute("delete from _stack_user_frames where rule <> ?", [rule])
-    before = con.execute("select count(*) from _stack_user_frames").fetchone()[0]
+    before = one_value(con.execute("select count(*) from _stack_user_frames"))
     con.execute(
         """insert into _stack_user_frames
         select s.stack_id, list_filter(string_split(s.stack, chr(10)), f -> not regexp_matches(f, $rule))[1], $rule
@@ -127,7 +128,7 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
         anti join _stack_user_frames as u on s.stack_id = u.stack_id""",
         {"rule": rule},
     )
-    return con.execute("select count(*) from _stack_user_frames").fetchone()[0] - before
+    return one_value(con.execute("select count(*) from _stack_user_frames")) - before
 
 
 def catch_up(con: duckdb.DuckDBPyConnection, migrations_added_derived: bool) -> bool:
