@@ -151,7 +151,7 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
                     skipped, first_skipped = skipped + 1, first_skipped or i
                     continue
                 kept_events += 1
-                args = event.get("args") if isinstance(event.get("args"), dict) else {}
+                args = found if isinstance(found := event.get("args"), dict) else {}
                 row = {
                     "cat": _text(event.get("cat")),
                     "name": _text(event.get("name")),
