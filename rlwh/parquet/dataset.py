@@ -251,6 +251,7 @@ def _clean(root: Path, current: Path | None) -> None:
     """Delete what a killed publish left: generations without a manifest or newer than
     `current` (written, never published) and temp symlinks."""
     current_number = _gen_number(current) if current is not None else -1
+    assert current_number is not None  # current_generation checked its name
     for number, path in _generations(root):
         if number > current_number or not (path / MANIFEST).is_file():
             shutil.rmtree(path, ignore_errors=True)
@@ -458,6 +459,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
             files: list[dict] = []
             group_info: dict[str, dict] = {}
             for gid, info in old["groups"].items():
+                assert prev is not None  # only a previous generation has groups to carry
                 if gid in groups or gid in drop:
                     continue
                 for entry in old["files"]:
