@@ -25,6 +25,7 @@ test: install
 
 lint: install
 	$(BIN)/ruff check rlwh tests bench
+	$(BIN)/mypy rlwh
 	$(BIN)/python -m rlwh.docs --check
 
 docs: install
