@@ -37,6 +37,7 @@ coverage: install
 
 lint: install
 	$(BIN)/ruff check rlwh tests bench
+	$(BIN)/mypy rlwh
 	$(BIN)/python -m rlwh.docs --check
 
 docs: install

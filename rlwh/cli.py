@@ -157,7 +157,7 @@ def _progress_printer(quiet: bool):
               help="Dataset mode: write a Parquet dataset here, and --db as a thin file of views over it "
                    "(default: [warehouse] dataset; unset, a normal warehouse).")
 @warehouse_options
-def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset):
+def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset) -> None:
     """Load every role's and rank's profiler files under PROFILE_DIR.
 
     Unchanged files are skipped; a changed file replaces its own rows. A bad file never

@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
 import tomllib
 
@@ -97,7 +98,7 @@ _patterns.__name__ = "list of regular expressions"
 _strings.__name__ = "list of strings"
 _boolean.__name__ = "boolean"
 
-_KEYS = {
+_KEYS: dict[tuple[str, str], tuple[str, Callable[[Any], Any]]] = {
     ("warehouse", "path"): ("db_path", Path),
     ("warehouse", "dataset"): ("dataset", Path),
     ("warehouse", "threads"): ("threads", int),

@@ -120,8 +120,8 @@ def run_demo(out: Path) -> int:
     try:
         from rlwh.report import build_report
     except ImportError:
-        build_report = None
-    if build_report is not None:
+        pass  # no reports without their dependencies
+    else:
         pages = build_report(config, out=out / "reports")
         print(f"\nreports: {len(pages)} pages, open {out / 'reports' / 'index.html'}")
     print(f"\nexplore: {Path(sys.executable).parent / 'duckdb'} -readonly {config.db_path}")

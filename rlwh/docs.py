@@ -48,6 +48,7 @@ def _command_sections(command: click.Command, ctx: click.Context, name: str) -> 
     if isinstance(command, click.Group):
         for sub_name in sorted(command.list_commands(ctx)):
             sub = command.get_command(ctx, sub_name)
+            assert sub is not None  # list_commands named it
             with click.Context(sub, info_name=f"{name} {sub_name}", parent=ctx, terminal_width=100,
                                max_content_width=100) as sub_ctx:
                 out += _command_sections(sub, sub_ctx, f"{name} {sub_name}")
@@ -62,6 +63,7 @@ def commands_markdown() -> str:
         out += ["```", cli.get_help(ctx), "```", ""]
         for name in sorted(cli.list_commands(ctx)):
             command = cli.get_command(ctx, name)
+            assert command is not None  # list_commands named it
             with click.Context(command, info_name=f"rlwh {name}", parent=ctx, terminal_width=100,
                                max_content_width=100) as sub:
                 out += _command_sections(command, sub, f"rlwh {name}")

@@ -78,6 +78,7 @@ def ray_pool(tasks: list[Task], parts: Path, config: Config) -> Iterator[tuple[T
         missing = {n["node_id"] for n in nodes if n["rlwh"] is None}
         with staged_rlwh(parts, mine) if missing else contextlib.nullcontext() as package:
             if missing:
+                assert package is not None  # staged_rlwh's folder
                 owned = reconnect_shipping(ray, address, package, owned, nodes)
                 nodes = probe_nodes(ray, parts, tasks)
                 check_versions(nodes, mine)
@@ -301,7 +302,8 @@ def placements(tasks: list[Task], nodes: list[dict]) -> dict[str, str | None]:
     """
     workers = [n for n in nodes if n["cpus"] > 0]
     holding = {n["node_id"]: set(n["has"]) for n in workers}
-    chosen, turn, index = {}, 0, 0
+    chosen: dict[str, str | None] = {}
+    turn = index = 0
     for task in tasks:
         mine = range(index, index + len(task.paths))
         index += len(task.paths)

@@ -26,7 +26,7 @@ from rlwh.ingest.load import delete_rows_of, ignored_result, load_file, set_capt
 from rlwh.ingest.parse import failed_result, parse_source
 from rlwh.ingest.plan import FileResult, Planned, file_context
 from rlwh.safe_files import remove_orphaned
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import one_value, sql_literal
 from rlwh.warehouse import derive, schema
 from rlwh.warehouse.session import store_settings
 
@@ -93,7 +93,7 @@ def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) 
     derive.refresh(con)
     tables = {}
     for table in BUILT_TABLES:
-        if con.execute(f"select count(*) from {table}").fetchone()[0]:
+        if one_value(con.execute(f"select count(*) from {table}")):
             path = out / f"{table}.parquet"
             con.execute(f"copy {table} to {sql_literal(str(path))} (format parquet)")
             tables[table] = str(path)

@@ -229,7 +229,8 @@ def _capture_problems(files: list[SourceFile]) -> list[Problem]:
 
 def _ranks_text(ranks: set[int]) -> str:
     """{0, 1, 2, 3, 7} -> '0-3,7'."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for r in sorted(ranks):
         if run and r == run[-1] + 1:
             run.append(r)

@@ -175,6 +175,7 @@ def place(folders: tuple[str, ...]) -> tuple[int | None, int | None, str | None]
             rank = rank_in_name(name) if rank is None else rank
         elif _is_step_folder(name):
             match = _STEP_FOLDER.fullmatch(name)
+            assert match is not None  # as _is_step_folder said
             step = int(match.group(1) or match.group(2)) if step is None else step
         elif not _is_capture_folder(name) and role is None:
             role = name
@@ -203,9 +204,9 @@ def profiler_start_ns(info: dict) -> int | None:
         return None
     values = [_as_int(end.get("collectionTimeEnd")), _as_int(end.get("MonotonicTimeEnd")),
               _as_int(start.get("start_monotonic"))]
-    if None in values:
-        return None
     epoch_end, mono_end, mono_start = values
+    if epoch_end is None or mono_end is None or mono_start is None:
+        return None
     if not 0 <= mono_end - mono_start < 10**15:  # over 11 days: not one capture's clocks
         return None
     return epoch_end - (mono_end - mono_start)
@@ -306,8 +307,8 @@ def _ascend_capture(here: Path, root: Path, entries: list[str]) -> _Capture:
     if isinstance(metadata.get("role"), str) and metadata["role"].strip():
         role = metadata["role"]
     infos = [n for n in entries if _PROFILER_INFO.fullmatch(n)]
-    if infos:
-        rank = int(_PROFILER_INFO.fullmatch(infos[0]).group(1))
+    if infos and (info_name := _PROFILER_INFO.fullmatch(infos[0])) is not None:  # it matched above
+        rank = int(info_name.group(1))
     capture = _Capture(here, rel.as_posix(), role or root.name, rank, step, None, None, infos)
     if rank is None:
         capture.problem = (f"{rel.as_posix()}: no profiler_info_<rank>.json and no rank<k> folder, "
@@ -457,6 +458,6 @@ def _set_capture_starts(files: list[SourceFile], captures: list[_Capture]) -> No
             c.started_ns = name_time_ns(c.dir.name, offset)
     by_rel = {c.rel: c for c in captures}
     for f in files:
-        c = by_rel.get(f.capture) if f.capture else None
-        if c is not None:
-            f.capture_started_ns = c.started_ns
+        owner = by_rel.get(f.capture) if f.capture else None
+        if owner is not None:
+            f.capture_started_ns = owner.started_ns

@@ -27,7 +27,7 @@ _EVENT_TIMES = (("cpu_ops", "ts_ns"), ("memory_records", "alloc_ns"), ("ranges",
                 ("memory_usage", "ts_ns"), ("npu_module_memory", "ts_ns"))
 
 
-def ignored_result(reason: str) -> ParseResult:
+def ignored_result(reason: str | None) -> ParseResult:
     """What an ignored file 'parses' to: no rows, the reason as its message."""
     return {**failed_result(reason), "status": "ignored"}
 
@@ -107,6 +107,7 @@ def delete_rows_of(con, p: Planned) -> None:
     """Remove the rows an earlier version of the file loaded (a scan of every fact table,
     so skipped for files seen for the first time)."""
     if p.loaded_before:
+        assert p.source_id is not None  # a target assigns it before loading
         derive.mark_source(con, p.source_id)
         for table in FACT_TABLES:
             con.execute(f"delete from {table} where source_id = ?", [p.source_id])
@@ -117,6 +118,7 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
 
     with_step: the tables that have a step column (tables_with_step, once per ingest:
     it costs ~4 ms, which thousands of GMM dumps would pay each)."""
+    assert p.source_id is not None  # a target assigns it before loading
     s = p.source
     rank = dict(parsed.get("rank") or {})
     rank = {k: v for k, v in rank.items() if v is not None}
@@ -181,8 +183,8 @@ def set_capture_starts(con, run: str, captures: set) -> None:
     Its files load in separate transactions and any order, so this runs once all of them
     have: the ranks row from profiler_info holds the profiler's own start until then.
     """
-    captures = sorted(c for c in captures if c)
-    if not captures:
+    names = sorted(c for c in captures if c)
+    if not names:
         return
     tables = con.execute("select table_name from duckdb_tables() where schema_name = 'main'").fetchall()
     present = {r[0] for r in tables}
@@ -198,7 +200,7 @@ def set_capture_starts(con, run: str, captures: set) -> None:
             f"""update ranks set capture_started_ns = e.first_ns
                 from (select capture, min(first_ns) as first_ns from ({firsts}) group by capture) as e
                 where ranks.run = $run and ranks.capture = e.capture and e.first_ns is not null""",
-            {"run": run, "captures": captures},
+            {"run": run, "captures": names},
         )
         con.execute("commit")
     except BaseException:

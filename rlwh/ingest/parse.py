@@ -47,7 +47,7 @@ def parse_source(kind: str, path: str, context: FileContext, out_dir: str) -> Pa
     try:
         outcome = jobs()[kind].read_function()(Path(path), sink, context)
         sink.close()
-        result.update(status=outcome.status, message=outcome.message, rank=outcome.rank)
+        result["status"], result["message"], result["rank"] = outcome.status, outcome.message, outcome.rank
         for table, parts in sink.tables().items():
             result["tables"][table] = [str(p) for p in parts]
             result["rows"][table] = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)

@@ -18,6 +18,7 @@ import duckdb
 from rlwh.config import Config
 from rlwh.ingest.discover import SourceFile
 from rlwh.ingest.fingerprint import fingerprint
+from rlwh.sqltext import one_value
 
 # progress(files_done, files_total, bytes_done, bytes_total, current file or step)
 Progress = Callable[[int, int, int, int, str], None]
@@ -154,7 +155,7 @@ def read_plan(con: duckdb.DuckDBPyConnection | None, run: str, profile_dir: Path
     that still needs migrating is read the same way."""
     if con is None:
         return Plan(run, profile_dir, files, {})
-    next_id = con.execute("select coalesce(max(source_id), 0) + 1 from sources").fetchone()[0]
+    next_id = one_value(con.execute("select coalesce(max(source_id), 0) + 1 from sources"))
     first = con.execute("select first_ingested_at from runs where run = ?", [run]).fetchone()
     return Plan(run, profile_dir, files, known_sources(con, run), next_id, first[0] if first else None,
                 schema_behind)

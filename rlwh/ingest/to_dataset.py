@@ -70,6 +70,7 @@ def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Pat
 def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
     """Build every changed capture of `plan` in the workers and publish a generation;
     fills `summary`. The runner holds the writer lock."""
+    assert config.dataset is not None  # the runner picks this target in dataset mode only
     run = plan.run
     total_bytes = plan.total_bytes
     next_id = plan.next_source_id

@@ -23,6 +23,7 @@ from rlwh.ingest.load import ignored_result, load_file, set_capture_starts, tabl
 from rlwh.ingest.parse import failed_result, parse_source
 from rlwh.ingest.plan import FileResult, IngestSummary, Plan, Planned, Progress, file_context, utc
 from rlwh.safe_files import pause_for_test
+from rlwh.sqltext import one_value
 from rlwh.warehouse import derive
 from rlwh.warehouse.session import working_copy
 
@@ -45,7 +46,7 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
                 continue
             p.loaded_before = known is not None
-            p.source_id = known[0] if known else con.execute("select nextval('_source_ids')").fetchone()[0]
+            p.source_id = known[0] if known else one_value(con.execute("select nextval('_source_ids')"))
             if p.source.ignored or p.source.problem:
                 parsed = ignored_result(p.source.reason) if p.source.ignored else failed_result(p.source.problem)
                 result = load_file(con, run, p, parsed)

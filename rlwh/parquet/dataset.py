@@ -89,7 +89,7 @@ from rlwh import __version__
 from rlwh.errors import RlwhError
 from rlwh.parquet.export import THIN_MARKER, is_thin, partition_keys
 from rlwh.safe_files import check_contained, fsync_path, pause_for_test
-from rlwh.sqltext import sql_ident, sql_literal
+from rlwh.sqltext import one_value, sql_ident, sql_literal
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"
@@ -251,6 +251,7 @@ def _clean(root: Path, current: Path | None) -> None:
     """Delete what a killed publish left: generations without a manifest or newer than
     `current` (written, never published) and temp symlinks."""
     current_number = _gen_number(current) if current is not None else -1
+    assert current_number is not None  # current_generation checked its name
     for number, path in _generations(root):
         if number > current_number or not (path / MANIFEST).is_file():
             shutil.rmtree(path, ignore_errors=True)
@@ -348,7 +349,7 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
             else:
                 target.mkdir()
                 one = target / (pattern.replace("{i}", "0") + ".parquet")
-                count = con.execute(f"copy ({select}) to {sql_literal(one)} (format parquet)").fetchone()[0]
+                count = one_value(con.execute(f"copy ({select}) to {sql_literal(one)} (format parquet)"))
                 written = {os.path.realpath(one): int(count)} if count else {}
                 if not count:
                     one.unlink()
@@ -458,6 +459,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
             files: list[dict] = []
             group_info: dict[str, dict] = {}
             for gid, info in old["groups"].items():
+                assert prev is not None  # only a previous generation has groups to carry
                 if gid in groups or gid in drop:
                     continue
                 for entry in old["files"]:

@@ -55,7 +55,7 @@ from rlwh import __version__
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.safe_files import check_contained, remove_orphaned
-from rlwh.sqltext import sql_ident, sql_literal
+from rlwh.sqltext import one_value, sql_ident, sql_literal
 from rlwh.warehouse.schema import view_files
 from rlwh.warehouse.session import connect_read
 
@@ -67,9 +67,9 @@ _TMP_PREFIX = ".rlwh-export-"
 
 def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
     """True on a dataset's thin file (rlwh.parquet.dataset): its tables are views over Parquet."""
-    return bool(con.execute(
+    return bool(one_value(con.execute(
         "select count(*) from duckdb_tables() where database_name = current_database() and table_name = ?",
-        [THIN_MARKER]).fetchone()[0])
+        [THIN_MARKER])))
 
 
 def _thin_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -133,7 +133,7 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: s
     if run is not None and "run" in columns:
         where, params = "where run = ?", [run]
     select = f"select * from {sql_ident(table)} {where}"
-    count = con.execute(f"select count(*) from ({select})", params).fetchone()[0]
+    count = one_value(con.execute(f"select count(*) from ({select})", params))
     if count == 0:
         # No rows, so no partitions: one empty file keeps the table and its schema readable.
         target.mkdir()
@@ -141,12 +141,12 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, target: Path, run: s
         return 0
     if keys:
         options = f"format parquet, partition_by ({', '.join(keys)})"
-        written = con.execute(f"copy ({select}) to {sql_literal(target)} ({options})", params).fetchone()[0]
+        written = one_value(con.execute(f"copy ({select}) to {sql_literal(target)} ({options})", params))
     else:
         target.mkdir()
-        written = con.execute(
+        written = one_value(con.execute(
             f"copy ({select}) to {sql_literal(target / 'data_0.parquet')} (format parquet)", params
-        ).fetchone()[0]
+        ))
     return int(written)
 
 
@@ -179,7 +179,7 @@ def export_parquet(config: Config, out: Path, run: str | None = None, views: boo
         remove_orphaned(out.parent, _TMP_PREFIX)  # exports killed midway
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", dir=out.parent))
         con.execute("begin transaction")  # one snapshot for every table
-        if run is not None and not con.execute("select count(*) from runs where run = ?", [run]).fetchone()[0]:
+        if run is not None and not one_value(con.execute("select count(*) from runs where run = ?", [run])):
             raise RlwhError(f"no run {run!r} in {config.db_path}")
         kinds = {t: "table" for t in public_tables(con)} | {v: "view" for v in (public_views(con) if views else [])}
         for table, kind in kinds.items():

@@ -224,7 +224,7 @@ def _read_row_by_row(path: Path, header: list[str], sink: TableSink) -> tuple[in
             if len(cells) != len(header):
                 bad.append(f"row {row_number}: {len(cells)} cells, the header has {len(header)}")
                 continue
-            record = {"source_row": row_number}
+            record: dict[str, object] = {"source_row": row_number}
             try:
                 for name, (column, kind) in COLUMNS.items():
                     record[column] = _convert(cells[index[name]], kind) if name in index else None

@@ -186,7 +186,7 @@ class _Reader:
                 kept.append(first + offset)
             except _Bad as exc:
                 self.problems.append(f"{label} row {first + offset}: {exc}")
-        by_column = list(zip(*good)) if good else [[] for _ in fields]
+        by_column = list(zip(*good)) if good else [() for _ in fields]
         return [pa.array(list(c), type=f.type) for c, f in zip(by_column, fields)], kept
 
 

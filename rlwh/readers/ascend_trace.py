@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import one_value, sql_literal
 from rlwh.stacks import top_frame_sql
 
 OVERLAP_PROCESS = "Overlap Analysis"
@@ -152,7 +152,7 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
                     skipped, first_skipped = skipped + 1, first_skipped or i
                     continue
                 kept_events += 1
-                args = event.get("args") if isinstance(event.get("args"), dict) else {}
+                args = found if isinstance(found := event.get("args"), dict) else {}
                 row = {
                     "cat": _text(event.get("cat")),
                     "name": _text(event.get("name")),
@@ -246,7 +246,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
           from both_sources b left join threads t on b.pid = t.pid and b.tid = t.tid
         ) to {sql_literal(sink.parquet_path('ranges'))} (format parquet)"""
     )
-    return con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'").fetchone()[0]
+    return one_value(con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'"))
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:

@@ -98,7 +98,8 @@ def _plan(path: Path, header: list[str], fmt: Format) -> list[tuple[Column, int 
         if match:  # "Communication(Not Overlapped)" is a name: only unit suffixes match
             by_name.setdefault(match.group(1), (i, match.group(2)))
         by_name.setdefault(cell, (i, None))
-    plan, missing = [], []
+    plan: list[tuple[Column, int | None, int]] = []
+    missing: list[str] = []
     for column in fmt.columns:
         found = next((by_name[h] for h in column.headers if h in by_name), None)
         if found is None:
@@ -110,7 +111,7 @@ def _plan(path: Path, header: list[str], fmt: Format) -> list[tuple[Column, int 
         factor = 1
         if column.kind in ("time", "size"):
             unit = unit or column.default_unit
-            kind, factor = _FACTORS.get(unit, (None, 0))
+            kind, factor = _FACTORS.get(unit, (None, 0)) if unit is not None else (None, 0)
             if kind != column.kind:
                 raise SourceError(f"{path}: column {header[index]!r} (row 0) has no {column.kind} unit rlwh knows")
         plan.append((column, index, factor))
@@ -222,7 +223,7 @@ def _read_rows(path: Path, header: list[str], plan: list, fmt: Format, sink: Tab
                 if len(cells) != len(header):
                     bad.append(f"row {row_number}: {len(cells)} cells, the header has {len(header)}")
                     continue
-                record = {"source_row": row_number}
+                record: dict[str, object] = {"source_row": row_number}
                 try:
                     for column, index, factor in plan:
                         record[column.name] = None if index is None else _cell(cells[index], column, factor)

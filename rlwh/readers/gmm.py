@@ -91,14 +91,15 @@ def parse_gmm_path(rel_path: str) -> GmmPath:
     if not ranks:
         raise fail(f"no rank<k> folder in {'/'.join(folders)}")
     r = ranks[-1]
-    rank = _RANK.fullmatch(folders[r])
+    rank, step = _RANK.fullmatch(folders[r]), _STEP.fullmatch(folders[i])
+    assert rank is not None and step is not None  # r and i were chosen by these patterns
     role = None
     if r < i and i + 1 < len(folders) and folders[i + 1] != _DUMP_FOLDER:
         role = folders[i + 1]  # rank first: the role follows the step
     else:  # the nearest folder above the rank (and step) that is neither
         role = next((f for f in reversed(folders[:max(i, r)]) if not _STEP.fullmatch(f) and not _RANK.fullmatch(f)),
                     None)
-    numbers = {"step": _STEP.fullmatch(folders[i])[1], "rank": rank[1], "op index": op[1]}
+    numbers = {"step": step[1], "rank": rank[1], "op index": op[1]}
     for what, digits in numbers.items():
         if int(digits) > _INT32_MAX:
             raise fail(f"{what} {digits} does not fit an INTEGER")

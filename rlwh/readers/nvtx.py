@@ -62,8 +62,8 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     bad: dict[int, str] = {}
     for rec in _records(path, _LOOKUP_LINE, bad):
         look.add(rec)
-    rank_id = look.env.get("RANK")
-    rank_id = int(rank_id) if rank_id is not None and rank_id.isdigit() else context.get("rank_id")
+    env_rank = look.env.get("RANK")
+    rank_id = int(env_rank) if env_rank is not None and env_rank.isdigit() else context.get("rank_id")
     notes = []
     if rank_id is None and context.get("single_process_rank0"):
         rank_id = 0
@@ -132,8 +132,8 @@ def _records(path: Path, wanted: re.Pattern, bad: dict[int, str]):
 class _Lookups:
     """What pass 1 keeps: strings, domains, the capture start and the captured env."""
 
-    def __init__(self):
-        self.strings: dict[int, str] = {}
+    def __init__(self) -> None:
+        self.strings: dict[int, str | None] = {}
         self.domains: dict[tuple, dict] = {}
         self.domains_by_id: dict[int, list[dict]] = {}
         self.start_ns: int | None = None
@@ -171,7 +171,8 @@ class _Lookups:
         """A record's text: inline "text", else StringIds[textId]."""
         if rec.get("text") is not None:
             return str(rec["text"])
-        return self.strings.get(rec.get("textId"))
+        text_id = rec.get("textId")
+        return None if text_id is None else self.strings.get(text_id)
 
     def domain(self, rec: dict) -> str | None:
         """'default' for domain 0, else the name its domain-create record gave it."""
@@ -202,7 +203,7 @@ def _range_row(rec: dict, look: _Lookups, rank_id: int) -> tuple | None:
         return None
     # Event times count from the session start: UTC when the export says when that was.
     clock = EPOCH if look.utc_start_ns is not None else SESSION
-    base = look.utc_start_ns if clock == EPOCH else (look.start_ns or 0)
+    base = look.utc_start_ns if look.utc_start_ns is not None else (look.start_ns or 0)
     start_ns = base + start
     end_ns = start_ns if kind == MARK else (base + end if isinstance(end, int) else None)
     gtid = rec.get("globalTid")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import pickle
 import pickletools
 from pathlib import Path
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
@@ -117,7 +118,7 @@ def _device_kind(snapshot: dict) -> str:
 class _Stacks:
     """Frames (innermost first, as PyTorch records them) -> stack_id, each distinct stack once."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rows: dict[int, dict] = {}
         self._ids: dict[tuple, int | None] = {}
 
@@ -138,6 +139,10 @@ class _Stacks:
         return self._ids[key]
 
 
+@overload
+def _int(value, where, required: Literal[True] = True) -> int: ...
+@overload
+def _int(value, where, required: bool) -> int | None: ...
 def _int(value, where, required: bool = True) -> int | None:
     """`value` when it is an integer; where (text, or a function giving it) names it otherwise."""
     if value is None and not required:
@@ -174,7 +179,8 @@ def _segments(path: Path, snapshot: dict, kind: str, stacks: _Stacks,
     segments = snapshot["segments"]
     if not isinstance(segments, list):
         raise SourceError(f"{path}: segments is a {type(segments).__name__}, not a list")
-    seg_rows, block_rows = [], []
+    seg_rows: list[dict[str, Any]] = []
+    block_rows: list[dict[str, Any]] = []
     held: dict[int, set[int]] = {}
     for i, seg in enumerate(segments):
         where = f"{path}: segments[{i}]"
@@ -281,7 +287,7 @@ def disagreements(trace: list, held: set[int]) -> list[str]:
     - a held block of the segments whose address the trace freed last and never reallocated."""
     live: set[int] = set()
     freed: set[int] = set()
-    found = {"realloc": [], "free": []}
+    found: dict[str, list[int]] = {"realloc": [], "free": []}
     for i, entry in enumerate(trace):
         action, addr = entry.get("action"), entry.get("addr")
         if action == "alloc":
@@ -313,7 +319,8 @@ class _Rows:
     """One table's rows, written BATCH_ROWS at a time so a long trace never sits in memory as dicts."""
 
     def __init__(self, sink: TableSink, table: str, schema: pa.Schema):
-        self.sink, self.table, self.schema, self.rows = sink, table, schema, []
+        self.sink, self.table, self.schema = sink, table, schema
+        self.rows: list[dict] = []
 
     def add(self, row: dict) -> None:
         self.rows.append(row)
@@ -365,10 +372,10 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"))
     kind = _device_kind(snapshot)
     stacks = _Stacks()
-    devices, held = _segments(path, snapshot, kind, stacks, sink)
+    segment_devices, held = _segments(path, snapshot, kind, stacks, sink)
     clock, traced, first_ns, disagree = _traces(path, snapshot, kind, stacks, sink, held)
     _write(sink, "call_stacks", list(stacks.rows.values()), CALL_STACKS_SCHEMA)
-    devices = sorted(devices | traced)
+    devices = sorted(segment_devices | traced)
     # A ranks row for the capture: its device when it has one, its trace's first time.
     rank = {"device": devices[0] if len(devices) == 1 else None, "capture_started_ns": first_ns,
             "metadata": {"snapshot_devices": devices, "snapshot_clock": clock}}

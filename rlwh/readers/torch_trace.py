@@ -150,6 +150,7 @@ class _Stream:
         return data
 
     def _gunzip(self, n: int) -> bytes:
+        assert self._inflate is not None  # only a gzipped file is read here
         out = b""
         while not out and self.error is None:
             if self._inflate.eof:  # end of a gzip member: another may follow
@@ -286,7 +287,7 @@ class _Scan:
                 self.covered.add(ts, ev.get("dur"))
             if cat in OLD_CATEGORIES:
                 ev["cat"] = cat = OLD_CATEGORIES[cat]
-            handler = self.handlers.get(cat)
+            handler = self.handlers.get(cat) if cat is not None else None
             if handler is not None:
                 handler(ev, ts)
             elif ev.get("name") == "[memory]":
@@ -386,22 +387,29 @@ def _object_ending_at(text: str, j: int):
     return None
 
 
+def _skip_space(text: str, i: int) -> int:
+    """The index of the first non-space character of text at or after i."""
+    space = _WS.match(text, i)
+    assert space is not None  # \s* matches everywhere, if only the empty string
+    return space.end()
+
+
 def _members(text: str, i: int) -> dict | None:
     """Parse ', "key": value ... }' from text[i] to the end; None unless it is exactly that."""
     dec = json.JSONDecoder(parse_float=Decimal)
-    out = {}
+    out: dict[str, object] = {}
     while True:
-        i = _WS.match(text, i).end()
+        i = _skip_space(text, i)
         if text.startswith("}", i):
-            return out if _WS.match(text, i + 1).end() == len(text) else None
+            return out if _skip_space(text, i + 1) == len(text) else None
         if not text.startswith(",", i):
             return None
         try:
-            key, i = dec.raw_decode(text, _WS.match(text, i + 1).end())
-            i = _WS.match(text, i).end()
+            key, i = dec.raw_decode(text, _skip_space(text, i + 1))
+            i = _skip_space(text, i)
             if not (isinstance(key, str) and text.startswith(":", i)):
                 return None
-            out[key], i = dec.raw_decode(text, _WS.match(text, i + 1).end())
+            out[key], i = dec.raw_decode(text, _skip_space(text, i + 1))
         except ValueError:
             return None
 
@@ -599,7 +607,7 @@ class _Stacks:
 
 def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) -> dict:
     """The ranks-table facts: rank from distributedInfo, else the file name, else discovery."""
-    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    dist = info if isinstance(info := meta.get("distributedInfo"), dict) else {}
     rank_id = _int(dist.get("rank"))
     if rank_id is None and (m := _RANK_IN_NAME.search(path.name)):
         rank_id = int(m.group(1))

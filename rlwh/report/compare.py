@@ -14,7 +14,7 @@ OUTLIER_COLOR, PEAK_COLOR = "#d62728", "#1f77b4"
 STRAGGLER_COLOR, SPAN_COLOR = "#ff7f0e", "#7f9fbf"
 
 
-def _peak_chart(peaks: list[dict], axis: str) -> tuple[dict, dict | None]:
+def _peak_chart(peaks: list[dict], axis: str) -> tuple[dict, float | None]:
     trace = {
         "type": "bar", "name": "peak live MiB", "x": [f"rank {r['rank_id']}" for r in peaks],
         "y": [mib(r["peak_live_bytes"]) for r in peaks], "xaxis": "x" + axis[1:], "yaxis": axis,
@@ -49,7 +49,7 @@ def _role_figure(role: str, mine: list[dict]) -> tuple[dict, str] | None:
         return None
     xs = [f"rank {r['rank_id']}" for r in mine]
     width = 1 / len(charts)
-    layout = {"height": 340, "showlegend": False, "margin": {"l": 70, "r": 20, "t": 20, "b": 50}, "shapes": []}
+    layout: dict = {"height": 340, "showlegend": False, "margin": {"l": 70, "r": 20, "t": 20, "b": 50}, "shapes": []}
     traces = []
     for k, (title, rows, build) in enumerate(charts):
         axis = "y" if k == 0 else f"y{k + 1}"

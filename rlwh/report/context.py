@@ -35,7 +35,7 @@ def _help(text: str, **kwargs):
 @dataclass
 class Link:
     label: str
-    href: str
+    href: str | None  # None: the page is gone, so the label shows without a link
 
 
 @dataclass

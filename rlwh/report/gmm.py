@@ -23,7 +23,7 @@ INTEGER_TICKS = 40  # up to this many layers or experts get a tick each; more ge
 
 
 def _axis(title: str, values: list[int], reversed_: bool = False) -> dict:
-    axis = {"title": {"text": title}, "tickformat": "d", "type": "linear"}
+    axis: dict = {"title": {"text": title}, "tickformat": "d", "type": "linear"}
     if len(values) <= INTEGER_TICKS:
         axis.update(tickmode="array", tickvals=values)
     else:

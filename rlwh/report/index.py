@@ -46,7 +46,7 @@ def write_index(s: ReportSession, index: Path, reports: Path, state: dict | None
                               for g in known.get("regression_links", []) if isinstance(g, dict)],
         ))
     last = state.get("last_nightly") or {}
-    page = NightlyIndexPage(
+    index_page = NightlyIndexPage(
         **render.page_base("rlwh runs", index.parent, index.parent, [("All runs", index)], False),
         runs=rows, checked=bool(last), regressions_found=int(last.get("regressions_found", 0)),
         ingest_failures=int(last.get("ingest_failures", 0)),
@@ -54,4 +54,4 @@ def write_index(s: ReportSession, index: Path, reports: Path, state: dict | None
         rule=str(last.get("rule", "Regressions are checked by `rlwh nightly`.")),
     )
     index.parent.mkdir(parents=True, exist_ok=True)
-    return render.write_text(index.parent, index, render.render_page("nightly_index.html", page))
+    return render.write_text(index.parent, index, render.render_page("nightly_index.html", index_page))

@@ -33,7 +33,7 @@ from rlwh.report.context import (
 class _Strings:
     """Each distinct string once; rows refer to it by index (-1 for NULL)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.items: list[str] = []
         self._index: dict[str, int] = {}
 
@@ -198,6 +198,7 @@ def _figure(p: dict, q: _PanelRows, axis: F.TimeAxis, customdata) -> dict:
             rows.append(F.Row(yaxis, f"{label(allocator)} MiB", 1.4))
             traces += row_traces
     if usage:
+        assert component is not None  # _usage finds rows only for a component
         rows.append(F.Row(f"y{len(rows) + 1}", f"memory_usage<br>{label(component)} MiB", 1.4))
         traces += F.usage_traces(usage, component, rows[-1].axis, axis)
     if modules:

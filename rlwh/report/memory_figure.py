@@ -102,7 +102,7 @@ def live_traces(live: list[dict], axis: TimeAxis, peak: int) -> list[dict]:
 def allocator_traces(rows: list[dict], allocator: str, yaxis: str, axis: TimeAxis) -> list[dict]:
     """One allocator's live bytes, allocated and reserved, from its own rows only."""
     name = label(allocator)
-    series = (
+    series: tuple[tuple[str, str, dict], ...] = (
         ("allocator_live_bytes", f"{name}: live bytes of its blocks", {"color": LIVE_COLOR, "width": 1.5}),
         ("allocator_allocated_bytes", f"{name}: allocated (its total)", {"color": ALLOCATED_COLOR, "width": 1,
                                                                          "dash": "dot"}),
@@ -188,7 +188,7 @@ def layout(rows: list[Row], axis: TimeAxis, peak_ns: int, time_title: str) -> di
     total = sum(r.weight for r in rows)
     usable = 1 - gap * (len(rows) - 1)
     top = 1.0
-    out = {
+    out: dict = {
         "height": 230 + int(115 * total), "hovermode": "closest", "barmode": "overlay",
         "margin": {"l": 80, "r": 20, "t": 30, "b": 130},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},

@@ -24,6 +24,7 @@ from rlwh.report.context import (
     Link,
     MemoryComparePage,
     MemoryTimelinePage,
+    Page,
     RankRow,
     ReportSession,
     RoleTimelinePage,
@@ -127,7 +128,7 @@ def render_run(s: ReportSession, run: dict, out: Path,
 
     timelines = role_timeline_figures(s, name)
     if timelines:
-        page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, figures=timelines)
+        page: Page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, figures=timelines)
         written.append(_write(out, run_dir / "role_timeline.html", "role_timeline.html", page))
         links.append(Link("Role timeline (Gantt of role spans)", "role_timeline.html"))
     compare = compare_figures(skew, name)

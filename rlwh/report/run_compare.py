@@ -70,8 +70,8 @@ def write_compare_page(comparison: Comparison, out: Path, reports: Path, rule: s
             b_time_ms=r["b_time_in_role_ms"], time_change_pct=r["time_change_pct"], regression=r["regression"],
             a_memory_href=links["a"], b_memory_href=links["b"]))
     nav = [("All runs", index)] if index is not None else []
-    page = RunComparePage(
+    compare_page = RunComparePage(
         **render.page_base(f"{comparison.run_b} against {comparison.run_a}", out, out, nav, False),
         run_a=comparison.run_a, run_b=comparison.run_b, rows=rows,
         regressions=[str(g) for g in comparison.regressions], rule=rule)
-    return render.write_text(out, path, render.render_page("run_compare.html", page))
+    return render.write_text(out, path, render.render_page("run_compare.html", compare_page))

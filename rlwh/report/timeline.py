@@ -28,7 +28,7 @@ def _clock_figure(index: int, clock: str, spans: list[dict], params: dict) -> Fi
     t0 = min(r["start_ns"] for r in spans)
     rows = sorted({(r["role"], r["rank_id"]) for r in spans}, key=lambda k: (k[0], k[1]))
     row_label = {k: label(f"{k[0]} · rank {k[1]}") for k in rows}
-    traces = []
+    traces: list[dict] = []
     for k, role in enumerate(sorted({r["role"] for r in spans})):
         mine = [r for r in spans if r["role"] == role]
         color = ROLE_COLORS[k % len(ROLE_COLORS)]
@@ -56,7 +56,7 @@ def _clock_figure(index: int, clock: str, spans: list[dict], params: dict) -> Fi
             "marker": {"symbol": "line-ns-open", "size": 16, "color": color, "line": {"width": 2, "color": color}},
         })
     if epoch:
-        xaxis = {"title": {"text": "UTC (epoch clock)"}, "type": "date"}
+        xaxis: dict = {"title": {"text": "UTC (epoch clock)"}, "type": "date"}
     else:
         xaxis = {"title": {"text": f"s since {t0 / 1e9:,.6f} s on the {label(clock)} clock (the export does not say "
                                    "how that clock maps to UTC)"}, "type": "linear", "ticksuffix": " s"}

@@ -92,7 +92,7 @@ def train_metric_figures(s: ReportSession, run: str, metrics: tuple[str, ...]) -
     if not rows:
         return [], []
     profiled = s.rows(PROFILED_STEPS, {"run": run})
-    figures = []
+    figures: list[Figure] = []
     for metric in metrics:
         mine = [r for r in rows if r["metric"] == metric]
         if mine:

@@ -265,7 +265,9 @@ class _StackPool:
             if not stacks:
                 stacks.append(every[zlib.crc32(name.encode()) % len(every)])
         # Flat, grouped by name: a name's stacks are texts[start[name] : start + count].
-        self.texts, self.start, self.count = [], [], []
+        self.texts: list[str] = []
+        self.start: list[int] = []
+        self.count: list[int] = []
         for name in names:
             self.start.append(len(self.texts))
             self.count.append(len(self.by_name[name]))
@@ -359,7 +361,7 @@ class _RankGenerator:
         if self.pretty:  # the sample's layout: json indent=2, inside a 2-space array
             texts = [json.dumps(json.loads(e[2:]), indent=2).replace("\n", "\n  ")
                      for e in events.to_pylist()]
-            data = ",\n  ".join([""] + texts).encode("ascii")
+            data: bytes | memoryview = ",\n  ".join([""] + texts).encode("ascii")
         else:
             data = _text_bytes(events)
         if not self.n_events:

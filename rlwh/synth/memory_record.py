@@ -22,17 +22,19 @@ APP_OVERHEAD_MB = Decimal(300)  # the process reserves more than the allocators 
 def write_memory_record(rank_dir: Path) -> Path:
     """Write ASCEND_PROFILER_OUTPUT/memory_record.csv beside the rank's operator_memory.csv."""
     out = Path(rank_dir) / "ASCEND_PROFILER_OUTPUT"
-    events = []  # (time us, component, allocated MB, reserved MB, active MB, stream, device)
+    # (time us, component, allocated MB, reserved MB, active MB, stream, device)
+    events: list[tuple[Decimal, str, str, str, str, str, str]] = []
     with open(out / "operator_memory.csv", newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             component = "GE" if row["Name"].startswith("cann::") else "PTA"
             for when, prefix in (("Allocation Time(us)", "Allocation"), ("Release Time(us)", "Release")):
                 if row[when].strip():
-                    totals = (row[f"{prefix} Total {k}(MB)"].strip() for k in ("Allocated", "Reserved", "Active"))
-                    events.append((Decimal(row[when].strip()), component, *totals,
+                    allocated, reserved, active = (row[f"{prefix} Total {k}(MB)"].strip()
+                                                   for k in ("Allocated", "Reserved", "Active"))
+                    events.append((Decimal(row[when].strip()), component, allocated, reserved, active,
                                    row["Stream Ptr"].strip(), row["Device Type"].strip()))
     events.sort(key=lambda e: (e[0], e[1]))
-    latest = {}
+    latest: dict[str, tuple[str, str, str]] = {}
     lines, next_app = [HEADER], events[0][0] if events else None
     for ts, component, allocated, reserved, active, stream, device in events:
         while next_app is not None and next_app <= ts:

@@ -63,7 +63,7 @@ def write_snapshot(path: Path, *, device: int = 0, start_us: int, allocations: i
     segment = {"device": device, "address": base, "total_size": SEGMENT_BYTES, "allocated_size": used,
                "active_size": used, "requested_size": used, "stream": stream, "segment_type": "large",
                "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks}
-    traces = [[] for _ in range(device)] + [trace]
+    traces: list[list[dict]] = [[] for _ in range(device)] + [trace]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps({"segments": [segment], "device_traces": traces}, protocol=4))

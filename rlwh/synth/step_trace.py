@@ -34,7 +34,7 @@ def write_step_trace_time(rank_dir: Path, first_step: int = 1) -> Path:
         begin, end = b.get("begin"), b.get("end")
         if begin is None or end is None:
             continue
-        total = defaultdict(Decimal)
+        total: defaultdict[str, Decimal] = defaultdict(Decimal)
         for name, ts, dur in ranges:
             if begin <= ts < end:
                 total[name] += dur

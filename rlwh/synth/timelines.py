@@ -101,8 +101,8 @@ def write_torch_trace(path: Path, *, rank: int, world_size: int, steps: int = 3,
                      "tid": tid, "ts": _us(backward_start - 1_000), "dur": _us(t - backward_start + 1_500),
                      "args": {"Python id": py_id + 1, "Python parent id": parent}})
         py_id += 1
-        for depth, frame in enumerate(frames):  # nested in time, as a real thread's frames are
-            frame["dur"] = _us(t - step_start + 1_000 - 2 * depth)
+        for depth, event in enumerate(frames):  # nested in time, as a real thread's frames are
+            event["dur"] = _us(t - step_start + 1_000 - 2 * depth)
         t += 20_000 + rank * 3_000  # rank 1 is a little slower
         main.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
                      "tid": tid, "ts": _us(step_start), "dur": _us(t - step_start), "args": {}})
@@ -126,7 +126,8 @@ class _Allocator:
         self.pid, self.rank, self.with_addr = pid, rank, with_addr
         self.free_addrs: list[int] = []
         self.sizes: dict[int, int] = {}
-        self.next_addr, self.allocated, self.last = 0x7F0000000000, 0, 0
+        self.next_addr, self.allocated = 0x7F0000000000, 0
+        self.last: tuple[int, int] = (0, 0)  # (addr, size) of the latest allocation
 
     def allocate(self, tid: int, ts_ns: int, size: int) -> dict:
         fits = [a for a in self.free_addrs if self.sizes.get(a, 0) >= size]

@@ -18,6 +18,7 @@ import duckdb
 
 from rlwh import stacks
 from rlwh.assets import asset_dir
+from rlwh.sqltext import one_value
 from rlwh.stacks import library_pattern
 
 # The tables whose rows feed ingest/derived/memory.sql.
@@ -123,9 +124,9 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     row = con.execute("select max(value) from _rlwh_settings where name = 'library_frames'").fetchone()
     rule = row[0] if row and row[0] else library_pattern()
     recorded = f"{rule}\n-- native frames: {stacks.LINE_FRAME} unless {stacks.PYTHON_LINE_FRAME}"
-    stale = con.execute("select count(*) from _stack_user_frames where rule <> ?", [recorded]).fetchone()[0]
+    stale = one_value(con.execute("select count(*) from _stack_user_frames where rule <> ?", [recorded]))
     con.execute("delete from _stack_user_frames where rule <> ?", [recorded])
-    before = con.execute("select count(*) from _stack_user_frames").fetchone()[0]
+    before = one_value(con.execute("select count(*) from _stack_user_frames"))
     con.execute(
         f"""insert into _stack_user_frames
         select s.stack_id, {stacks.user_frame_sql('s.stack', '$rule')}, $recorded
@@ -136,7 +137,7 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     if stale and _is_table(con, "call_stacks"):  # readers write new stacks under the current rule
         con.execute(f"""update call_stacks set top_frame = {stacks.top_frame_sql('stack')}
             where top_frame is distinct from {stacks.top_frame_sql('stack')}""")
-    return con.execute("select count(*) from _stack_user_frames").fetchone()[0] - before
+    return one_value(con.execute("select count(*) from _stack_user_frames")) - before
 
 
 def catch_up(con: duckdb.DuckDBPyConnection, migrations_added_derived: bool) -> bool:
@@ -150,7 +151,7 @@ def catch_up(con: duckdb.DuckDBPyConnection, migrations_added_derived: bool) -> 
 
 def _is_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """True when `name` is a base table here (a dataset's thin file has views over Parquet)."""
-    return con.execute("select count(*) from duckdb_tables() where table_name = ?", [name]).fetchone()[0] > 0
+    return one_value(con.execute("select count(*) from duckdb_tables() where table_name = ?", [name])) > 0
 
 
 def mark_all(con: duckdb.DuckDBPyConnection) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.sqltext import one_value
 from rlwh.warehouse import derive
 from rlwh.warehouse.session import write_session
 
@@ -37,15 +38,15 @@ def forget_run(config: Config, run: str) -> dict[str, int]:
     with write_session(config) as session:
         con = session.con
         derive.catch_up(con, session.derived_stale)
-        known = con.execute(
+        known = one_value(con.execute(
             "select (select count(*) from runs where run = ?) + (select count(*) from sources where run = ?)",
             [run, run],
-        ).fetchone()[0]
+        ))
         if not known:
             raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
         con.execute("begin transaction")
         for table in tables_with_runs(con):
-            count = con.execute(f'delete from "{table}" where run = ?', [run]).fetchone()[0]
+            count = one_value(con.execute(f'delete from "{table}" where run = ?', [run]))
             if count:
                 removed[table] = int(count)
         con.execute("commit")

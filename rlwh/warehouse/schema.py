@@ -18,7 +18,7 @@ import duckdb
 
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import one_value, sql_literal
 
 # A migration holding this line adds or changes derived tables: they are recomputed after it.
 AFTER_REFRESH = "-- after: refresh derived tables"
@@ -54,9 +54,9 @@ def migration_files() -> list[tuple[int, Path]]:
 
 
 def applied_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
-    exists = con.execute(
+    exists = one_value(con.execute(
         "select count(*) from duckdb_tables() where table_name = '_rlwh_migrations'"
-    ).fetchone()[0]
+    ))
     if not exists:
         return []
     return con.execute("select version, name from _rlwh_migrations order by version").fetchall()
