@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from rlwh.errors import SourceError
+from rlwh.readers.ascend_db_device import device_rows
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack, scaled
 
 BATCH_ROWS = 65536
@@ -374,6 +375,13 @@ def _overlap_ranges(r: _Reader) -> None:
           ("", "", "type", "startNs", "endNs", "", "type", "type"))
 
 
+def _device_ops(r: _Reader) -> None:
+    """TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP: rlwh.readers.ascend_db_device."""
+    for batch in device_rows(r.con, r.tables, r.problems):
+        r.sink.write("device_ops", batch)
+        r.rows += batch.num_rows
+
+
 def text_export_beside(path: Path) -> list[str]:
     return [name for name in TEXT_EXPORT_FILES if (path.parent / name).is_file()]
 
@@ -400,7 +408,9 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
                  ("STEP_TIME", lambda: _step_times(reader)),
                  ("PYTORCH_API", lambda: _cpu_ops(reader, strings)),
                  ("PYTORCH_API", lambda: _mstx_ranges(reader)),
-                 ("OVERLAP_ANALYSIS", lambda: _overlap_ranges(reader))]
+                 ("OVERLAP_ANALYSIS", lambda: _overlap_ranges(reader)),
+                 ("TASK", lambda: _device_ops(reader)),
+                 ("COMMUNICATION_OP", lambda: "TASK" in reader.tables or _device_ops(reader))]
         for table, step in steps:
             if table in reader.tables or table == "STEP_TIME":
                 step()

@@ -42,3 +42,11 @@ def collective_sql(name: str, source_name: str = "null") -> str:
 def is_communication_sql(name: str) -> str:
     """SQL: true when `name` is a collective library's kernel or op (ncclKernel_*, hcom_*)."""
     return f"regexp_matches(lower({name}), '{_COMMUNICATION_NAME}')"
+
+
+def collective_of(name: str | None) -> str | None:
+    """collective_sql's rule in Python, for readers without DuckDB (the Ascend db)."""
+    if not name:
+        return None
+    squashed = name.lower().replace("_", "").replace("-", "")
+    return next((value for word, value in COLLECTIVES if word in squashed), None)
