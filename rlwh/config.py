@@ -38,6 +38,7 @@ class Config:
     nightly_index: Path = Path("reports_out/index.html")
     peak_memory_pct: float = 10.0
     role_span_pct: float = 10.0
+    straggler_wait_ms: float = 1.0  # stragglers.is_straggler: others waited for the rank longer than this
     ops_per_layer: int = 3
     usage_component: str = "PTA+GE"
     library_frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES
@@ -93,6 +94,7 @@ _KEYS = {
     ("nightly", "index"): ("nightly_index", Path),
     ("thresholds", "peak_memory_pct"): ("peak_memory_pct", float),
     ("thresholds", "role_span_pct"): ("role_span_pct", float),
+    ("thresholds", "straggler_wait_ms"): ("straggler_wait_ms", float),
     ("gmm", "ops_per_layer"): ("ops_per_layer", int),
     ("stacks", "library_frames"): ("library_frames", _patterns),
     ("stacks", "stdlib_is_library"): ("stdlib_is_library", _boolean),

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from rlwh.errors import SourceError
-from rlwh.readers.ascend_db_device import device_rows
+from rlwh.readers.ascend_db_device import device_rows, empty_device_ops
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack, scaled
 
 BATCH_ROWS = 65536
@@ -377,9 +377,13 @@ def _overlap_ranges(r: _Reader) -> None:
 
 def _device_ops(r: _Reader) -> None:
     """TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP: rlwh.readers.ascend_db_device."""
+    written = 0
     for batch in device_rows(r.con, r.tables, r.problems):
         r.sink.write("device_ops", batch)
-        r.rows += batch.num_rows
+        written += batch.num_rows
+    r.rows += written
+    if not written:  # the job's SQL reads these columns even when the db holds no device rows
+        empty_device_ops(r.sink)
 
 
 def text_export_beside(path: Path) -> list[str]:
@@ -408,12 +412,11 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
                  ("STEP_TIME", lambda: _step_times(reader)),
                  ("PYTORCH_API", lambda: _cpu_ops(reader, strings)),
                  ("PYTORCH_API", lambda: _mstx_ranges(reader)),
-                 ("OVERLAP_ANALYSIS", lambda: _overlap_ranges(reader)),
-                 ("TASK", lambda: _device_ops(reader)),
-                 ("COMMUNICATION_OP", lambda: "TASK" in reader.tables or _device_ops(reader))]
+                 ("OVERLAP_ANALYSIS", lambda: _overlap_ranges(reader))]
         for table, step in steps:
             if table in reader.tables or table == "STEP_TIME":
                 step()
+        _device_ops(reader)
     except sqlite3.DatabaseError as exc:
         reader.problems.append(f"unreadable ({exc})")
     finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlite3
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from rlwh.readers.device_names import collective_of
 
@@ -113,3 +114,8 @@ def device_rows(con: sqlite3.Connection, tables: set[str], problems: list[str]):
             problems.append(f"COMMUNICATION_OP: unreadable ({exc}); device_ops keep the rows read before")
     if rows:
         yield pa.RecordBatch.from_pylist(rows, SCHEMA)
+
+
+def empty_device_ops(sink) -> None:
+    """An empty staging file with SCHEMA's columns, which the job's SQL reads by name."""
+    pq.write_table(SCHEMA.empty_table(), sink.parquet_path("device_ops"))
