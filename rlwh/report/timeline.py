@@ -1,4 +1,5 @@
-"""The role timeline of a run (RL-Insight's Gantt of role spans): one chart per clock.
+"""The role timeline of a run (RL-Insight's Gantt of role spans): one chart per role and
+clock, each rank's device lanes (compute, communication, idle) under its spans.
 
 role_timeline's `clock` says what its times count: 'epoch' (drawn on a date axis, UTC)
 or an NVTX export's 'nsys_session' clock, whose zero the export does not tie to the
@@ -23,40 +24,58 @@ def _date(ns: int) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") + f".{(ns % 1_000_000_000) // 1000:06d}"
 
 
-def _clock_figure(index: int, clock: str, spans: list[dict], params: dict) -> Figure:
+# Darker and lighter than any role colour, so a lane never reads as a role.
+LANE_COLORS = {"compute": "#1b5e20", "communication": "#b35806", "idle": "#dcdcdc"}
+LANES = ("compute", "communication", "idle")
+
+
+def _bars(rows: list[dict], epoch: bool, t0: int, clock: str, y, name: str, color: str, hover) -> list[dict]:
+    """A bar trace (and a tick at each bar's start, so a bar under a pixel still shows)."""
+    if epoch:  # a date axis: bars start at a date and are as long as their duration in ms
+        base = [_date(r["start_ns"]) for r in rows]
+        length = [r["dur_ns"] / 1e6 for r in rows]
+    else:
+        base = [(r["start_ns"] - t0) / 1e9 for r in rows]
+        length = [r["dur_ns"] / 1e9 for r in rows]
+    ys = [y(r) for r in rows]
+    texts = [hover(r) for r in rows]
+    return [
+        {"type": "bar", "orientation": "h", "name": name, "y": ys, "base": base, "x": length, "hovertext": texts,
+         "hoverinfo": "text", "legendgroup": name, "marker": {"color": color}},
+        {"type": "scatter", "mode": "markers", "name": name, "legendgroup": name, "showlegend": False, "y": ys,
+         "x": base, "hovertext": texts, "hoverinfo": "text",
+         "marker": {"symbol": "line-ns-open", "size": 16, "color": color, "line": {"width": 2, "color": color}}},
+    ]
+
+
+def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict], lanes: list[dict],
+                 params: dict, reduced: str) -> Figure:
+    """One role on its own time axis: its spans per rank, each rank's device lanes under them."""
     epoch = clock == "epoch"
-    t0 = min(r["start_ns"] for r in spans)
-    rows = sorted({(r["role"], r["rank_id"]) for r in spans}, key=lambda k: (k[0], k[1]))
-    row_label = {k: label(f"{k[0]} · rank {k[1]}") for k in rows}
-    traces = []
-    for k, role in enumerate(sorted({r["role"] for r in spans})):
-        mine = [r for r in spans if r["role"] == role]
-        color = ROLE_COLORS[k % len(ROLE_COLORS)]
-        if epoch:  # a date axis: bars start at a date and are as long as their duration in ms
-            base = [_date(r["start_ns"]) for r in mine]
-            length = [r["dur_ns"] / 1e6 for r in mine]
-            when = [f"{utc_text(r['start_ns'])} UTC" for r in mine]
-        else:
-            base = [(r["start_ns"] - t0) / 1e9 for r in mine]
-            length = [r["dur_ns"] / 1e9 for r in mine]
-            when = [f"{r['start_ns'] / 1e9:,.6f} s on the {label(clock)} clock" for r in mine]
-        traces.append({
-            "type": "bar", "orientation": "h", "name": label(role),
-            "y": [row_label[(r["role"], r["rank_id"])] for r in mine], "base": base, "x": length,
-            "hovertext": [f"{label(r['role'])} · rank {r['rank_id']}<br>{label(r['source'])}: {label(r['name'])}"
-                          f"<br>capture {label(r['capture'])}<br>start {w}<br>{r['dur_ns'] / 1e6:,.3f} ms"
-                          for r, w in zip(mine, when)],
-            "hoverinfo": "text", "legendgroup": label(role), "marker": {"color": color},
-        })
-        # A tick at each span's start: a span shorter than a pixel still shows.
-        traces.append({
-            "type": "scatter", "mode": "markers", "name": label(role), "legendgroup": label(role),
-            "showlegend": False, "y": traces[-1]["y"], "x": base, "hovertext": traces[-1]["hovertext"],
-            "hoverinfo": "text",
-            "marker": {"symbol": "line-ns-open", "size": 16, "color": color, "line": {"width": 2, "color": color}},
-        })
+    t0 = min(r["start_ns"] for r in spans + lanes)
+    ranks = sorted({r["rank_id"] for r in spans + lanes})
+    lane_names = {r["rank_id"]: [lane for lane in LANES if any(x["lane"] == lane and x["rank_id"] == r["rank_id"]
+                                                               for x in lanes)] for r in spans + lanes}
+    span_row = {k: label(f"{role} · rank {k}") for k in ranks}
+    rows = [row for k in ranks for row in [span_row[k]] + [label(f"rank {k} · {lane}") for lane in lane_names[k]]]
+
+    def when(ns: int) -> str:
+        return f"{utc_text(ns)} UTC" if epoch else f"{ns / 1e9:,.6f} s on the {label(clock)} clock"
+
+    traces = _bars(spans, epoch, t0, clock, lambda r: span_row[r["rank_id"]], label(role), color,
+                   lambda r: (f"{label(r['role'])} · rank {r['rank_id']}<br>{label(r['source'])}: {label(r['name'])}"
+                              f"<br>capture {label(r['capture'])}<br>start {when(r['start_ns'])}"
+                              f"<br>{r['dur_ns'] / 1e6:,.3f} ms"))
+    for lane in LANES:
+        mine = [r for r in lanes if r["lane"] == lane]
+        if mine:
+            traces += _bars(mine, epoch, t0, clock, lambda r: label(f"rank {r['rank_id']} · {r['lane']}"),
+                            f"device {lane}", LANE_COLORS[lane],
+                            lambda r: (f"rank {r['rank_id']} · device {r['lane']}"
+                                       + (f" ({r['ops']:,} ops, overlapping ones once)" if r["ops"] else "")
+                                       + f"<br>start {when(r['start_ns'])}<br>{r['dur_ns'] / 1e6:,.3f} ms"))
     if epoch:
-        xaxis = {"title": {"text": "UTC (epoch clock)"}, "type": "date"}
+        xaxis = {"title": {"text": f"UTC (epoch clock), {label(role)}'s own time range"}, "type": "date"}
     else:
         xaxis = {"title": {"text": f"s since {t0 / 1e9:,.6f} s on the {label(clock)} clock (the export does not say "
                                    "how that clock maps to UTC)"}, "type": "linear", "ticksuffix": " s"}
@@ -64,23 +83,41 @@ def _clock_figure(index: int, clock: str, spans: list[dict], params: dict) -> Fi
     layout = {
         "barmode": "overlay", "height": 170 + 26 * len(rows), "margin": {"l": 220, "r": 20, "t": 10, "b": 70},
         "xaxis": xaxis,
-        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": [row_label[k] for k in rows],
+        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": rows,
                   "autorange": "reversed", "automargin": True},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom"}, "showlegend": True,
     }
-    total = spans[0]["total_spans"]
-    note = f"{len(spans):,} spans on {len(rows)} (role, rank) rows."
-    if total > len(spans):
-        note = f"Data reduced: the {len(spans):,} longest of {total:,} spans are drawn."
-    title = "Epoch clock (UTC)" if epoch else f"Clock {clock}: its own axis, not comparable with UTC"
-    return Figure(f"role-timeline-{index}", title, note, script_json({"data": traces, "layout": layout}),
-                  [query_text(Q.ROLE_TIMELINE, params)])
+    note = f"{len(spans):,} spans on {len(ranks)} ranks"
+    note += f", {len(lanes):,} device bars (compute and communication: union of kernels; idle: gaps)." if lanes \
+        else "."
+    if reduced:
+        note += " " + reduced
+    clock_title = "epoch clock (UTC)" if epoch else f"clock {clock}: its own axis, not comparable with UTC"
+    queries = [query_text(Q.ROLE_TIMELINE, params)] + ([query_text(Q.DEVICE_LANES, params)] if lanes else [])
+    return Figure(f"role-timeline-{index}", f"{label(role)} · {clock_title}", note,
+                  script_json({"data": traces, "layout": layout}), queries)
 
 
 def role_timeline_figures(s: ReportSession, run: str) -> list[Figure]:
-    """One Gantt per clock of the run's spans, epoch first; [] when the run has none."""
+    """One Gantt per (clock, role), epoch first, each role on its own time axis (roles run
+    minutes apart and their spans last milliseconds: on one shared axis they would be
+    slivers); [] when the run has none."""
     params = {"run": run, "max_spans": MAX_SPANS}
     spans = s.rows(Q.ROLE_TIMELINE, params)
+    lanes = s.rows(Q.DEVICE_LANES, params) if spans else []
     clocks = sorted({r["clock"] for r in spans}, key=lambda c: (c != "epoch", c))
-    return [_clock_figure(i, clock, [r for r in spans if r["clock"] == clock], params)
-            for i, clock in enumerate(clocks)]
+    roles = sorted({r["role"] for r in spans})
+    colors = {role: ROLE_COLORS[k % len(ROLE_COLORS)] for k, role in enumerate(roles)}
+    figures = []
+    for clock in clocks:
+        drawn = [r for r in spans if r["clock"] == clock]
+        reduced = [f"Data reduced: the {len(drawn):,} longest of {drawn[0]['total_spans']:,} spans of this clock "
+                   "are drawn."] if drawn[0]["total_spans"] > len(drawn) else []
+        if lanes and clock == "epoch" and lanes[0]["total_bars"] > len(lanes):
+            reduced.append(f"The {len(lanes):,} longest of {lanes[0]['total_bars']:,} device bars are drawn.")
+        for role in sorted({r["role"] for r in drawn}):
+            mine = [r for r in drawn if r["role"] == role]
+            device = [r for r in lanes if r["role"] == role] if clock == "epoch" else []
+            figures.append(_role_figure(len(figures), clock, role, colors[role], mine, device, params,
+                                        " ".join(reduced)))
+    return figures
