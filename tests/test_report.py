@@ -39,10 +39,10 @@ def _config(tmp: Path) -> Config:
 
 
 def write_demo_profile(root: Path) -> Path:
-    """The demo's profile (2 roles x 2 ranks, Ascend), the real torch and GMM dumps, a broken file."""
+    """The demo's profile (2 roles x 2 ranks, Ascend, with collectives), the real torch and GMM dumps, a broken file."""
     from rlwh import synth
 
-    synth.write_ascend_profile(root / "ascend", roles=("actor_update", "rollout"), ranks=2)
+    synth.write_ascend_profile(root / "ascend", roles=("actor_update", "rollout"), ranks=2, with_collectives=True)
     for name in ("gmm_dump", "torch_profile"):
         if (FIXTURES / name).is_dir():
             shutil.copytree(FIXTURES / name, root / name)
@@ -329,6 +329,30 @@ def test_role_timeline_has_a_row_per_role_and_rank(demo):
     rows = {y for figure in figures for trace in figure["data"] for y in trace["y"]}
     assert "actor_update · rank 0" in rows and "rollout · rank 1" in rows
     assert {t["name"] for f in figures for t in f["data"]} >= {"actor_update", "rollout"}
+
+
+def test_role_timeline_draws_device_lanes_under_each_rank(demo):
+    figures = _figures((demo["out"] / "demo-run" / "role_timeline.html").read_text(encoding="utf-8"))
+    actor = next(f for f in figures if any(t["name"] == "actor_update" for t in f["data"]))
+    rows = actor["layout"]["yaxis"]["categoryarray"]
+    assert rows == [f"{row}" for k in (0, 1) for row in (f"actor_update · rank {k}", f"rank {k} · compute",
+                                                         f"rank {k} · communication", f"rank {k} · idle")]
+    lanes = {t["name"] for t in actor["data"]}
+    assert lanes == {"actor_update", "device compute", "device communication", "device idle"}
+
+
+def test_collectives_page_per_role_names_the_late_rank(demo):
+    for role in ("actor_update", "rollout"):
+        page = (demo["out"] / "demo-run" / "collectives" / f"{role}.html").read_text(encoding="utf-8")
+        figure, = _figures(page)
+        late = {t["name"]: t["y"] for t in figure["data"] if t["yaxis"] == "y"}
+        waited = {t["name"]: t["y"] for t in figure["data"] if t["yaxis"] == "y2"}
+        # The demo's rank 1 starts a second after rank 0: late at every collective, rank 0 waits.
+        assert all(v > 900 for v in late["rank 1"]) and all(v == 0 for v in late["rank 0"])
+        assert all(v > 900 for v in waited["rank 0"]) and all(v == 0 for v in waited["rank 1"])
+        assert "<td>1</td>" in page  # the stragglers table names rank 1
+    index = (demo["out"] / "demo-run" / "index.html").read_text(encoding="utf-8")
+    assert "collectives/actor_update.html" in index
 
 
 def test_role_timeline_draws_each_clock_on_its_own_axis(shaped):

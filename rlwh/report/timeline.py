@@ -29,14 +29,91 @@ LANE_COLORS = {"compute": "#1b5e20", "communication": "#b35806", "idle": "#dcdcd
 LANES = ("compute", "communication", "idle")
 
 
-def _bars(rows: list[dict], epoch: bool, t0: int, clock: str, y, name: str, color: str, hover) -> list[dict]:
+# A gap between a role's bursts of activity longer than this many times the role's busy
+# time (and than MIN_COLLAPSED_NS) is drawn as a narrow break: a role captured twice,
+# months apart, keeps bars that are pixels wide, not slivers on a months-long axis.
+COLLAPSE_FACTOR = 2
+MIN_COLLAPSED_NS = 1_000_000_000
+BREAK_SHARE = 0.04  # width of a collapsed gap, as a share of the drawn activity
+
+
+class _Axis:
+    """Where a time lands on the x axis: a date (epoch), seconds on a session clock, or, where
+    long gaps are collapsed, ms of drawn time (each burst keeps its length, gaps shrink)."""
+
+    def __init__(self, epoch: bool, intervals: list[tuple[int, int]]):
+        self.epoch, self.t0 = epoch, min(s for s, _ in intervals)
+        bursts: list[list[int]] = []
+        for start, end in sorted(intervals):
+            if bursts and start <= bursts[-1][1]:
+                bursts[-1][1] = max(bursts[-1][1], end)
+            else:
+                bursts.append([start, end])
+        busy = sum(e - s for s, e in bursts)
+        limit = max(MIN_COLLAPSED_NS, COLLAPSE_FACTOR * busy)
+        clusters = [list(bursts[0])]
+        for start, end in bursts[1:]:
+            if start - clusters[-1][1] > limit:
+                clusters.append([start, end])
+            else:
+                clusters[-1][1] = max(clusters[-1][1], end)
+        self.collapsed = epoch and len(clusters) > 1
+        drawn = sum(e - s for s, e in clusters)
+        gap = max(1, int(drawn * BREAK_SHARE))
+        self.clusters: list[tuple[int, int, int]] = []  # (start, end, offset ns on the drawn axis)
+        offset = 0
+        for start, end in clusters:
+            self.clusters.append((start, end, offset))
+            offset += end - start + gap
+        self.gap = gap
+
+    def at(self, ns: int):
+        if not self.collapsed:
+            return _date(ns) if self.epoch else (ns - self.t0) / 1e9
+        start, _end, offset = next(c for c in reversed(self.clusters) if c[0] <= ns)
+        return (offset + ns - start) / 1e6
+
+    def length(self, dur_ns: int) -> float:
+        return dur_ns / 1e6 if self.epoch else dur_ns / 1e9
+
+    def layout(self, role: str, clock: str) -> tuple[dict, list[dict], list[dict]]:
+        """The x axis, and the shapes and annotations that mark collapsed gaps."""
+        if not self.collapsed:
+            if self.epoch:
+                return {"title": {"text": f"UTC (epoch clock), {label(role)}'s own time range"}, "type": "date",
+                        "zeroline": False}, [], []
+            return {"title": {"text": f"s since {self.t0 / 1e9:,.6f} s on the {label(clock)} clock (the export "
+                                      "does not say how that clock maps to UTC)"}, "type": "linear",
+                    "ticksuffix": " s", "zeroline": False}, [], []
+        ticks, texts, shapes, notes = [], [], [], []
+        for k, (start, _end, offset) in enumerate(self.clusters):
+            ticks += [offset / 1e6]
+            texts += [utc_text(start)[:23]]
+            if k:
+                x = (offset - self.gap / 2) / 1e6
+                prev_end = self.clusters[k - 1][1]
+                shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+                               "line": {"dash": "dot", "color": "#888", "width": 1}})
+                notes.append({"xref": "x", "yref": "paper", "x": x, "y": 1.0, "yanchor": "bottom", "showarrow": False,
+                              "text": f"gap of {_span_text(start - prev_end)}", "font": {"size": 10}})
+        axis = {"title": {"text": f"UTC (epoch clock), {label(role)}'s own time range; gaps longer than "
+                                  f"{COLLAPSE_FACTOR}x its activity drawn as dotted breaks"},
+                "type": "linear", "tickvals": ticks, "ticktext": texts, "zeroline": False, "showgrid": False}
+        return axis, shapes, notes
+
+
+def _span_text(ns: int) -> str:
+    seconds = ns / 1e9
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.3f} s"
+
+
+def _bars(rows: list[dict], axis: _Axis, y, name: str, color: str, hover) -> list[dict]:
     """A bar trace (and a tick at each bar's start, so a bar under a pixel still shows)."""
-    if epoch:  # a date axis: bars start at a date and are as long as their duration in ms
-        base = [_date(r["start_ns"]) for r in rows]
-        length = [r["dur_ns"] / 1e6 for r in rows]
-    else:
-        base = [(r["start_ns"] - t0) / 1e9 for r in rows]
-        length = [r["dur_ns"] / 1e9 for r in rows]
+    base = [axis.at(r["start_ns"]) for r in rows]  # a date axis: bars start at a date, ms long
+    length = [axis.length(r["dur_ns"]) for r in rows]
     ys = [y(r) for r in rows]
     texts = [hover(r) for r in rows]
     return [
@@ -52,7 +129,7 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
                  params: dict, reduced: str) -> Figure:
     """One role on its own time axis: its spans per rank, each rank's device lanes under them."""
     epoch = clock == "epoch"
-    t0 = min(r["start_ns"] for r in spans + lanes)
+    axis = _Axis(epoch, [(r["start_ns"], r["start_ns"] + r["dur_ns"]) for r in spans + lanes])
     ranks = sorted({r["rank_id"] for r in spans + lanes})
     lane_names = {r["rank_id"]: [lane for lane in LANES if any(x["lane"] == lane and x["rank_id"] == r["rank_id"]
                                                                for x in lanes)] for r in spans + lanes}
@@ -62,30 +139,26 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
     def when(ns: int) -> str:
         return f"{utc_text(ns)} UTC" if epoch else f"{ns / 1e9:,.6f} s on the {label(clock)} clock"
 
-    traces = _bars(spans, epoch, t0, clock, lambda r: span_row[r["rank_id"]], label(role), color,
+    traces = _bars(spans, axis, lambda r: span_row[r["rank_id"]], label(role), color,
                    lambda r: (f"{label(r['role'])} · rank {r['rank_id']}<br>{label(r['source'])}: {label(r['name'])}"
                               f"<br>capture {label(r['capture'])}<br>start {when(r['start_ns'])}"
                               f"<br>{r['dur_ns'] / 1e6:,.3f} ms"))
     for lane in LANES:
         mine = [r for r in lanes if r["lane"] == lane]
         if mine:
-            traces += _bars(mine, epoch, t0, clock, lambda r: label(f"rank {r['rank_id']} · {r['lane']}"),
+            traces += _bars(mine, axis, lambda r: label(f"rank {r['rank_id']} · {r['lane']}"),
                             f"device {lane}", LANE_COLORS[lane],
                             lambda r: (f"rank {r['rank_id']} · device {r['lane']}"
                                        + (f" ({r['ops']:,} ops, overlapping ones once)" if r["ops"] else "")
                                        + f"<br>start {when(r['start_ns'])}<br>{r['dur_ns'] / 1e6:,.3f} ms"))
-    if epoch:
-        xaxis = {"title": {"text": f"UTC (epoch clock), {label(role)}'s own time range"}, "type": "date"}
-    else:
-        xaxis = {"title": {"text": f"s since {t0 / 1e9:,.6f} s on the {label(clock)} clock (the export does not say "
-                                   "how that clock maps to UTC)"}, "type": "linear", "ticksuffix": " s"}
-    xaxis["zeroline"] = False
+    xaxis, shapes, annotations = axis.layout(role, clock)
     layout = {
         "barmode": "overlay", "height": 170 + 26 * len(rows), "margin": {"l": 220, "r": 20, "t": 10, "b": 70},
         "xaxis": xaxis,
         "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": rows,
                   "autorange": "reversed", "automargin": True},
-        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom"}, "showlegend": True,
+        "legend": {"orientation": "h", "y": 1.06 if annotations else 1.0, "yanchor": "bottom"}, "showlegend": True,
+        "shapes": shapes, "annotations": annotations,
     }
     note = f"{len(spans):,} spans on {len(ranks)} ranks"
     note += f", {len(lanes):,} device bars (compute and communication: union of kernels; idle: gaps)." if lanes \
