@@ -55,6 +55,12 @@ class Config:
         return replace(self, db_path=Path(db).resolve()) if db else self
 
 
+def view_settings(config: Config) -> dict[str, str]:
+    """The settings views read from _rlwh_settings (a warehouse and a dataset's thin file alike)."""
+    return {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern,
+            "straggler_wait_ns": str(round(config.straggler_wait_ms * 1_000_000))}
+
+
 def _patterns(raw) -> tuple[str, ...]:
     """A list of regular expressions, each checked to compile."""
     if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):

@@ -86,6 +86,7 @@ from typing import Iterator
 import duckdb
 
 from rlwh import __version__
+from rlwh.config import view_settings
 from rlwh.errors import RlwhError
 from rlwh.parquet.export import THIN_MARKER, check_contained, is_thin, partition_keys
 from rlwh.sqltext import sql_ident, sql_literal
@@ -551,7 +552,7 @@ def _check_replaceable(db_path: Path) -> None:
 
 def settings_of(config) -> dict[str, str]:
     """The settings the views read (_rlwh_settings), from an rlwh Config."""
-    return {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern}
+    return view_settings(config)
 
 
 def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:

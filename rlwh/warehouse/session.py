@@ -23,7 +23,7 @@ from typing import Iterator
 
 import duckdb
 
-from rlwh.config import Config
+from rlwh.config import Config, view_settings
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive
@@ -172,8 +172,7 @@ class WriteSession:
 
 def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     """Copy the settings views read into _rlwh_settings; True when one changed."""
-    wanted = {"gmm_ops_per_layer": str(config.ops_per_layer), "library_frames": config.library_pattern,
-              "straggler_wait_ns": str(round(config.straggler_wait_ms * 1_000_000))}
+    wanted = view_settings(config)
     current = dict(con.execute("select name, value from _rlwh_settings").fetchall())
     if current == wanted:
         return False
