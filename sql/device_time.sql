@@ -78,12 +78,17 @@ rank_devices as (
   select run, role, rank_id, capture, any_value(device) as device from ranks group by all
 ),
 
+-- Where two steps' device activity overlaps (the next step's first kernel before the last
+-- collective of this one ends), a row belongs to the later step: once.
 overlap_stepped as (
   select o.*, s.step, s.device
   from overlap_rows as o
   left join op_steps as s
     on o.run = s.run and o.role = s.role and o.rank_id = s.rank_id and o.capture = s.capture
     and o.start_ns >= s.start_ns and o.start_ns < s.end_ns
+  qualify row_number() over (
+    partition by o.run, o.role, o.rank_id, o.capture, o.name, o.start_ns, o.end_ns order by s.start_ns desc
+  ) = 1
 ),
 
 ascend as (
