@@ -35,7 +35,7 @@ comment on column device_ops.rank_id is 'Global rank.';
 comment on column device_ops.capture is 'Capture (rank dir or trace file path relative to the profile dir) the activity came from.';
 comment on column device_ops.source_id is 'The sources row (trace or db file) this row came from.';
 comment on column device_ops.step is 'The profiler''s own step (n of the ProfilerStep#n that launched the activity, or whose span it starts in); when the capture marks none, the training step its path names; else NULL.';
-comment on column device_ops.device is 'Device, e.g. NPU:0, GPU:3 (Kineto''s args.device), or device:<pid> when the trace names none (MTIA).';
+comment on column device_ops.device is 'Device: NPU:<id> (db export TASK.deviceId), cuda:<n> (Kineto args.device; ROCm too), mtia:<pid> (MTIA device events); NULL from an Ascend text export, whose trace names none (ranks.device does).';
 comment on column device_ops.stream is 'Stream (Ascend: the Physic Stream Id or TASK.streamId; Kineto: args.stream); NULL for an HCCL op row, which spans its streams.';
 comment on column device_ops.name is 'Kernel, task or collective name as the source writes it (hcom_allReduce__586_0_1, ncclKernel_AllReduce_...).';
 comment on column device_ops.kind is 'compute (a kernel; Ascend: an AI Core / AI Vector / AI CPU / MIX task), communication (a collective or point-to-point op), memcpy, memset, or other (events, waits, profiler markers).';
