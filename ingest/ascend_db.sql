@@ -1,6 +1,6 @@
 -- job: ascend_db
 -- reader: rlwh.readers.ascend_db
--- fills: memory_records, memory_usage, npu_module_memory, step_times, cpu_ops, call_stacks, ranges
+-- fills: memory_records, memory_usage, npu_module_memory, step_times, cpu_ops, call_stacks, ranges, device_ops
 -- ascend_pytorch_profiler_<rank>.db (torch_npu export_type=db), read-only: what the text export
 -- of the capture would land, spelled the same (STRING_IDS names, cann:: for GE rows, NPU:<id>).
 -- A rank dir that also holds the text export loads that one; this file is then 'ignored'.
@@ -24,3 +24,28 @@ select * from _staged_call_stacks;
 
 insert into ranges by name
 select * from _staged_ranges;
+
+-- rlwh.readers.ascend_db_device: kernels and other tasks from TASK (a kernel has a
+-- COMPUTE_TASK_INFO row), collectives from COMMUNICATION_OP (their tasks not again).
+insert into device_ops by name
+select
+  run, role, rank_id, capture, source_id, step,
+  'NPU:' || deviceId as device,
+  streamId as stream,
+  name,
+  kind,
+  startNs as start_ns,
+  endNs as end_ns,
+  collective,
+  groupName as "group",
+  -- opId numbers the rank's collectives in start order; the order within the group is the seq.
+  if(kind = 'communication',
+     row_number() over (partition by kind = 'communication', groupName order by startNs, opId), null) as seq,
+  "count" as element_count,
+  dataType as data_type,
+  taskType as source_type,
+  connectionId as correlation_id,
+  launchOp as launch_op,
+  launchNs as launch_ts_ns,
+  launchTid as launch_tid,
+from _staged_device_ops;

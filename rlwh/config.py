@@ -46,6 +46,7 @@ class Config:
     nightly_index: Path = Path("reports_out/index.html")
     peak_memory_pct: float = 10.0
     role_span_pct: float = 10.0
+    straggler_wait_ms: float = 1.0  # stragglers.is_straggler: others waited for the rank longer than this
     ops_per_layer: int = 3
     usage_component: str = "PTA+GE"
     library_frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES
@@ -62,8 +63,10 @@ class Config:
         return library_pattern(self.library_frames, self.stdlib_is_library)
 
     def view_settings(self) -> dict[str, str]:
-        """The settings the views read, as stored in _rlwh_settings (name -> text)."""
-        return {"gmm_ops_per_layer": str(self.ops_per_layer), "library_frames": self.library_pattern}
+        """The settings the views read, as stored in _rlwh_settings (name -> text): a warehouse
+        and a dataset's thin file alike."""
+        return {"gmm_ops_per_layer": str(self.ops_per_layer), "library_frames": self.library_pattern,
+                "straggler_wait_ns": str(round(self.straggler_wait_ms * 1_000_000))}
 
     def with_db(self, db: str | os.PathLike | None) -> "Config":
         """This config with another warehouse file (a --db flag), when one is given."""
@@ -116,6 +119,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Callable[[Any], Any]]] = {
     ("nightly", "index"): ("nightly_index", Path),
     ("thresholds", "peak_memory_pct"): ("peak_memory_pct", float),
     ("thresholds", "role_span_pct"): ("role_span_pct", float),
+    ("thresholds", "straggler_wait_ms"): ("straggler_wait_ms", float),
     ("gmm", "ops_per_layer"): ("ops_per_layer", int),
     ("stacks", "library_frames"): ("library_frames", _patterns),
     ("stacks", "stdlib_is_library"): ("stdlib_is_library", _boolean),

@@ -33,8 +33,10 @@ def write_demo_profile(root: Path) -> Path:
     from rlwh.synth.step_trace import write_step_trace_time
 
     # with_stack on, as a user who asks "which line" profiles: every forward op has a stack.
+    # with_collectives: HCCL allreduces (rank 1 starts a second later, so the others wait for
+    # it) and kernels on two streams, for the device lanes and the collectives page.
     synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55,
-                               capture_time=CAPTURE_TIME)
+                               capture_time=CAPTURE_TIME, with_collectives=True)
     for rank_dir in sorted((root / "ascend").rglob("*_ascend_pt")):
         write_memory_record(rank_dir)  # the allocator's totals over time, as torch_npu writes them
         write_step_trace_time(rank_dir)  # each step's computing / communication / free time

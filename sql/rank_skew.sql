@@ -18,7 +18,12 @@
 -- with 2 ranks only the slower one can be a straggler and only the one with the larger
 -- peak an outlier (the smaller is the reference): a 2-rank role is flagged only when its
 -- ranks really differ, and never both of them. With 1 rank nothing is flagged.
--- depends: role_timeline, memory_peak
+--
+-- is_straggler: a rank whose span is longest is often the one that waited, not the one
+-- waited for; so where the role's ranks ran collectives (device_ops), the straggler is the
+-- rank the stragglers view charges with the others' waiting, and the span rule above
+-- decides only for roles without collectives.
+-- depends: role_timeline, memory_peak, stragglers
 create or replace view rank_skew (
   -- Run name.
   run,
@@ -34,8 +39,10 @@ create or replace view rank_skew (
   median_span_ns,
   -- span_ns / median_span_ns.
   span_vs_median,
-  -- True when span_vs_median > 1.1.
+  -- True when the others waited for this rank: where the role's ranks ran collectives, the stragglers view names it with is_straggler in at least one step (straggler_rule 'collectives'); where they ran none, span_vs_median > 1.1 (straggler_rule 'span_vs_median').
   is_straggler,
+  -- Which rule set is_straggler: 'collectives' (who the others waited for, from stragglers) or 'span_vs_median' (the role has no collectives: time spent against the median rank).
+  straggler_rule,
   -- Highest live bytes of the rank in the role (over its captures and devices); for a memory snapshot, memory_peak.allocator_peak_bytes (what its allocator held, blocks from before recording included).
   peak_live_bytes,
   -- The reference peak: the median peak_live_bytes over the role's ranks (the lower middle value for an even count).
@@ -154,12 +161,30 @@ with_medians as (
   window role_ranks as (partition by run, role)
 ),
 
+waited_for as (
+  select run, role, rank_id, bool_or(is_straggler) as is_straggler
+  from stragglers
+  group by run, role, rank_id
+),
+
+roles_with_collectives as (
+  select distinct run, role from stragglers
+),
+
 final as (
   select
     run, role, rank_id, role_ranks, span_ns,
     median_span_ns::bigint as median_span_ns,
     span_ns / nullif(median_span_ns, 0) as span_vs_median,
-    coalesce(span_ns / nullif(median_span_ns, 0) > 1.1, false) as is_straggler,
+    case
+      when (run, role) in (select (run, role) from roles_with_collectives)
+        then coalesce((select w.is_straggler from waited_for as w
+                       where w.run = with_medians.run and w.role = with_medians.role
+                         and w.rank_id = with_medians.rank_id), false)
+      else coalesce(span_ns / nullif(median_span_ns, 0) > 1.1, false)
+    end as is_straggler,
+    if((run, role) in (select (run, role) from roles_with_collectives), 'collectives', 'span_vs_median')
+      as straggler_rule,
     peak_live_bytes,
     median_peak_live_bytes::bigint as median_peak_live_bytes,
     peak_live_bytes / nullif(median_peak_live_bytes, 0) as peak_vs_median,

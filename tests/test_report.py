@@ -39,10 +39,10 @@ def _config(tmp: Path) -> Config:
 
 
 def write_demo_profile(root: Path) -> Path:
-    """The demo's profile (2 roles x 2 ranks, Ascend), the real torch and GMM dumps, a broken file."""
+    """The demo's profile (2 roles x 2 ranks, Ascend, with collectives), the real torch and GMM dumps, a broken file."""
     from rlwh import synth
 
-    synth.write_ascend_profile(root / "ascend", roles=("actor_update", "rollout"), ranks=2)
+    synth.write_ascend_profile(root / "ascend", roles=("actor_update", "rollout"), ranks=2, with_collectives=True)
     for name in ("gmm_dump", "torch_profile"):
         if (FIXTURES / name).is_dir():
             shutil.copytree(FIXTURES / name, root / name)
@@ -331,18 +331,43 @@ def test_role_timeline_has_a_row_per_role_and_rank(demo):
     assert {t["name"] for f in figures for t in f["data"]} >= {"actor_update", "rollout"}
 
 
+def test_role_timeline_draws_device_lanes_under_each_rank(demo):
+    figures = _figures((demo["out"] / "demo-run" / "role_timeline.html").read_text(encoding="utf-8"))
+    actor = next(f for f in figures if any(t["name"] == "actor_update" for t in f["data"]))
+    rows = actor["layout"]["yaxis"]["categoryarray"]
+    assert rows == [f"{row}" for k in (0, 1) for row in (f"actor_update · rank {k}", f"rank {k} · compute",
+                                                         f"rank {k} · communication", f"rank {k} · idle")]
+    lanes = {t["name"] for t in actor["data"]}
+    assert lanes == {"actor_update", "device compute", "device communication", "device idle"}
+
+
+def test_collectives_page_per_role_names_the_late_rank(demo):
+    for role in ("actor_update", "rollout"):
+        page = (demo["out"] / "demo-run" / "collectives" / f"{role}.html").read_text(encoding="utf-8")
+        figure, = _figures(page)
+        late = {t["name"]: t["y"] for t in figure["data"] if t["yaxis"] == "y"}
+        waited = {t["name"]: t["y"] for t in figure["data"] if t["yaxis"] == "y2"}
+        # The demo's rank 1 starts a second after rank 0: late at every collective, rank 0 waits.
+        assert all(v > 900 for v in late["rank 1"]) and all(v == 0 for v in late["rank 0"])
+        assert all(v > 900 for v in waited["rank 0"]) and all(v == 0 for v in waited["rank 1"])
+        assert "<td>1</td>" in page  # the stragglers table names rank 1
+    index = (demo["out"] / "demo-run" / "index.html").read_text(encoding="utf-8")
+    assert "collectives/actor_update.html" in index
+
+
 def test_role_timeline_draws_each_clock_on_its_own_axis(shaped):
     page = (shaped["run"] / "role_timeline.html").read_text(encoding="utf-8")
-    epoch, session = _figures(page)
-    assert epoch["layout"]["xaxis"]["type"] == "date"
-    assert {y for t in epoch["data"] for y in t["y"]} == {"actor · rank 0", "rollout · rank 0", "rollout · rank 1"}
+    actor, epoch, session = _figures(page)  # each role of a clock on its own axis
+    assert actor["layout"]["xaxis"]["type"] == epoch["layout"]["xaxis"]["type"] == "date"
+    assert {y for t in actor["data"] for y in t["y"]} == {"actor · rank 0"}
+    assert {y for t in epoch["data"] for y in t["y"]} == {"rollout · rank 0", "rollout · rank 1"}
     bar = next(t for t in epoch["data"] if t["type"] == "bar" and t["name"] == "rollout")
     assert bar["base"][0] == "2026-01-01 00:00:00.000000" and bar["x"][0] == 30.0  # a date, and ms long
     assert session["layout"]["xaxis"]["type"] == "linear" and "nsys_session clock" in session["layout"]["xaxis"][
         "title"]["text"]
     gen = next(t for t in session["data"] if t["type"] == "bar")
     assert gen["y"] == ["gen · rank 0"] and gen["base"] == [0.0] and gen["x"] == [3.0]  # seconds on its clock
-    assert "Epoch clock" in page and "Clock nsys_session" in page
+    assert "epoch clock (UTC)" in page and "clock nsys_session" in page
 
 
 def test_memory_compare_draws_no_empty_chart(shaped):
@@ -568,7 +593,9 @@ def test_unknown_run_is_an_error(demo):
 def test_queries_read_only_public_views():
     allowed = {"memory_timeline", "memory_peak", "memory_peak_breakdown", "memory_blocks", "role_timeline",
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
+               "collectives", "stragglers",  # who waits for whom
                "memory_usage", "npu_module_memory",  # public base tables no view adds to
+               "device_ops",  # the device lanes: kernels as they ran (device_time sums them away)
                "duckdb_tables", "information_schema",  # the catalog: does this warehouse have those tables yet
                "_rlwh_memory_slice"}
     for name in dir(report_queries):

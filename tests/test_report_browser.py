@@ -348,13 +348,27 @@ TICKS = """[...document.querySelectorAll('.js-plotly-plot')].map(gd => ({
   rows: gd._fullLayout.yaxis._categories.length}))"""
 
 
+# The width in px of every bar of each chart's first trace (the role's spans).
+SPAN_WIDTHS = """[...document.querySelectorAll('.js-plotly-plot')].map(gd =>
+  [...gd.querySelectorAll('.barlayer .trace')[0].querySelectorAll('.point path')]
+    .map(p => p.getBoundingClientRect().width))"""
+
+
 def test_role_timeline_one_readable_axis_per_clock(browser, tmp_path_factory):
-    for page, axes in ((shared_demo(tmp_path_factory)["out"] / "demo-run" / "role_timeline.html", ["date"]),
-                       (shaped_report(tmp_path_factory)["run"] / "role_timeline.html", ["date", "linear"])):
+    # One chart per role: the demo's three epoch roles (actor_update's Ascend and PyTorch captures lie months
+    # apart: a linear axis with the gap collapsed), the shaped run's two epoch roles then its session clock.
+    for page, axes in ((shared_demo(tmp_path_factory)["out"] / "demo-run" / "role_timeline.html",
+                        ["date", "linear", "date"]),
+                       (shaped_report(tmp_path_factory)["run"] / "role_timeline.html", ["date", "date", "linear"])):
+        browser.viewport(1400, 900)
         browser.open(page, charts=True)
         plots = browser.evaluate(TICKS)
         assert browser.errors() == []
         assert [p["type"] for p in plots] == axes, page  # epoch, then the nsys session clock
+        # Roles run minutes apart and their spans last milliseconds: each on its own axis,
+        # every span is a bar a few pixels wide, not a sliver.
+        widths = browser.evaluate(SPAN_WIDTHS)
+        assert all(w >= 4 for chart in widths for w in chart), f"{page}: {widths}"
         for p in plots:
             assert p["ticks"], page
             for tick in p["ticks"]:

@@ -73,8 +73,10 @@ RULES: tuple[Rule, ...] = (
     Rule(IGNORED, r"analysis\.db", "output",
          reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages)"),
     Rule(IGNORED, r".*\.db", "output", reason=f"{NOT_LOADED_YET} (Ascend db export)"),
-    Rule(IGNORED, r"(kernel_details|operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
-         r"task_time|communication|communication_matrix|data_preprocess|dataset)\.(csv|json)", "output",
+    Rule(IGNORED, r"(kernel_details|communication)\.(csv|json)", "output",
+         reason="rlwh does not load it: its kernels and collectives land in device_ops from trace_view.json beside it"),
+    Rule(IGNORED, r"(operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
+         r"task_time|communication_matrix|data_preprocess|dataset)\.(csv|json)", "output",
          reason="an Ascend analysis export rlwh does not load (per-kernel and summary tables)"),
     Rule("gmm_group_list", r".*group_list\.pt"),
     Rule("torch_snapshot", r".*\.(pkl|pickle)"),  # the reader ignores a pickle that is no snapshot

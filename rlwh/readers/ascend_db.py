@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from rlwh.errors import SourceError
+from rlwh.readers.ascend_db_device import device_rows, empty_device_ops
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack, scaled
 
 BATCH_ROWS = 65536
@@ -374,6 +375,17 @@ def _overlap_ranges(r: _Reader) -> None:
           ("", "", "type", "startNs", "endNs", "", "type", "type"))
 
 
+def _device_ops(r: _Reader) -> None:
+    """TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP: rlwh.readers.ascend_db_device."""
+    written = 0
+    for batch in device_rows(r.con, r.tables, r.problems):
+        r.sink.write("device_ops", batch)
+        written += batch.num_rows
+    r.rows += written
+    if not written:  # the job's SQL reads these columns even when the db holds no device rows
+        empty_device_ops(r.sink)
+
+
 def text_export_beside(path: Path) -> list[str]:
     return [name for name in TEXT_EXPORT_FILES if (path.parent / name).is_file()]
 
@@ -404,6 +416,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         for table, step in steps:
             if table in reader.tables or table == "STEP_TIME":
                 step()
+        _device_ops(reader)
     except sqlite3.DatabaseError as exc:
         reader.problems.append(f"unreadable ({exc})")
     finally:

@@ -17,12 +17,17 @@ import ijson
 import pyarrow as pa
 
 from rlwh.errors import SourceError
+from rlwh.readers.ascend_device import copy_device_ops
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.stacks import top_frame_sql
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
+# Device rows (rlwh.readers.ascend_device): the args fields kept, and their raw column names.
+DEVICE_FIELDS = {"Task Type": "task_type", "Physic Stream Id": "stream_id", "connection_id": "connection_id",
+                 "data_type": "data_type", "count": "elem_count"}
+DEVICE_ARGS = "".join(f', "{k}" VARCHAR' for k in DEVICE_FIELDS)
 
 # Raw event fields kept by the scan, all as text so "ts" strings stay exact.
 RAW_COLUMNS = {
@@ -33,16 +38,18 @@ RAW_COLUMNS = {
     "dur": "VARCHAR",
     "pid": "VARCHAR",
     "tid": "VARCHAR",
+    "id": "VARCHAR",
     "args": 'STRUCT("Call stack" VARCHAR, "domain" VARCHAR, "name" VARCHAR, "Sequence number" VARCHAR, '
-            '"Fwd thread id" VARCHAR)',
+            '"Fwd thread id" VARCHAR' + DEVICE_ARGS + ')',
 }
 RAW_SCHEMA = pa.schema(
     [(c, pa.string()) for c in ("cat", "name", "ph", "ts", "dur", "pid", "tid", "stack", "domain", "meta_name",
-                                "seq_no", "fwd_tid")]
+                                "seq_no", "fwd_tid", "flow_id", *DEVICE_FIELDS.values())]
 )
 KEEP = (
     "cat in ('cpu_op', 'mstx') or ph = 'M' "
     f"or (ph = 'X' and name in ({', '.join(repr(n) for n in OVERLAP_NAMES)}))"
+    " or cat = 'async_npu' or (ph = 'X' and (task_type is not null or data_type is not null))"
 )
 
 
@@ -76,7 +83,8 @@ def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path) -> None:
         f"""copy (
           select cat, name, ph, {_ns('ts')} as ts_ns, {_double_ns('dur')} as dur_ns, pid, tid, stack, domain, meta_name,
             if(stack is null, null, hash(stack)) as stack_hash,
-            try_cast(seq_no as bigint) as seq_no, try_cast(fwd_tid as bigint) as fwd_tid
+            try_cast(seq_no as bigint) as seq_no, try_cast(fwd_tid as bigint) as fwd_tid,
+            flow_id, {', '.join(DEVICE_FIELDS.values())}
           from (
             select *, {trimmed_sql('ts')} as ts_text
             from {source}
@@ -90,7 +98,8 @@ def _scan_with_duckdb(con: duckdb.DuckDBPyConnection, path: Path, raw: Path) -> 
     columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in RAW_COLUMNS.items()) + "}"
     scan = (
         f"""(select cat, name, ph, ts, dur, pid, tid, args."Call stack" as stack, args."domain" as domain,
-              args."name" as meta_name, args."Sequence number" as seq_no, args."Fwd thread id" as fwd_tid
+              args."name" as meta_name, args."Sequence number" as seq_no, args."Fwd thread id" as fwd_tid,
+              id as flow_id, {', '.join(f'args."{k}" as {v}' for k, v in DEVICE_FIELDS.items())}
             from read_json({sql_literal(path)}, format = 'array', columns = {columns}))"""
     )
     _raw_copy(con, scan, raw)
@@ -166,9 +175,12 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
                     "meta_name": _text(args.get("name")),
                     "seq_no": _text(args.get("Sequence number")),
                     "fwd_tid": _text(args.get("Fwd thread id")),
+                    "flow_id": _text(event.get("id")),
+                    **{column: _text(args.get(field)) for field, column in DEVICE_FIELDS.items()},
                 }
-                keep = row["cat"] in ("cpu_op", "mstx") or row["ph"] == "M" or (
-                    row["ph"] == "X" and row["name"] in OVERLAP_NAMES
+                keep = row["cat"] in ("cpu_op", "mstx", "async_npu") or row["ph"] == "M" or (
+                    row["ph"] == "X" and (row["name"] in OVERLAP_NAMES or row["task_type"] is not None
+                                          or row["data_type"] is not None)
                 )
                 if keep:
                     rows.append(row)
@@ -246,6 +258,7 @@ def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -
           from both_sources b left join threads t on b.pid = t.pid and b.tid = t.tid
         ) to {sql_literal(sink.parquet_path('ranges'))} (format parquet)"""
     )
+    copy_device_ops(con, sink, ts_ns, end_ns)
     return one_value(con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'"))
 
 

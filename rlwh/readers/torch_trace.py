@@ -40,6 +40,15 @@ import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
+from rlwh.readers.torch_device import (
+    DEVICE_CATEGORIES,
+    DEVICE_SPILL,
+    LAUNCH_CATEGORIES,
+    LAUNCH_SPILL,
+    copy_device_ops,
+    device_row,
+    launch_row,
+)
 
 BATCH_ROWS = 65536
 TAIL_BYTES = 4 << 20  # trailing keys after traceEvents must fit here, else a slow rescan
@@ -79,6 +88,9 @@ _SPILLS = {
     "ranges": pa.schema([("source", pa.string()), ("domain", pa.string()), ("name", pa.string()), ("ts", _I),
                          ("end", _I), ("pid", _I), ("tid", _I)]),
     "attr": pa.schema([("idx", _I), ("op_name", pa.string()), ("stack_id", _I), ("op_ts", _I)]),
+    # Device activity and the runtime calls that launched it (rlwh.readers.torch_device).
+    "dev": DEVICE_SPILL,
+    "launch": LAUNCH_SPILL,
 }
 
 
@@ -271,6 +283,8 @@ class _Scan:
                          "gpu_user_annotation": self.annotation, "kernel": self.gpu,
                          "gpu_memcpy": self.gpu, "gpu_memset": self.gpu, "mtia_runtime": self.gpu,
                          "Trace": self.window}
+        for cat in DEVICE_CATEGORIES + LAUNCH_CATEGORIES:
+            self.handlers[cat] = self.device_or_launch
 
     def event(self, ev: dict) -> None:
         self.seq += 1
@@ -344,6 +358,21 @@ class _Scan:
         did = _int((ev.get("args") or {}).get("device"))
         if did is not None:
             self.devices[("mtia" if ev.get("cat", "").startswith("mtia") else "cuda", did)] += 1
+
+    def device_or_launch(self, ev, ts):
+        """A device activity (kernel, memcpy, memset, MTIA device event), or the runtime call that launched one."""
+        cat = ev["cat"]
+        if cat in DEVICE_CATEGORIES:
+            if cat != "mtia_ccp_events":
+                self.gpu(ev, ts)
+            if ev.get("ph", "X") == "X":
+                self._add("dev", device_row(ev, _ns(ts), self.name_id))
+        else:
+            if cat == "mtia_runtime":
+                self.gpu(ev, ts)
+            row = launch_row(ev, _ns(ts))
+            if row is not None:
+                self._add("launch", row)
 
     def window(self, ev, ts):
         """The profiler's own span ("PyTorch Profiler (0)"): what the capture covers."""
@@ -485,6 +514,8 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
                    m.tid, a.op_name, a.stack_id, a.op_ts + $base
             from read_parquet($mem) m left join read_parquet($attr) a using (idx)
             order by m.idx""", {"base": base, "mem": spill.path("mem"), "attr": str(tmp / "attr.parquet")})
+        copy_device_ops(con, sink, base, names, spill.path("dev"), spill.path("launch"), spill.path("ops"),
+                        spill.path("ranges"))
         _copy(con, sink, "ranges", RANGES_SCHEMA, """
             select source, domain, name, ts + $base, "end" + $base, pid, tid, null
             from read_parquet($ranges)""", {"base": base, "ranges": spill.path("ranges")})

@@ -138,7 +138,17 @@ class MemoryTimelinePage(Page):
 @dataclass(kw_only=True)
 class RoleTimelinePage(Page):
     run: str = _help("Run name.")
-    figures: list[Figure] = _help("One Gantt chart of role_timeline spans per clock (epoch first).")
+    figures: list[Figure] = _help("One Gantt chart of role_timeline spans per (clock, role), epoch first, with each "
+                                  "rank's device lanes under its spans.")
+
+
+@dataclass(kw_only=True)
+class CollectivesPage(Page):
+    run: str = _help("Run name.")
+    role: str = _help("The role the page is about.")
+    figures: list[Figure] = _help("Each rank's lateness and wait at every collective of the role (collectives).")
+    stragglers: list[dict] = _help("Rows of the stragglers view: per step, the rank the others waited for.")
+    queries: list[QueryText] = _help("The SQL behind the straggler table.")
 
 
 @dataclass

@@ -57,6 +57,75 @@ qualify row_number() over (partition by clock order by dur_ns desc, start_ns) <=
 order by clock, role, rank_id, start_ns
 """
 
+# Each rank's device lanes under its role spans: union islands of compute and of
+# communication (kernels overlapping on several streams are one bar), and idle, the gaps
+# between islands of any device work; the longest $max_spans bars are kept.
+DEVICE_LANES = """
+with ops as (
+  select role, rank_id, capture, kind, start_ns, end_ns
+  from device_ops
+  where run = $run and kind <> 'other' and end_ns > start_ns
+),
+lanes as (
+  select role, rank_id, capture, kind as lane, start_ns, end_ns from ops where kind in ('compute', 'communication')
+  union all
+  select role, rank_id, capture, 'busy' as lane, start_ns, end_ns from ops
+),
+marked as (
+  select *, coalesce(start_ns > max(end_ns) over (
+      partition by role, rank_id, capture, lane order by start_ns, end_ns
+      rows between unbounded preceding and 1 preceding), true) as new_island
+  from lanes
+),
+numbered as (
+  select *, sum(new_island::integer) over (
+      partition by role, rank_id, capture, lane order by start_ns, end_ns rows unbounded preceding) as island
+  from marked
+),
+islands as (
+  select role, rank_id, capture, lane, min(start_ns) as start_ns, max(end_ns) as end_ns, count(*) as ops
+  from numbered
+  group by role, rank_id, capture, lane, island
+),
+idle as (
+  select role, rank_id, capture, 'idle' as lane, end_ns as start_ns,
+    lead(start_ns) over (partition by role, rank_id, capture order by start_ns) as end_ns, 0 as ops
+  from islands
+  where lane = 'busy'
+),
+drawn as (
+  select * from islands where lane <> 'busy'
+  union all
+  select * from idle where end_ns > start_ns
+)
+select *, end_ns - start_ns as dur_ns, count(*) over () as total_bars
+from drawn
+qualify row_number() over (order by end_ns - start_ns desc, start_ns) <= $max_spans
+order by role, rank_id, lane, start_ns
+"""
+
+# The collectives page: every rank's arrival at every collective instance of a role, and
+# how late it was (arrival minus the first arrival) and how long it waited (last minus its own).
+COLLECTIVE_ARRIVALS = """
+with arrivals as (
+  select role, step, name, "group", seq, rank_id, arrive_ns, wait_ns, is_last,
+    min(arrive_ns) over (partition by role, step, "group", name, seq) as first_arrive_ns,
+  from collectives
+  where run = $run
+)
+select *, arrive_ns - first_arrive_ns as late_ns
+from arrivals
+qualify dense_rank() over (order by first_arrive_ns, role, step, "group", name, seq) <= $max_instances
+order by role, first_arrive_ns, step, "group", name, seq, rank_id
+"""
+
+STRAGGLERS = """
+select role, step, rank_id, waited_for_ns, late_ns, last_at, collectives, ranks, is_straggler
+from stragglers
+where run = $run
+order by role, step
+"""
+
 MEMORY_SLICE = """
 create or replace temp table _rlwh_memory_slice as
 select

@@ -2,11 +2,12 @@
 one memory timeline per (role, rank), under out/<run slug>/.
 
   <run>/index.html               run summary: roles x ranks, every source file, links
-  <run>/role_timeline.html       Gantt of role spans, one row per (role, rank), one axis per clock
+  <run>/role_timeline.html       Gantt of role spans per role (its own axis), device lanes under each rank
   <run>/memory_compare.html      peak and span per rank of each role, outliers marked
   <run>/gmm_heatmap.html         experts x layers per (step, role, rank), when gmm data exists
   <run>/train_metrics.html       VeRL log metrics over steps, profiled steps marked, when a log exists
   <run>/memory_timeline/<role>-rank<k>.html   live memory of one rank
+  <run>/collectives/<role>.html  each rank's lateness and wait per collective, when device data exists
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 from rlwh.config import DEFAULT_TRAIN_METRICS
 from rlwh.report import queries as Q
 from rlwh.report import render
+from rlwh.report.collectives import collectives_pages
 from rlwh.report.compare import compare_figures
 from rlwh.report.context import (
     MIB,
+    CollectivesPage,
     GmmHeatmapPage,
     Link,
     MemoryComparePage,
@@ -131,6 +134,14 @@ def render_run(s: ReportSession, run: dict, out: Path,
         page: Page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, figures=timelines)
         written.append(_write(out, run_dir / "role_timeline.html", "role_timeline.html", page))
         links.append(Link("Role timeline (Gantt of role spans)", "role_timeline.html"))
+    for page_facts in collectives_pages(s, name):
+        role = page_facts["role"]
+        path = run_dir / "collectives" / f"{render.slug(role)}.html"
+        page = CollectivesPage(**base(f"Collectives · {role} · {name}", path.parent), run=name, role=role,
+                               figures=[page_facts["figure"]], stragglers=page_facts["stragglers"],
+                               queries=page_facts["queries"])
+        written.append(_write(out, path, "collectives.html", page))
+        links.append(Link(f"Collectives: who waits for whom · {role}", f"collectives/{render.slug(role)}.html"))
     compare = compare_figures(skew, name)
     if compare:
         page = MemoryComparePage(**base(f"Memory across ranks · {name}"), run=name, figures=compare)
@@ -171,6 +182,6 @@ def render_run(s: ReportSession, run: dict, out: Path,
 def _remove_stale(run_dir: Path, written: list[Path]) -> None:
     """Pages of an earlier render that this one did not write (a rank or gmm data gone)."""
     keep = {p.resolve() for p in written}
-    for path in [*run_dir.glob("*.html"), *run_dir.glob("memory_timeline/*.html")]:
+    for path in [*run_dir.glob("*.html"), *run_dir.glob("memory_timeline/*.html"), *run_dir.glob("collectives/*.html")]:
         if path.resolve() not in keep:
             path.unlink(missing_ok=True)

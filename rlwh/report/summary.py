@@ -1,7 +1,8 @@
 """`rlwh summary [RUN]`: the answer to "how did this run go" in the terminal.
 
 Per role and rank: peak live memory and time in the role against the role's median
-(stragglers and memory outliers flagged, from rank_skew), the call stacks holding the
+(stragglers and memory outliers flagged, from rank_skew), who waited for whom at each
+step's collectives (stragglers) and where the device time went (device_time), the call stacks holding the
 most memory at each rank's peak (memory_peak_breakdown), and every file that failed or
 loaded only in part. Each section is one query over the public views, so what it
 prints can be reproduced with `rlwh query`.
@@ -50,6 +51,41 @@ qualify row_number() over (partition by role, rank_id order by live_bytes desc, 
 order by role, rank_id, live_bytes desc, name
 """
 
+# Who waits for whom: per step, the rank the others waited for at the collectives (the
+# stragglers view), and what each rank's device did (device_time).
+WAITS = """
+with waiting as (
+  select role, step, rank_id, sum(wait_ns) as wait_ns
+  from collectives where run = $run and wait_ns > 0
+  group by role, step, rank_id
+),
+who as (
+  select role, step,
+    string_agg('rank ' || rank_id || ' ' || round(wait_ns / 1e6, 3) || ' ms', ', ' order by wait_ns desc)
+      as who_waited,
+  from waiting group by role, step
+)
+select s.role, s.step, s.rank_id as waited_for_rank, round(s.waited_for_ns / 1e6, 3) as others_waited_ms,
+  round(s.late_ns / 1e6, 3) as late_at_first_ms, s.last_at || ' of ' || s.collectives as arrived_last_at,
+  w.who_waited, case when s.is_straggler then 'straggler' end as flag
+from stragglers s
+left join who w on s.role = w.role and (s.step = w.step or (s.step is null and w.step is null))
+where s.run = $run
+order by s.role, s.step
+"""
+
+DEVICE_TIME = """
+select role, rank_id, count(*) as steps,
+  round(sum(window_ns) / 1e6, 3) as window_ms,
+  round(sum(compute_ns) / 1e6, 3) as compute_ms,
+  round(sum(exposed_communication_ns) / 1e6, 3) as exposed_comm_ms,
+  round(sum(overlapped_ns) / 1e6, 3) as overlapped_ms,
+  round(sum(idle_ns) / 1e6, 3) as idle_ms
+from device_time where run = $run
+group by role, rank_id
+order by role, rank_id
+"""
+
 BAD_FILES = """
 select status, role, rank_id, path, rows, message
 from sources where run = $run and status in ('failed', 'partial')
@@ -90,8 +126,14 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
     return RunSummary(run, header, [
         Section("Per role and rank: peak live memory and time in role, against the role's median",
                 query(config, PER_RANK, params), "no memory or role spans for this run"),
-        Section("Stragglers (time > 1.1 x median) and memory outliers (peak outside 0.9-1.1 x median)",
+        Section("Stragglers (the rank the others waited for at collectives; where a role ran none, "
+                "time > 1.1 x median) and memory outliers (peak outside 0.9-1.1 x median)",
                 query(config, f"select * from ({PER_RANK}) where flags is not null", params), "none"),
+        Section("Who waits for whom: per step, the rank the others waited for at the collectives "
+                "(each collective's waiting charged to its last arriver)",
+                query(config, WAITS, params), "no collectives recorded for this run"),
+        Section("Where the device time went, per rank (summed over steps; device_time)",
+                query(config, DEVICE_TIME, params), "no device activity recorded for this run"),
         Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, "
                 "user_frame first)",
                 query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),

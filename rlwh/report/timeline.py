@@ -1,4 +1,5 @@
-"""The role timeline of a run (RL-Insight's Gantt of role spans): one chart per clock.
+"""The role timeline of a run (RL-Insight's Gantt of role spans): one chart per role and
+clock, each rank's device lanes (compute, communication, idle) under its spans.
 
 role_timeline's `clock` says what its times count: 'epoch' (drawn on a date axis, UTC)
 or an NVTX export's 'nsys_session' clock, whose zero the export does not tie to the
@@ -23,64 +24,173 @@ def _date(ns: int) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") + f".{(ns % 1_000_000_000) // 1000:06d}"
 
 
-def _clock_figure(index: int, clock: str, spans: list[dict], params: dict) -> Figure:
+# Darker and lighter than any role colour, so a lane never reads as a role.
+LANE_COLORS = {"compute": "#1b5e20", "communication": "#b35806", "idle": "#dcdcdc"}
+LANES = ("compute", "communication", "idle")
+
+
+# A gap between a role's bursts of activity longer than this many times the role's busy
+# time (and than MIN_COLLAPSED_NS) is drawn as a narrow break: a role captured twice,
+# months apart, keeps bars that are pixels wide, not slivers on a months-long axis.
+COLLAPSE_FACTOR = 2
+MIN_COLLAPSED_NS = 1_000_000_000
+BREAK_SHARE = 0.04  # width of a collapsed gap, as a share of the drawn activity
+
+
+class _Axis:
+    """Where a time lands on the x axis: a date (epoch), seconds on a session clock, or, where
+    long gaps are collapsed, ms of drawn time (each burst keeps its length, gaps shrink)."""
+
+    def __init__(self, epoch: bool, intervals: list[tuple[int, int]]):
+        self.epoch, self.t0 = epoch, min(s for s, _ in intervals)
+        bursts: list[list[int]] = []
+        for start, end in sorted(intervals):
+            if bursts and start <= bursts[-1][1]:
+                bursts[-1][1] = max(bursts[-1][1], end)
+            else:
+                bursts.append([start, end])
+        busy = sum(e - s for s, e in bursts)
+        limit = max(MIN_COLLAPSED_NS, COLLAPSE_FACTOR * busy)
+        clusters = [list(bursts[0])]
+        for start, end in bursts[1:]:
+            if start - clusters[-1][1] > limit:
+                clusters.append([start, end])
+            else:
+                clusters[-1][1] = max(clusters[-1][1], end)
+        self.collapsed = epoch and len(clusters) > 1
+        drawn = sum(e - s for s, e in clusters)
+        gap = max(1, int(drawn * BREAK_SHARE))
+        self.clusters: list[tuple[int, int, int]] = []  # (start, end, offset ns on the drawn axis)
+        offset = 0
+        for start, end in clusters:
+            self.clusters.append((start, end, offset))
+            offset += end - start + gap
+        self.gap = gap
+
+    def at(self, ns: int):
+        if not self.collapsed:
+            return _date(ns) if self.epoch else (ns - self.t0) / 1e9
+        start, _end, offset = next(c for c in reversed(self.clusters) if c[0] <= ns)
+        return (offset + ns - start) / 1e6
+
+    def length(self, dur_ns: int) -> float:
+        return dur_ns / 1e6 if self.epoch else dur_ns / 1e9
+
+    def layout(self, role: str, clock: str) -> tuple[dict, list[dict], list[dict]]:
+        """The x axis, and the shapes and annotations that mark collapsed gaps."""
+        if not self.collapsed:
+            if self.epoch:
+                return {"title": {"text": f"UTC (epoch clock), {label(role)}'s own time range"}, "type": "date",
+                        "zeroline": False}, [], []
+            return {"title": {"text": f"s since {self.t0 / 1e9:,.6f} s on the {label(clock)} clock (the export "
+                                      "does not say how that clock maps to UTC)"}, "type": "linear",
+                    "ticksuffix": " s", "zeroline": False}, [], []
+        ticks, texts, shapes, notes = [], [], [], []
+        for k, (start, _end, offset) in enumerate(self.clusters):
+            ticks += [offset / 1e6]
+            texts += [utc_text(start)[:23]]
+            if k:
+                x = (offset - self.gap / 2) / 1e6
+                prev_end = self.clusters[k - 1][1]
+                shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+                               "line": {"dash": "dot", "color": "#888", "width": 1}})
+                notes.append({"xref": "x", "yref": "paper", "x": x, "y": 1.0, "yanchor": "bottom", "showarrow": False,
+                              "text": f"gap of {_span_text(start - prev_end)}", "font": {"size": 10}})
+        axis = {"title": {"text": f"UTC (epoch clock), {label(role)}'s own time range; gaps longer than "
+                                  f"{COLLAPSE_FACTOR}x its activity drawn as dotted breaks"},
+                "type": "linear", "tickvals": ticks, "ticktext": texts, "zeroline": False, "showgrid": False}
+        return axis, shapes, notes
+
+
+def _span_text(ns: int) -> str:
+    seconds = ns / 1e9
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.3f} s"
+
+
+def _bars(rows: list[dict], axis: _Axis, y, name: str, color: str, hover) -> list[dict]:
+    """A bar trace (and a tick at each bar's start, so a bar under a pixel still shows)."""
+    base = [axis.at(r["start_ns"]) for r in rows]  # a date axis: bars start at a date, ms long
+    length = [axis.length(r["dur_ns"]) for r in rows]
+    ys = [y(r) for r in rows]
+    texts = [hover(r) for r in rows]
+    return [
+        {"type": "bar", "orientation": "h", "name": name, "y": ys, "base": base, "x": length, "hovertext": texts,
+         "hoverinfo": "text", "legendgroup": name, "marker": {"color": color}},
+        {"type": "scatter", "mode": "markers", "name": name, "legendgroup": name, "showlegend": False, "y": ys,
+         "x": base, "hovertext": texts, "hoverinfo": "text",
+         "marker": {"symbol": "line-ns-open", "size": 16, "color": color, "line": {"width": 2, "color": color}}},
+    ]
+
+
+def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict], lanes: list[dict],
+                 params: dict, reduced: str) -> Figure:
+    """One role on its own time axis: its spans per rank, each rank's device lanes under them."""
     epoch = clock == "epoch"
-    t0 = min(r["start_ns"] for r in spans)
-    rows = sorted({(r["role"], r["rank_id"]) for r in spans}, key=lambda k: (k[0], k[1]))
-    row_label = {k: label(f"{k[0]} · rank {k[1]}") for k in rows}
-    traces: list[dict] = []
-    for k, role in enumerate(sorted({r["role"] for r in spans})):
-        mine = [r for r in spans if r["role"] == role]
-        color = ROLE_COLORS[k % len(ROLE_COLORS)]
-        if epoch:  # a date axis: bars start at a date and are as long as their duration in ms
-            base = [_date(r["start_ns"]) for r in mine]
-            length = [r["dur_ns"] / 1e6 for r in mine]
-            when = [f"{utc_text(r['start_ns'])} UTC" for r in mine]
-        else:
-            base = [(r["start_ns"] - t0) / 1e9 for r in mine]
-            length = [r["dur_ns"] / 1e9 for r in mine]
-            when = [f"{r['start_ns'] / 1e9:,.6f} s on the {label(clock)} clock" for r in mine]
-        traces.append({
-            "type": "bar", "orientation": "h", "name": label(role),
-            "y": [row_label[(r["role"], r["rank_id"])] for r in mine], "base": base, "x": length,
-            "hovertext": [f"{label(r['role'])} · rank {r['rank_id']}<br>{label(r['source'])}: {label(r['name'])}"
-                          f"<br>capture {label(r['capture'])}<br>start {w}<br>{r['dur_ns'] / 1e6:,.3f} ms"
-                          for r, w in zip(mine, when)],
-            "hoverinfo": "text", "legendgroup": label(role), "marker": {"color": color},
-        })
-        # A tick at each span's start: a span shorter than a pixel still shows.
-        traces.append({
-            "type": "scatter", "mode": "markers", "name": label(role), "legendgroup": label(role),
-            "showlegend": False, "y": traces[-1]["y"], "x": base, "hovertext": traces[-1]["hovertext"],
-            "hoverinfo": "text",
-            "marker": {"symbol": "line-ns-open", "size": 16, "color": color, "line": {"width": 2, "color": color}},
-        })
-    if epoch:
-        xaxis: dict = {"title": {"text": "UTC (epoch clock)"}, "type": "date"}
-    else:
-        xaxis = {"title": {"text": f"s since {t0 / 1e9:,.6f} s on the {label(clock)} clock (the export does not say "
-                                   "how that clock maps to UTC)"}, "type": "linear", "ticksuffix": " s"}
-    xaxis["zeroline"] = False
+    axis = _Axis(epoch, [(r["start_ns"], r["start_ns"] + r["dur_ns"]) for r in spans + lanes])
+    ranks = sorted({r["rank_id"] for r in spans + lanes})
+    lane_names = {r["rank_id"]: [lane for lane in LANES if any(x["lane"] == lane and x["rank_id"] == r["rank_id"]
+                                                               for x in lanes)] for r in spans + lanes}
+    span_row = {k: label(f"{role} · rank {k}") for k in ranks}
+    rows = [row for k in ranks for row in [span_row[k]] + [label(f"rank {k} · {lane}") for lane in lane_names[k]]]
+
+    def when(ns: int) -> str:
+        return f"{utc_text(ns)} UTC" if epoch else f"{ns / 1e9:,.6f} s on the {label(clock)} clock"
+
+    traces = _bars(spans, axis, lambda r: span_row[r["rank_id"]], label(role), color,
+                   lambda r: (f"{label(r['role'])} · rank {r['rank_id']}<br>{label(r['source'])}: {label(r['name'])}"
+                              f"<br>capture {label(r['capture'])}<br>start {when(r['start_ns'])}"
+                              f"<br>{r['dur_ns'] / 1e6:,.3f} ms"))
+    for lane in LANES:
+        mine = [r for r in lanes if r["lane"] == lane]
+        if mine:
+            traces += _bars(mine, axis, lambda r: label(f"rank {r['rank_id']} · {r['lane']}"),
+                            f"device {lane}", LANE_COLORS[lane],
+                            lambda r: (f"rank {r['rank_id']} · device {r['lane']}"
+                                       + (f" ({r['ops']:,} ops, overlapping ones once)" if r["ops"] else "")
+                                       + f"<br>start {when(r['start_ns'])}<br>{r['dur_ns'] / 1e6:,.3f} ms"))
+    xaxis, shapes, annotations = axis.layout(role, clock)
     layout = {
         "barmode": "overlay", "height": 170 + 26 * len(rows), "margin": {"l": 220, "r": 20, "t": 10, "b": 70},
         "xaxis": xaxis,
-        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": [row_label[k] for k in rows],
+        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": rows,
                   "autorange": "reversed", "automargin": True},
-        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom"}, "showlegend": True,
+        "legend": {"orientation": "h", "y": 1.06 if annotations else 1.0, "yanchor": "bottom"}, "showlegend": True,
+        "shapes": shapes, "annotations": annotations,
     }
-    total = spans[0]["total_spans"]
-    note = f"{len(spans):,} spans on {len(rows)} (role, rank) rows."
-    if total > len(spans):
-        note = f"Data reduced: the {len(spans):,} longest of {total:,} spans are drawn."
-    title = "Epoch clock (UTC)" if epoch else f"Clock {clock}: its own axis, not comparable with UTC"
-    return Figure(f"role-timeline-{index}", title, note, script_json({"data": traces, "layout": layout}),
-                  [query_text(Q.ROLE_TIMELINE, params)])
+    note = f"{len(spans):,} spans on {len(ranks)} ranks"
+    note += f", {len(lanes):,} device bars (compute and communication: union of kernels; idle: gaps)." if lanes \
+        else "."
+    if reduced:
+        note += " " + reduced
+    clock_title = "epoch clock (UTC)" if epoch else f"clock {clock}: its own axis, not comparable with UTC"
+    queries = [query_text(Q.ROLE_TIMELINE, params)] + ([query_text(Q.DEVICE_LANES, params)] if lanes else [])
+    return Figure(f"role-timeline-{index}", f"{label(role)} · {clock_title}", note,
+                  script_json({"data": traces, "layout": layout}), queries)
 
 
 def role_timeline_figures(s: ReportSession, run: str) -> list[Figure]:
-    """One Gantt per clock of the run's spans, epoch first; [] when the run has none."""
+    """One Gantt per (clock, role), epoch first, each role on its own time axis (roles run
+    minutes apart and their spans last milliseconds: on one shared axis they would be
+    slivers); [] when the run has none."""
     params = {"run": run, "max_spans": MAX_SPANS}
     spans = s.rows(Q.ROLE_TIMELINE, params)
+    lanes = s.rows(Q.DEVICE_LANES, params) if spans else []
     clocks = sorted({r["clock"] for r in spans}, key=lambda c: (c != "epoch", c))
-    return [_clock_figure(i, clock, [r for r in spans if r["clock"] == clock], params)
-            for i, clock in enumerate(clocks)]
+    roles = sorted({r["role"] for r in spans})
+    colors = {role: ROLE_COLORS[k % len(ROLE_COLORS)] for k, role in enumerate(roles)}
+    figures: list[Figure] = []
+    for clock in clocks:
+        drawn = [r for r in spans if r["clock"] == clock]
+        reduced = [f"Data reduced: the {len(drawn):,} longest of {drawn[0]['total_spans']:,} spans of this clock "
+                   "are drawn."] if drawn[0]["total_spans"] > len(drawn) else []
+        if lanes and clock == "epoch" and lanes[0]["total_bars"] > len(lanes):
+            reduced.append(f"The {len(lanes):,} longest of {lanes[0]['total_bars']:,} device bars are drawn.")
+        for role in sorted({r["role"] for r in drawn}):
+            mine = [r for r in drawn if r["role"] == role]
+            device = [r for r in lanes if r["role"] == role] if clock == "epoch" else []
+            figures.append(_role_figure(len(figures), clock, role, colors[role], mine, device, params,
+                                        " ".join(reduced)))
+    return figures

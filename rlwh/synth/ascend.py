@@ -119,6 +119,10 @@ class RankOptions:
     with_role_in_metadata: bool = False
     with_mstx: bool = True
     with_overlap: bool = True
+    # Device activity beyond the AI Core kernels: an HCCL allreduce per step (the demo's
+    # collectives; ranks start a second apart, so the later rank is the one waited for)
+    # and every other kernel on a second stream.
+    with_collectives: bool = False
     world_size: int = 2
     seed: int = 0
 
@@ -313,6 +317,7 @@ class _RankGenerator:
         self.bwd_tid = self.pid + 17  # backward ops run on autograd's thread
         self.seq_base = 0  # autograd Sequence numbers used by earlier steps
         self.dev_pid = 2_097_152 + opts.rank_id  # "Ascend Hardware"
+        self.hccl_pid = 2_162_688 + opts.rank_id  # "HCCL"
         self.overlap_pid = 3_550_586_784 + opts.rank_id * 4_096  # > 2**31, like the sample
         self.device = f"NPU:{opts.rank_id % 8}"
         self.stream_ptr, self.comm_stream_ptr = 6, 9  # small ids, as in the sample
@@ -410,6 +415,10 @@ class _RankGenerator:
               m.format("process_name", self.dev_pid, 0, "name", '"Ascend Hardware"'),
               m.format("process_labels", self.dev_pid, 0, "labels", npu),
               m.format("thread_name", self.dev_pid, 2, "name", '"Stream 2"')]
+        if self.o.with_collectives:
+            ev += [m.format("process_name", self.hccl_pid, 0, "name", '"HCCL"'),
+                   m.format("thread_name", self.hccl_pid, 0, "name", '"Group 0 Communication"'),
+                   m.format("thread_name", self.dev_pid, 3, "name", '"Stream 3"')]
         if self.o.with_overlap:
             p = self.overlap_pid
             ev += [m.format("process_name", p, 0, "name", '"Overlap Analysis"'),
@@ -449,6 +458,8 @@ class _RankGenerator:
             extra += self._mstx_events(step, step_start, ops["bounds"])
         if self.o.with_overlap:
             extra += self._overlap_events(ops["bounds"])
+        if self.o.with_collectives:
+            extra += self._collective_events(step, ops["bounds"])
         parts["extra"] = extra
         return ops, allocs, parts
 
@@ -626,11 +637,17 @@ class _RankGenerator:
             self._emit(trace, join(',\n{"ph": "s", "bp": "e", "name": "HostToDevice", "id": "', ids,
                                    f'", "pid": {pid}, "tid": ', pc.filter(tid, launch), ', "ts": "',
                                    pc.filter(ts, launch), '", "cat": "HostToDevice"}'))
-            self._emit(trace, join(',\n{"ph": "X", "name": "', d["kernel"], f'", "pid": {dev}, "tid": 2, "ts": "',
-                                   kts, '", "dur": ', _us_text(d["kernel_dur"]), ', "cat": "Kernel", '
-                                   '"args": {"Task Type": "AI_CORE", "Stream Id": 2, "Task Id": ', ids, "}}"))
+            if self.o.with_collectives:  # odd kernels on a second stream
+                stream = pc.if_else(pc.equal(pc.bit_wise_and(d["kernel_id"], 1), 1), "3", "2")
+            else:
+                stream = pa.array(["2"] * len(d["kernel_id"]), pa.string())
+            self._emit(trace, join(',\n{"ph": "X", "name": "', d["kernel"], f'", "pid": {dev}, "tid": ', stream,
+                                   ', "ts": "', kts, '", "dur": ', _us_text(d["kernel_dur"]), ', "cat": "Kernel", '
+                                   '"args": {"Task Type": "AI_CORE", "Physic Stream Id": ', stream,
+                                   ', "Task Id": ', ids, "}}"))
             self._emit(trace, join(',\n{"ph": "f", "bp": "e", "name": "HostToDevice", "id": "', ids,
-                                   f'", "pid": {dev}, "tid": 2, "ts": "', kts, '", "cat": "HostToDevice"}'))
+                                   f'", "pid": {dev}, "tid": ', stream, ', "ts": "', kts,
+                                   '", "cat": "HostToDevice"}'))
         self._emit(trace, d["extra"])
 
     def _mstx_events(self, step, step_start, bounds) -> list[str]:
@@ -649,6 +666,18 @@ class _RankGenerator:
         return [mark(f"step_{step}_begin", step_start), span(o.role, step_start, end, "default"),
                 span("forward", fwd0, bwd0, "verl"), span("backward", bwd0, opt0, "verl"),
                 span("optimizer_step", opt0, end, "verl"), mark(f"step_{step}_end", end)]
+
+    def _collective_events(self, step, bounds) -> list[str]:
+        """Two HCCL allreduce ops on the "Group 0 Communication" thread: the gradients' during
+        backward and the optimizer's, where the Overlap Analysis rows put communication."""
+        fwd0, bwd0, opt0, end = bounds
+        comm_end = opt0 + (end - opt0) // 2 // 10 * 10
+        mid = bwd0 + (opt0 - bwd0) // 2 // 10 * 10
+        p = self.hccl_pid
+        return [(f',\n{{"name": "hcom_allReduce__{step}_{k}_1", "pid": {p}, "tid": 0, "ts": "{_us(a)}", '
+                 f'"dur": {_us(b - a)}, "ph": "X", "args": {{"model id": 4294967295, "data_type": "FP32", '
+                 f'"alg_type": "MESH-RING", "count": {4096 * (k + 1)}}}}}')
+                for k, (a, b) in enumerate(((mid, opt0), (opt0, comm_end)))]
 
     def _overlap_events(self, bounds) -> list[str]:
         """Computing / Communication / Communication(Not Overlapped) / Free X events."""

@@ -1,0 +1,52 @@
+"""What a device activity's name says: the collective it runs, and whether it is one.
+
+One home for the naming rule every device reader uses (Ascend trace and db, Kineto), as
+SQL text each reader's DuckDB connection evaluates. HCCL names its ops hcom_<collective>_
+(hcom_allReduce__586_0_1); NCCL and RCCL name kernels ncclKernel_<Collective>_... or
+ncclDevKernel_<Collective>_...; the source's own collective name (Kineto's "Collective
+name") wins where it has one.
+"""
+
+from __future__ import annotations
+
+# Tested in order: "allreduce" before "reduce", "sendrecv" before "send" and "recv",
+# "reducescatter" before "reduce". Matched on the name lowered with '_' and '-' removed.
+COLLECTIVES = (
+    ("allreduce", "allreduce"),
+    ("allgather", "allgather"),
+    ("reducescatter", "reducescatter"),
+    ("alltoall", "alltoall"),
+    ("broadcast", "broadcast"),
+    ("sendrecv", "sendrecv"),
+    ("barrier", "barrier"),
+    ("reduce", "reduce"),
+    ("receive", "recv"),
+    ("recv", "recv"),
+    ("send", "send"),
+)
+
+# Kernel names of the collective libraries (NCCL, RCCL on ROCm; HCCL ops on Ascend).
+_COMMUNICATION_NAME = r"^(nccl|rccl|hcom_|hccl)"
+
+
+def collective_sql(name: str, source_name: str = "null") -> str:
+    """SQL: the collective of an activity named `name` (a column), or NULL when it names none.
+    `source_name` is a column holding the source's own collective name, if any."""
+    squashed = f"regexp_replace(lower({name}), '[_-]', '', 'g')"
+    own = f"nullif(regexp_replace(lower({source_name}), '[_-]', '', 'g'), '')"
+    cases = " ".join(f"when contains(coalesce({own}, {squashed}), '{word}') then '{value}'"
+                     for word, value in COLLECTIVES)
+    return f"(case {cases} else null end)"
+
+
+def is_communication_sql(name: str) -> str:
+    """SQL: true when `name` is a collective library's kernel or op (ncclKernel_*, hcom_*)."""
+    return f"regexp_matches(lower({name}), '{_COMMUNICATION_NAME}')"
+
+
+def collective_of(name: str | None) -> str | None:
+    """collective_sql's rule in Python, for readers without DuckDB (the Ascend db)."""
+    if not name:
+        return None
+    squashed = name.lower().replace("_", "").replace("-", "")
+    return next((value for word, value in COLLECTIVES if word in squashed), None)

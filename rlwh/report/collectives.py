@@ -1,0 +1,71 @@
+"""The collectives pages of a run, one per role: each rank's lateness and wait at every
+collective instance (the collectives view), and the rank the others waited for in each
+step (the stragglers view). Who waits for whom, at a glance: a rank whose bars are tall
+in "late by" and near zero in "waited" is the one holding the others back.
+"""
+
+from __future__ import annotations
+
+from rlwh.report import queries as Q
+from rlwh.report.context import Figure, ReportSession, label, query_text, script_json
+
+MAX_INSTANCES = 400  # collective instances drawn per run: the first ones in time
+RANK_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figure:
+    instances = []
+    for r in rows:
+        key = (r["step"], r["group"], r["name"], r["seq"])
+        if key not in instances:
+            instances.append(key)
+    x = [label(f"{k + 1}. {name}" + (f" #{seq}" if seq > 1 else "") + (f" (step {step})" if step is not None else ""))
+         for k, (step, _group, name, seq) in enumerate(instances)]
+    position = {key: k for k, key in enumerate(instances)}
+    traces = []
+    ranks = sorted({r["rank_id"] for r in rows})
+    for n, rank in enumerate(ranks):
+        mine = [r for r in rows if r["rank_id"] == rank]
+        color = RANK_COLORS[n % len(RANK_COLORS)]
+        xs = [x[position[(r["step"], r["group"], r["name"], r["seq"])]] for r in mine]
+        hover = [f"rank {rank} at {label(r['name'])}<br>"
+                 + ("never arrived" if r["arrive_ns"] is None else
+                    f"late by {r['late_ns'] / 1e6:,.3f} ms, waited {r['wait_ns'] / 1e6:,.3f} ms"
+                    + (" (last to arrive)" if r["is_last"] else ""))
+                 for r in mine]
+        for xaxis, axis, field in (("x", "y", "late_ns"), ("x2", "y2", "wait_ns")):
+            traces.append({
+                "type": "bar", "name": f"rank {rank}", "legendgroup": f"rank {rank}", "showlegend": axis == "y",
+                "x": xs, "y": [None if r[field] is None else r[field] / 1e6 for r in mine], "xaxis": xaxis,
+                "yaxis": axis,
+                "marker": {"color": color}, "hovertext": hover, "hoverinfo": "text", "offsetgroup": str(rank),
+            })
+    layout = {
+        "barmode": "group", "height": 520, "margin": {"l": 80, "r": 20, "t": 10, "b": 160},
+        # Two charts, one category axis: the upper one's labels hidden, the lower one's below it.
+        "xaxis": {"type": "category", "showticklabels": False, "anchor": "y"},
+        "xaxis2": {"type": "category", "tickangle": -30, "automargin": True, "matches": "x", "anchor": "y2"},
+        "yaxis": {"title": {"text": "late by (ms)"}, "domain": [0.55, 1.0]},
+        "yaxis2": {"title": {"text": "waited (ms)"}, "domain": [0.0, 0.45], "anchor": "x2"},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
+    }
+    note = (f"{len(instances):,} collective instances, {len(ranks)} ranks. Late by: the rank's arrival minus the "
+            "first arrival; waited: the last arrival minus the rank's own (time it sat in the collective).")
+    return Figure(f"collectives-{index}", label(role), note, script_json({"data": traces, "layout": layout}),
+                  [query_text(Q.COLLECTIVE_ARRIVALS, params)])
+
+
+def collectives_pages(s: ReportSession, run: str) -> list[dict]:
+    """Per role with collectives: {role, figure, stragglers (rows with ms text), queries}."""
+    params = {"run": run, "max_instances": MAX_INSTANCES}
+    rows = s.rows(Q.COLLECTIVE_ARRIVALS, params)
+    if not rows:
+        return []
+    stragglers = [{**r, "waited_for_ms": f"{r['waited_for_ns'] / 1e6:,.3f}",
+                   "late_ms": "" if r["late_ns"] is None else f"{r['late_ns'] / 1e6:,.3f}"}
+                  for r in s.rows(Q.STRAGGLERS, {"run": run})]
+    return [{"role": role,
+             "figure": _role_figure(k, role, [r for r in rows if r["role"] == role], params),
+             "stragglers": [r for r in stragglers if r["role"] == role],
+             "queries": [query_text(Q.STRAGGLERS, {"run": run})]}
+            for k, role in enumerate(sorted({r["role"] for r in rows}))]

@@ -1,0 +1,159 @@
+"""Real multi-rank captures for the device tests, ingested once per test session, and what
+their raw files say, read with the standard library only (json, gzip, csv, sqlite3,
+decimal): the oracle the device views are checked against, never rlwh code."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import sqlite3
+from decimal import Decimal
+from functools import lru_cache
+from pathlib import Path
+
+from conftest import FIXTURES, copy_fixture
+
+ALEXNET = "real/ascend/msinsight-alexnet-level1"
+HTA_PAIR = ("real/kineto/hta/timeline_analysis/sampled_rank-0.json.gz",
+            "real/kineto/hta/trace_filter/sampled_rank-1.json.gz")
+RUNS = ("alexnet_text", "alexnet_db", "hta_pair")
+
+_built: dict[str, Path] = {}
+
+
+def warehouse(tmp_path_factory) -> Path:
+    """One warehouse holding three runs: alexnet_text, alexnet_db and hta_pair (two NCCL ranks)."""
+    if "db" in _built:
+        return _built["db"]
+    from rlwh.config import Config
+    from rlwh.ingest.runner import ingest
+
+    root = tmp_path_factory.mktemp("device_real")
+    db = root / "w.duckdb"
+    config = Config(db_path=db, workers=1)
+    for export in ("text", "db"):
+        profile = copy_fixture(f"{ALEXNET}/{export}", root / f"alexnet_{export}")
+        ingest(profile, config, run=f"alexnet_{export}")
+    pair = root / "hta_pair"
+    for rank, relative in enumerate(HTA_PAIR):
+        (pair / f"rank{rank}").mkdir(parents=True)
+        copy_fixture(relative, pair / f"rank{rank}")
+    ingest(pair, config, run="hta_pair")
+    _built["db"] = db
+    return db
+
+
+def ns(us) -> int:
+    """Microseconds (a JSON number or decimal text) as ns, rounded half up like the profiler's text."""
+    return int((Decimal(str(us).strip()) * 1000).to_integral_value(rounding="ROUND_HALF_UP"))
+
+
+@lru_cache(maxsize=None)
+def ascend_trace(rank: int) -> list[dict]:
+    path = FIXTURES / ALEXNET / f"text/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
+    return json.loads(path.read_text())
+
+
+def _names(events, kind):
+    return {(e["pid"], e.get("tid") if kind == "thread_name" else None): e["args"]["name"]
+            for e in events if e.get("ph") == "M" and e.get("name") == kind}
+
+
+def text_collectives(rank: int) -> list[tuple[str, int, int]]:
+    """(name, start_ns, end_ns) of the HCCL op rows ("Group <g> Communication" threads)."""
+    events = ascend_trace(rank)
+    processes = {pid: name for (pid, _), name in _names(events, "process_name").items()}
+    threads = _names(events, "thread_name")
+    out = []
+    for e in events:
+        if e.get("ph") == "X" and processes.get(e["pid"]) == "HCCL" and \
+                threads.get((e["pid"], e["tid"]), "").endswith("Communication"):
+            out.append((e["name"], ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
+    return sorted(out, key=lambda r: r[1])
+
+
+def text_kernels(rank: int) -> list[tuple[str, int, int]]:
+    """(name, start_ns, end_ns) of the Ascend Hardware rows that are kernels (AI_* / MIX_* task types)."""
+    events = ascend_trace(rank)
+    processes = {pid: name for (pid, _), name in _names(events, "process_name").items()}
+    return sorted((e["name"], ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
+                  if e.get("ph") == "X" and processes.get(e["pid"]) == "Ascend Hardware"
+                  and str((e.get("args") or {}).get("Task Type", "")).startswith(("AI_", "MIX_")))
+
+
+def step_trace_time(export_dir: str, rank: int) -> dict:
+    """step_trace_time.csv's row (text export) as ns per column, exact from the decimal text."""
+    path = FIXTURES / ALEXNET / f"{export_dir}/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"
+    with open(path, newline="") as f:
+        row = next(csv.DictReader(f))
+    return {k: (int(v) if k == "Step" else ns(v)) for k, v in row.items()}
+
+
+def db_path(rank: int, name: str = "") -> Path:
+    name = name or f"ascend_pytorch_profiler_{rank}.db"
+    return FIXTURES / ALEXNET / f"db/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/{name}"
+
+
+def db_query(rank: int, sql: str, name: str = "") -> list[tuple]:
+    con = sqlite3.connect(f"file:{db_path(rank, name)}?mode=ro&immutable=1", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def db_collectives(rank: int) -> list[tuple[str, int, int]]:
+    return db_query(rank, "select s.value, o.startNs, o.endNs from COMMUNICATION_OP o"
+                          " join STRING_IDS s on s.id = o.opName order by o.startNs")
+
+
+@lru_cache(maxsize=None)
+def kineto(rank: int) -> dict:
+    with gzip.open(FIXTURES / HTA_PAIR[rank]) as f:
+        return json.load(f)
+
+
+def kineto_device_events(rank: int) -> list[dict]:
+    return [e for e in kineto(rank)["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+
+
+def kineto_nccl(rank: int) -> list[tuple[str, int, int]]:
+    return sorted((e["name"], ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in kineto_device_events(rank)
+                  if e["cat"] == "kernel" and e["name"].startswith("nccl"))
+
+
+def kineto_steps(rank: int) -> list[tuple[int, int, int]]:
+    """(n, start_ns, end_ns) of the ProfilerStep#n annotations."""
+    return sorted((int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+                  for e in kineto(rank)["traceEvents"]
+                  if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#"))
+
+
+def kineto_launch_ts(rank: int) -> dict[int, int]:
+    """correlation -> ts_ns of the cuda_runtime call that launched it."""
+    return {e["args"]["correlation"]: ns(e["ts"]) for e in kineto(rank)["traceEvents"]
+            if e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})}
+
+
+def kineto_step_of(rank: int, event: dict) -> int | None:
+    at = kineto_launch_ts(rank).get((event.get("args") or {}).get("correlation"), ns(event["ts"]))
+    return next((n for n, start, end in kineto_steps(rank) if start <= at < end), None)
+
+
+def arrival_order(per_rank: dict[int, list[tuple[str, int, int]]]) -> list[dict]:
+    """Instances matched by (name, k-th occurrence): each rank's arrival, the last rank and the waiting."""
+    by_key: dict[tuple, dict[int, int]] = {}
+    for rank, rows in per_rank.items():
+        seen: dict[str, int] = {}
+        for name, start, _end in sorted(rows, key=lambda r: r[1]):
+            seen[name] = seen.get(name, 0) + 1
+            by_key.setdefault((name, seen[name]), {})[rank] = start
+    out = []
+    for (name, k), arrivals in by_key.items():
+        last = max(arrivals.values())
+        last_rank = min(r for r, a in arrivals.items() if a == last)
+        out.append({"name": name, "k": k, "arrivals": arrivals, "last_rank": last_rank,
+                    "waits": {r: last - a for r, a in arrivals.items()}})
+    return sorted(out, key=lambda i: min(i["arrivals"].values()))

@@ -1,0 +1,83 @@
+"""collectives: arrivals matched across ranks by (step, group, name, k-th occurrence), the
+waiting for the last arrival, and a rank that never arrived; on real captures against the
+arrival order read from the raw files (tests/device_real.py)."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pytest
+from conftest import insert_rows
+from device_real import arrival_order, db_collectives, kineto_nccl, text_collectives, warehouse
+
+COLUMNS = ["rank_id", "step", "name", "kind", "collective", "group", "start_ns", "end_ns"]
+KEY = dict(run="r", role="actor", capture="c", source_id=1)
+
+
+def _ops(con, rows):
+    insert_rows(con, "device_ops", COLUMNS, rows, **KEY)
+
+
+def test_random_arrivals_match_an_independent_pairing(fresh_db):
+    rng = random.Random(3)
+    rows, expected = [], {}
+    for step in (1, 2):
+        for k in range(1, 6):
+            for name in ("allreduce_a", "allgather_b"):
+                ends = rng.randrange(10_000, 20_000)
+                for rank in range(4):
+                    arrive = rng.randrange(0, 9_000) + step * 100_000 + k * 20_000
+                    if (step, k, name, rank) == (2, 5, "allgather_b", 3):
+                        continue  # rank 3 never reached this one
+                    rows.append((rank, step, name, "communication", "allreduce", "g0", arrive, arrive + ends))
+                    expected.setdefault((step, name, k), {})[rank] = arrive
+    rng.shuffle(rows)
+    _ops(fresh_db, rows + [(0, 1, "gemm", "compute", None, None, 0, 10)])  # kernels are no collective
+    got = fresh_db.execute("select step, name, seq, rank_id, arrive_ns, wait_ns, is_last from collectives").fetchall()
+    want = []
+    for (step, name, k), arrivals in expected.items():
+        last = max(arrivals.values())
+        for rank in range(4):
+            arrive = arrivals.get(rank)
+            want.append((step, name, k, rank, arrive, None if arrive is None else last - arrive,
+                         arrive is not None and arrive == last))
+    assert sorted(got, key=str) == sorted(want, key=str)
+
+
+def test_groups_never_mix_and_a_missing_rank_is_a_null_row(fresh_db):
+    _ops(fresh_db, [(0, 1, "ar", "communication", "allreduce", "tp", 100, 200),
+                    (1, 1, "ar", "communication", "allreduce", "tp", 150, 200),
+                    (0, 1, "ar", "communication", "allreduce", "dp", 300, 400),
+                    (2, 1, "ar", "communication", "allreduce", "dp", 310, 400),
+                    (2, 1, "ar", "communication", "allreduce", "dp", 500, 600)])
+    rows = fresh_db.execute("""select "group", seq, rank_id, arrive_ns, wait_ns, is_last from collectives
+                               order by "group", seq, rank_id""").fetchall()
+    assert rows == [("dp", 1, 0, 300, 10, False), ("dp", 1, 2, 310, 0, True),
+                    ("dp", 2, 0, None, None, False), ("dp", 2, 2, 500, 0, True),
+                    ("tp", 1, 0, 100, 50, False), ("tp", 1, 1, 150, 0, True)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run, per_rank", [
+    ("alexnet_text", lambda: {r: text_collectives(r) for r in (0, 1)}),
+    ("alexnet_db", lambda: {r: db_collectives(r) for r in (0, 1)}),
+    ("hta_pair", lambda: {r: kineto_nccl(r) for r in (0, 1)}),
+])
+def test_real_arrival_order(tmp_path_factory, run, per_rank):
+    con = duckdb.connect(str(warehouse(tmp_path_factory)), read_only=True)
+    rows = con.execute("""select name, seq, rank_id, arrive_ns, wait_ns, is_last from collectives
+                          where run = ? order by arrive_ns""", [run]).fetchall()
+    con.close()
+    instances = arrival_order(per_rank())
+    # The Kineto pair spans two ProfilerSteps: occurrences count within the step.
+    got = {}
+    for name, _seq, rank, arrive, wait, _last in rows:
+        got.setdefault(name, []).append((arrive, rank, wait))
+    want = {}
+    for i in instances:
+        for rank, arrive in i["arrivals"].items():
+            want.setdefault(i["name"], []).append((arrive, rank, i["waits"][rank]))
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+    last = sorted((a, r) for _n, _s, r, a, _w, is_last in rows if is_last)
+    assert last == sorted((i["arrivals"][i["last_rank"]], i["last_rank"]) for i in instances)

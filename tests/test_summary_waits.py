@@ -1,0 +1,35 @@
+"""`rlwh summary` says who waits for whom: the rank the others waited for at each step's
+collectives, who waited and how long, and where each rank's device time went."""
+
+from __future__ import annotations
+
+import duckdb
+from conftest import insert_rows
+
+from rlwh.report.summary import summarize
+from rlwh.warehouse.schema import migrate
+
+COLUMNS = ["rank_id", "step", "device", "name", "kind", "collective", "group", "start_ns", "end_ns"]
+KEY = dict(run="r", role="actor", capture="c", source_id=1)
+
+
+def test_summary_names_the_rank_waited_for_and_who_waited(config):
+    config.db_path.parent.mkdir(parents=True)
+    con = duckdb.connect(str(config.db_path))
+    migrate(con)
+    con.execute("insert into runs values ('r', '/p', now(), now())")
+    # Rank 2 reaches the step's first allreduce 7 ms after rank 0 and 4 ms after rank 1.
+    insert_rows(con, "device_ops", COLUMNS, [
+        (0, 3, "cuda:0", "gemm", "compute", None, None, 0, 1_000_000),
+        (0, 3, "cuda:0", "ncclKernel_AllReduce", "communication", "allreduce", "0", 1_000_000, 9_000_000),
+        (1, 3, "cuda:1", "ncclKernel_AllReduce", "communication", "allreduce", "0", 4_000_000, 9_000_000),
+        (2, 3, "cuda:2", "ncclKernel_AllReduce", "communication", "allreduce", "0", 8_000_000, 9_000_000),
+    ], **KEY)
+    con.close()
+    sections = {s.title.split(":")[0]: s.result for s in summarize(config, "r").sections}
+    waits = sections["Who waits for whom"]
+    row = dict(zip(waits.columns, waits.rows[0]))
+    assert (row["step"], row["waited_for_rank"], row["others_waited_ms"], row["late_at_first_ms"]) == (3, 2, 11.0, 7.0)
+    assert row["who_waited"] == "rank 0 7.0 ms, rank 1 4.0 ms" and row["flag"] == "straggler"
+    device = sections["Where the device time went, per rank (summed over steps; device_time)"]
+    assert [r[1] for r in device.rows] == [0, 1, 2]
