@@ -36,6 +36,9 @@ def _invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
+pytestmark = pytest.mark.slow  # the module fixture ingests two runs through the CLI (about 9 s)
+
+
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     """run-1 and run-2 (50% more memory), and run-2's trace of one rank cut (partial)."""

@@ -110,6 +110,7 @@ def test_reingest_unchanged_is_a_skip(memory_profile, config):
     assert config.db_path.stat().st_mtime_ns == mtime  # not even rewritten
 
 
+@pytest.mark.slow
 def test_changed_file_replaces_exactly_its_rows(memory_profile, config):
     ingest(memory_profile, config)
     csv_path = memory_profile / RANK_DIR / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv"
@@ -135,6 +136,7 @@ def _memory_views(config):
         con.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("changed", ["operator_memory.csv", "trace_view.json"])
 def test_changed_file_refreshes_the_derived_memory_tables(memory_profile, config, tmp_path, changed):
     """After a file changes, every memory view answers as if the new files had been
@@ -155,6 +157,7 @@ def test_changed_file_refreshes_the_derived_memory_tables(memory_profile, config
     assert after != before
 
 
+@pytest.mark.slow
 def test_two_runs_stay_apart(memory_profile, config):
     ingest(memory_profile, config, run="night-1")
     ingest(memory_profile, config, run="night-2")
@@ -208,6 +211,7 @@ def test_truncated_trace_is_partial_with_offset(memory_profile, config):
     assert con.execute("select count(*) from memory_records").fetchone()[0] == 49
 
 
+@pytest.mark.slow
 def test_several_captures_of_one_rank_stay_apart(memory_profile, config):
     later = memory_profile / "20260526_095155_ascend_pt"
     shutil.copytree(memory_profile / RANK_DIR, later)

@@ -218,6 +218,7 @@ def test_autograd_links_like_torch_npu(tmp_path):
     assert con.execute("select count(*) from memory_alloc_stack where stack_source = 'forward_op'").fetchone()[0] > 50
 
 
+@pytest.mark.slow
 def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path):
     """Frees on the autograd thread, file grouped by thread, forward-op links, orphan frees,
     address reuse, and the invariant; without Addr the timeline is the running sum."""
@@ -284,6 +285,7 @@ def test_memory_record_and_snapshot_files_load_like_real_ones(tmp_path):
         ("epoch", "cuda:1")]
 
 
+@pytest.mark.slow
 def test_step_trace_time_adds_up_like_a_real_one(tmp_path):
     """Each step's stage is its computing + not-overlapped communication + free time, and
     the file lands in step_times with the real reader."""
