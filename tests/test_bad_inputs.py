@@ -262,6 +262,7 @@ def test_corpus_ingest_finishes_and_reports_truthfully(corpus):
     assert len(re.findall(r"^partial: ", result.output, re.M)) == partial
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_corpus_case(corpus, case):
     result, sources, db, paths = corpus
@@ -486,6 +487,7 @@ def test_disk_full_while_writing_the_warehouse_leaves_it_as_it_was(tmp_path):
     assert _scalar(db, "select count(*) from cpu_ops where role = 'big'") > 0
 
 
+@pytest.mark.slow
 def test_special_files_named_like_sources_are_named_not_hung_on(tmp_path):
     root = _profile(tmp_path / "profile")
     odd = root / "odd" / "20260527_000000_ascend_pt"
