@@ -168,6 +168,8 @@ def test_summary_compare_and_forget_on_a_small_warehouse(fresh_db, tmp_path):
     header, row = [line.split(",") for line in compared.output.strip().splitlines()]
     got = dict(zip(header, row))
     assert (got["a_peak_mib"], got["b_peak_mib"]) == ("150.0", "300.0") and float(got["peak_change_pct"]) == 100
+    page = _invoke("compare", "run-1", "run-2", "--db", db, "--out", tmp_path / "compare")
+    assert page.exit_code == 0 and list((tmp_path / "compare").rglob("*.html")), page.output
     forgot = _invoke("forget", "run-1", "--db", db)
     assert forgot.exit_code == 0, forgot.output
     assert _scalar(db, "select count(distinct run) from memory_records") == 1
