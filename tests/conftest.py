@@ -95,10 +95,10 @@ def demo_profile(tmp_path_factory) -> Path:
     return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
 
 
-def _ingested_once(profile: Path, db: Path, run: str) -> Path:
+def _ingested_once(profile: Path, db: Path, run: str, workers: int = 2) -> Path:
     from rlwh.ingest.runner import ingest
 
-    summary = ingest(profile, Config(db_path=db, workers=2), run=run)
+    summary = ingest(profile, Config(db_path=db, workers=workers), run=run)
     assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
     return db
 
@@ -108,6 +108,15 @@ def demo_warehouse(demo_profile, tmp_path_factory) -> Path:
     """The demo profile ingested once per session (run "demo", two parse workers, the loader
     derives): the reference other ingests of the demo are compared with. Read it, never write."""
     return _ingested_once(demo_profile, tmp_path_factory.mktemp("demo-wh") / "warehouse.duckdb", "demo")
+
+
+@pytest.fixture(scope="session")
+def small_warehouse(tmp_path_factory) -> tuple[Path, Path]:
+    """(a copy of rl-insight-samples/memory_data, its warehouse): one real Ascend capture
+    ingested once per session (run "small", in-process, the loader derives), the fast
+    loop's reference for the other paths. Read both, never write."""
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path_factory.mktemp("small"))
+    return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "small", workers=1)
 
 
 @pytest.fixture(scope="session")

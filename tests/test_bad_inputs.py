@@ -247,6 +247,7 @@ def corpus(tmp_path_factory):
     return result, _sources(db) if db.exists() else {}, db, paths
 
 
+@pytest.mark.slow
 def test_corpus_ingest_finishes_and_reports_truthfully(corpus):
     result, sources, db, paths = corpus
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
@@ -261,6 +262,7 @@ def test_corpus_ingest_finishes_and_reports_truthfully(corpus):
     assert len(re.findall(r"^partial: ", result.output, re.M)) == partial
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_corpus_case(corpus, case):
     result, sources, db, paths = corpus
@@ -323,6 +325,7 @@ def _cut_points(data: bytes, ends: list[int]) -> list[int]:
     return sorted(c for c in cuts if 0 < c < len(data))
 
 
+@pytest.mark.slow
 def test_trace_view_cut_at_any_byte_keeps_every_complete_event(tmp_path):
     make = _make()
     events = [make.event(f"算子_{i}" if i % 3 == 0 else f"op_{i}", ts=f"1779785515{694669 + i}.200") for i in range(8)]
@@ -367,6 +370,7 @@ def _torch_events_before(data: bytes, cut: int) -> list[dict]:
         events.append(event)
 
 
+@pytest.mark.slow
 def test_pytorch_trace_cut_at_any_byte_keeps_every_complete_event(tmp_path):
     source = SAMPLES.parent / "torch_profile" / "actor_update" / "prof_rank-0.pt.trace.json.gz"
     data = gzip.decompress(source.read_bytes())
@@ -424,6 +428,7 @@ def _without_root_override():
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
+@pytest.mark.slow
 def test_permission_denied_is_a_failed_file_and_a_warning_not_a_crash(tmp_path):
     root = _profile(tmp_path / "profile")
     shutil.copytree(root / "good" / GOOD_RANK_DIR, root / "locked" / GOOD_RANK_DIR)
@@ -457,6 +462,7 @@ def _limit_file_size(limit: int):
     return apply
 
 
+@pytest.mark.slow
 def test_disk_full_while_writing_the_warehouse_leaves_it_as_it_was(tmp_path):
     root = _profile(tmp_path / "profile")
     db = tmp_path / "wh" / "warehouse.duckdb"
@@ -481,6 +487,7 @@ def test_disk_full_while_writing_the_warehouse_leaves_it_as_it_was(tmp_path):
     assert _scalar(db, "select count(*) from cpu_ops where role = 'big'") > 0
 
 
+@pytest.mark.slow
 def test_special_files_named_like_sources_are_named_not_hung_on(tmp_path):
     root = _profile(tmp_path / "profile")
     odd = root / "odd" / "20260527_000000_ascend_pt"

@@ -71,6 +71,7 @@ def _start_holder(db: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=_env())
 
 
+@pytest.mark.slow
 def test_sqlalchemy_readers_during_ingest_see_before_or_after_never_between(published, tmp_path):
     db = published
     # Big enough that the ingest takes a few seconds on 2 cores.

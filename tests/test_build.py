@@ -24,8 +24,6 @@ from rlwh.ingest import to_warehouse as ingest_module
 from rlwh.ingest.runner import ingest
 from tests.warehouse_compare import every_table_differences
 
-pytestmark = pytest.mark.slow  # each test ingests a whole profile at least once
-
 
 @pytest.fixture
 def counted_builds(monkeypatch) -> list[str]:
@@ -41,14 +39,15 @@ def counted_builds(monkeypatch) -> list[str]:
     return built
 
 
-def _ingest(profile: Path, config, db: Path, built: bool, run: str):
-    """Ingest with two workers that build whole captures (built) or that only parse."""
-    config = dataclasses.replace(config, db_path=db, workers=2, derive_in_workers=built)
+def _ingest(profile: Path, config, db: Path, built: bool, run: str, workers: int = 2):
+    """Ingest with workers that build whole captures (built) or that only parse."""
+    config = dataclasses.replace(config, db_path=db, workers=workers, derive_in_workers=built)
     summary = ingest(profile, config, run=run)
     assert summary.failed == 0, [r.message for r in summary.results if r.status == "failed"]
     return summary
 
 
+@pytest.mark.slow
 def test_real_corpus_built_in_workers_equals_the_loaders(tmp_path, config, real_corpus, counted_builds):
     profile, loaders = real_corpus
     _ingest(profile, config, tmp_path / "built.duckdb", built=True, run="real")
@@ -56,6 +55,7 @@ def test_real_corpus_built_in_workers_equals_the_loaders(tmp_path, config, real_
     assert every_table_differences(tmp_path / "built.duckdb", loaders) == {}
 
 
+@pytest.mark.slow
 def test_demo_built_in_workers_equals_the_loaders(tmp_path, config, demo_profile, demo_warehouse, counted_builds):
     assert Config(db_path=demo_warehouse).derive_in_workers is False  # the reference: the loader derived
     _ingest(demo_profile, config, tmp_path / "built.duckdb", built=True, run="demo")
@@ -70,6 +70,7 @@ def _ascend_ranks_of(demo: Path) -> list[Path]:
     return sorted(demo.rglob("*_ascend_pt"))
 
 
+@pytest.mark.slow
 def test_reingest_of_changed_captures(tmp_path, config, demo_profile, counted_builds):
     """Re-ingest after changes gives what a fresh ingest of the changed files gives: a capture
     with a file changed and the others unchanged is derived by the loader; captures whose
@@ -102,3 +103,12 @@ def test_reingest_of_changed_captures(tmp_path, config, demo_profile, counted_bu
     assert sorted(counted_builds) == sorted(str(r.relative_to(profile)) for r in ranks[1:3])
     _ingest(profile, config, tmp_path / "fresh.duckdb", built=False, run="demo")
     assert every_table_differences(db, tmp_path / "fresh.duckdb") == {}
+
+
+def test_a_small_capture_built_in_workers_equals_the_loaders(tmp_path, config, small_warehouse, counted_builds):
+    """The fast loop's check of both paths: one real Ascend capture (rl-insight-samples),
+    built in-process (one worker) against the session's loader-made warehouse of it."""
+    profile, loaders = small_warehouse
+    _ingest(profile, config, tmp_path / "built.duckdb", built=True, run="small", workers=1)
+    assert len(counted_builds) == 1
+    assert every_table_differences(tmp_path / "built.duckdb", loaders) == {}

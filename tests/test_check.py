@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, copy_fixture, read_db
 
@@ -84,6 +85,7 @@ def test_real_fixtures_check_clean_and_write_nothing(tmp_path):
     assert "nothing was written" in text
 
 
+@pytest.mark.slow
 def test_every_problem_is_named_and_ingest_agrees(tmp_path, config):
     root = tmp_path / "profile"
     expect = _broken_profile(root)

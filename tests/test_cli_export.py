@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import duckdb
+import pytest
 from click.testing import CliRunner
 from conftest import copy_fixture
 
 from rlwh.cli import cli
 
 
+@pytest.mark.slow
 def test_export_parquet_writes_and_reports_every_table(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     db = str(tmp_path / "w.duckdb")
@@ -23,6 +25,7 @@ def test_export_parquet_writes_and_reports_every_table(tmp_path):
     assert rows == 49
 
 
+@pytest.mark.slow
 def test_export_refuses_a_foreign_folder(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     db = str(tmp_path / "w.duckdb")
@@ -34,6 +37,7 @@ def test_export_refuses_a_foreign_folder(tmp_path):
     assert result.exit_code == 1 and (out / "thesis.tex").exists()
 
 
+@pytest.mark.slow
 def test_export_views_flag(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     db = str(tmp_path / "w.duckdb")

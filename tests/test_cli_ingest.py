@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from conftest import copy_fixture
 
@@ -11,6 +12,7 @@ from rlwh import exitcodes
 from rlwh.cli import cli
 
 
+@pytest.mark.slow
 def test_ingest_prints_summary_and_exits_zero(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     db = tmp_path / "w.duckdb"
@@ -22,6 +24,7 @@ def test_ingest_prints_summary_and_exits_zero(tmp_path):
     assert again.exit_code == 0 and "3 unchanged" in again.output
 
 
+@pytest.mark.slow
 def test_ingest_exits_nonzero_when_a_file_failed(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     trace = next(profile.rglob("trace_view.json"))
@@ -37,6 +40,7 @@ def test_ingest_missing_dir_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
+@pytest.mark.slow
 def test_rlwh_db_env_var_picks_the_warehouse(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     db = tmp_path / "env.duckdb"
@@ -63,6 +67,7 @@ def _cut_trace(profile):
     return trace
 
 
+@pytest.mark.slow
 def test_a_partial_load_exits_5_and_a_failure_wins(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     _cut_trace(profile)

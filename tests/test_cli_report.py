@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 from conftest import copy_fixture
 
 from rlwh.cli import cli
 
 
+@pytest.mark.slow
 def test_report_writes_pages(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     db = str(tmp_path / "w.duckdb")
@@ -19,6 +21,7 @@ def test_report_writes_pages(tmp_path):
     assert (out / "index.html").exists() and (out / "plotly.min.js").exists()
 
 
+@pytest.mark.slow
 def test_report_unknown_run_is_a_clear_error(tmp_path):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     db = str(tmp_path / "w.duckdb")
@@ -27,6 +30,7 @@ def test_report_unknown_run_is_a_clear_error(tmp_path):
     assert result.exit_code == 1 and "nope" in result.output
 
 
+@pytest.mark.slow
 def test_nightly_exit_codes(tmp_path):
     root = tmp_path / "nightly"
     root.mkdir()

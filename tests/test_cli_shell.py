@@ -24,6 +24,7 @@ def warehouse(tmp_path_factory):
     return db
 
 
+@pytest.mark.slow
 def test_shell_queries_every_table_and_view(warehouse):
     con = duckdb.connect(str(warehouse), read_only=True)
     names = [n for (n,) in con.execute(
@@ -41,6 +42,7 @@ def test_shell_queries_every_table_and_view(warehouse):
         "v" + duckdb.__version__)
 
 
+@pytest.mark.slow
 def test_shell_command_is_read_only_unless_asked(warehouse):
     config = Config(db_path=warehouse)
     assert "-readonly" in shell_command(config)

@@ -58,6 +58,7 @@ def _scalar(db: Path, sql: str, params=()):
         con.close()
 
 
+@pytest.mark.slow
 def test_summary_of_a_run(two_runs):
     db, cut = two_runs
     result = _invoke("summary", "run-2", "--db", db)
@@ -77,6 +78,7 @@ def test_summary_of_a_run(two_runs):
     assert "partial" in files and str(cut) in files
 
 
+@pytest.mark.slow
 def test_summary_defaults_to_the_run_ingested_last(two_runs):
     db, _ = two_runs
     assert _invoke("summary", "--db", db).output.startswith("run run-2: ")
@@ -84,6 +86,7 @@ def test_summary_defaults_to_the_run_ingested_last(two_runs):
     assert missing.exit_code == 1 and "no run 'nope'" in missing.output
 
 
+@pytest.mark.slow
 def test_compare_shows_both_runs_and_the_change(two_runs):
     db, _ = two_runs
     result = _invoke("compare", "run-1", "run-2", "--db", db, "--format", "csv")
@@ -102,6 +105,7 @@ def test_compare_shows_both_runs_and_the_change(two_runs):
     assert unknown.exit_code == 1 and "no run 'nope'" in unknown.output
 
 
+@pytest.mark.slow
 def test_forget_removes_every_row_of_the_run_and_only_those(two_runs, tmp_path):
     db = tmp_path / "w.duckdb"
     shutil.copy(two_runs[0], db)
@@ -125,6 +129,7 @@ def test_forget_removes_every_row_of_the_run_and_only_those(two_runs, tmp_path):
     assert again.exit_code == 1 and "no run 'run-1'" in again.output
 
 
+@pytest.mark.slow
 def test_forget_with_a_reader_holding_the_file_open(two_runs, tmp_path):
     """A reader keeps its snapshot (the run still there) and does not block the forget."""
     db = tmp_path / "w.duckdb"
@@ -140,3 +145,31 @@ def test_forget_with_a_reader_holding_the_file_open(two_runs, tmp_path):
         reader.close()
     assert _scalar(db, "select count(*) from memory_records where run = 'run-2'") == 0
     assert _scalar(db, "select count(*) from memory_records where run = 'run-1'") > 0
+
+
+def test_summary_compare_and_forget_on_a_small_warehouse(fresh_db, tmp_path):
+    """The fast loop's check of the three commands: two one-rank runs, the second with twice
+    the memory, written straight into a warehouse."""
+    from conftest import insert_rows
+
+    for run, scale in (("run-1", 1), ("run-2", 2)):
+        fresh_db.execute("insert into runs values (?, ?, now()::timestamp, now()::timestamp)", [run, f"/p/{run}"])
+        fresh_db.execute("""insert into sources (source_id, run, role, rank_id, capture, kind, path, status, rows,
+                              ingested_at) values (?, ?, 'actor', 0, 'c', 'ascend_memory_csv', 'c/m.csv', 'ok', 3,
+                              now()::timestamp)""", [scale, run])
+        insert_rows(fresh_db, "memory_records", ["source_row", "name", "size_bytes", "alloc_ns", "release_ns"],
+                    [(1, "aten::empty", 100 * 2**20 * scale, 10, 50), (2, "aten::mul", 50 * 2**20 * scale, 20, None)],
+                    run=run, role="actor", rank_id=0, capture="c", source_id=scale, device="NPU:0")
+    fresh_db.close()
+    db = tmp_path / "fresh.duckdb"
+    summary = _invoke("summary", "--db", db)
+    assert summary.exit_code == 0 and summary.output.startswith("run run-2: "), summary.output
+    compared = _invoke("compare", "run-1", "run-2", "--db", db, "--format", "csv")
+    header, row = [line.split(",") for line in compared.output.strip().splitlines()]
+    got = dict(zip(header, row))
+    assert (got["a_peak_mib"], got["b_peak_mib"]) == ("150.0", "300.0") and float(got["peak_change_pct"]) == 100
+    page = _invoke("compare", "run-1", "run-2", "--db", db, "--out", tmp_path / "compare")
+    assert page.exit_code == 0 and list((tmp_path / "compare").rglob("*.html")), page.output
+    forgot = _invoke("forget", "run-1", "--db", db)
+    assert forgot.exit_code == 0, forgot.output
+    assert _scalar(db, "select count(distinct run) from memory_records") == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from click.testing import CliRunner
 
 from rlwh import synth
@@ -12,6 +13,7 @@ from rlwh.config import Config
 from rlwh.ingest.runner import ingest
 
 
+@pytest.mark.slow
 def test_compare_page_shows_both_runs_and_links_their_memory_pages(tmp_path):
     db = tmp_path / "w.duckdb"
     config = Config(db_path=db, workers=1)

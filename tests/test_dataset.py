@@ -35,6 +35,7 @@ from rlwh.parquet import dataset
 from rlwh.parquet.export import export_parquet, public_tables, public_views
 from rlwh.warehouse.session import connect_read, write_session
 
+pytestmark = pytest.mark.slow  # every test reads a dataset cut from the demo warehouse
 RUN = "demo"  # conftest.demo_warehouse
 SHELL = REPO / ".venv" / "bin" / "duckdb"
 

@@ -81,6 +81,7 @@ def test_verl_layout_steps_roles_ranks(tmp_path):
                     for s in (1, 2) for k in (0, 1)]
 
 
+@pytest.mark.slow
 def test_verl_layout_two_steps_of_one_rank_never_merge(tmp_path, config):
     _verl_tree(tmp_path / "run")
     summary = ingest(tmp_path / "run", config)
@@ -121,6 +122,7 @@ def test_ascend_text_and_db_exports_as_published(tmp_path):
     assert files["text/rank0_ascend_pt/profiler_info_0.json"].capture_started_ns == start
 
 
+@pytest.mark.slow
 def test_ascend_capture_starts_at_its_earliest_event(tmp_path, config):
     root = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path)
     assert ingest(root, config).failed == 0

@@ -101,6 +101,7 @@ def _assert_same_rows(config: Config, out: Path, run: str | None = None) -> None
         con.close()
 
 
+@pytest.mark.slow
 def test_every_table_reads_back_with_the_same_rows(warehouse, tmp_path):
     out = tmp_path / "out"
     counts = export_parquet(warehouse, out)
@@ -131,6 +132,7 @@ def test_every_table_reads_back_with_the_same_rows(warehouse, tmp_path):
     assert marker["partition_by"]["cpu_ops"] == marker["partition_by"]["sources"] == ["run", "role", "rank_id"]
 
 
+@pytest.mark.slow
 def test_layout_is_hive_partitioned_by_run_role_and_rank(warehouse, tmp_path):
     out = tmp_path / "out"
     export_parquet(warehouse, out)
@@ -154,6 +156,7 @@ def test_layout_is_hive_partitioned_by_run_role_and_rank(warehouse, tmp_path):
     assert {"run", "role", "rank_id", "ts_ns", "bytes"} <= set(columns)
 
 
+@pytest.mark.slow
 def test_hostile_run_and_role_stay_inside_out(warehouse, tmp_path):
     area = tmp_path / "area"
     area.mkdir()
@@ -169,6 +172,7 @@ def test_hostile_run_and_role_stay_inside_out(warehouse, tmp_path):
     assert got == [(HOSTILE_RUN, HOSTILE_ROLE)]
 
 
+@pytest.mark.slow
 def test_one_run(warehouse, tmp_path):
     out = tmp_path / "out"
     counts = export_parquet(warehouse, out, run="night-1")
@@ -181,6 +185,7 @@ def test_one_run(warehouse, tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.slow
 def test_an_earlier_export_is_replaced_whole(warehouse, tmp_path):
     out = tmp_path / "out"
     export_parquet(warehouse, out)
@@ -191,6 +196,7 @@ def test_an_earlier_export_is_replaced_whole(warehouse, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temp or old folder left
 
 
+@pytest.mark.slow
 def test_a_folder_that_is_not_an_export_is_never_touched(warehouse, tmp_path):
     out = tmp_path / "home"
     out.mkdir()
@@ -204,6 +210,7 @@ def test_a_folder_that_is_not_an_export_is_never_touched(warehouse, tmp_path):
     assert (empty / MARKER).is_file()
 
 
+@pytest.mark.slow
 def test_a_failed_export_leaves_the_previous_one(warehouse, tmp_path, monkeypatch):
     out = tmp_path / "out"
     export_parquet(warehouse, out)
@@ -237,6 +244,7 @@ def test_a_role_too_long_for_a_folder_name_is_a_clear_error(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rlwh-export")]
 
 
+@pytest.mark.slow
 def test_export_runs_while_a_writer_holds_the_warehouse(warehouse, tmp_path):
     with write_session(warehouse) as session:
         session.con.execute("delete from memory_records")  # not published: the export never sees it
@@ -244,6 +252,7 @@ def test_export_runs_while_a_writer_holds_the_warehouse(warehouse, tmp_path):
     assert counts["memory_records"] == 49
 
 
+@pytest.mark.slow
 def test_stale_temp_of_a_killed_export_is_cleaned(warehouse, tmp_path):
     stale = tmp_path / ".rlwh-export-999999999-abc"  # no such pid
     stale.mkdir()
@@ -258,6 +267,7 @@ def test_no_warehouse_is_a_clear_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_views_are_written_with_their_rows_when_asked(warehouse, tmp_path):
     out = tmp_path / "out"
     counts = export_parquet(warehouse, out, views=True)

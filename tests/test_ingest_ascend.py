@@ -35,6 +35,7 @@ def _ns(text: str):
     return _scaled(text, 1000)
 
 
+@pytest.mark.slow
 def test_every_csv_row_lands_exactly(memory_profile, config):
     summary = ingest(memory_profile, config)
     assert summary.failed == 0
@@ -100,6 +101,7 @@ def _counts(config):
         con.close()
 
 
+@pytest.mark.slow
 def test_reingest_unchanged_is_a_skip(memory_profile, config):
     ingest(memory_profile, config)
     before = _counts(config)
@@ -110,6 +112,7 @@ def test_reingest_unchanged_is_a_skip(memory_profile, config):
     assert config.db_path.stat().st_mtime_ns == mtime  # not even rewritten
 
 
+@pytest.mark.slow
 def test_changed_file_replaces_exactly_its_rows(memory_profile, config):
     ingest(memory_profile, config)
     csv_path = memory_profile / RANK_DIR / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv"
@@ -135,6 +138,7 @@ def _memory_views(config):
         con.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("changed", ["operator_memory.csv", "trace_view.json"])
 def test_changed_file_refreshes_the_derived_memory_tables(memory_profile, config, tmp_path, changed):
     """After a file changes, every memory view answers as if the new files had been
@@ -155,6 +159,7 @@ def test_changed_file_refreshes_the_derived_memory_tables(memory_profile, config
     assert after != before
 
 
+@pytest.mark.slow
 def test_two_runs_stay_apart(memory_profile, config):
     ingest(memory_profile, config, run="night-1")
     ingest(memory_profile, config, run="night-2")
@@ -164,6 +169,7 @@ def test_two_runs_stay_apart(memory_profile, config):
     assert con.execute("select count(*) from call_stacks").fetchone()[0] == 13  # stacks shared by runs
 
 
+@pytest.mark.slow
 def test_bad_file_among_good_ones(memory_profile, config, tmp_path):
     second = memory_profile.parent / "actor_update" / "20260527_010101_ascend_pt"
     shutil.copytree(memory_profile / RANK_DIR, second)
@@ -178,6 +184,7 @@ def test_bad_file_among_good_ones(memory_profile, config, tmp_path):
     assert con.execute("select count(*) from cpu_ops").fetchone()[0] == 26
 
 
+@pytest.mark.slow
 def test_malformed_row_keeps_the_rest_and_names_the_row(memory_profile, config):
     csv_path = memory_profile / RANK_DIR / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv"
     lines = csv_path.read_text().splitlines(keepends=True)
@@ -194,6 +201,7 @@ def test_malformed_row_keeps_the_rest_and_names_the_row(memory_profile, config):
     assert rows == [r for r in range(1, 50) if r != 7]
 
 
+@pytest.mark.slow
 def test_truncated_trace_is_partial_with_offset(memory_profile, config):
     trace = memory_profile / RANK_DIR / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     data = trace.read_bytes()
@@ -208,6 +216,7 @@ def test_truncated_trace_is_partial_with_offset(memory_profile, config):
     assert con.execute("select count(*) from memory_records").fetchone()[0] == 49
 
 
+@pytest.mark.slow
 def test_several_captures_of_one_rank_stay_apart(memory_profile, config):
     later = memory_profile / "20260526_095155_ascend_pt"
     shutil.copytree(memory_profile / RANK_DIR, later)
@@ -237,6 +246,7 @@ def test_role_from_metadata_wins(memory_profile, config):
 
 
 
+@pytest.mark.slow
 def test_stack_normalization_is_the_same_in_sql_and_python():
     """Ascend stacks are normalized in SQL, PyTorch stacks in Python: one text, one id."""
     import random

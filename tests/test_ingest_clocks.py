@@ -27,6 +27,7 @@ def test_nvtx_on_the_session_clock_says_so(tmp_path, config):
     assert skew == [("nvtx", "nsys_session")]
 
 
+@pytest.mark.slow
 def test_an_ascend_window_is_never_added_to_a_torch_window(tmp_path, config):
     """Rank 0 of the role has an Ascend capture and a PyTorch trace; rank 1 only an Ascend one."""
     role = tmp_path / "run" / "actor"

@@ -18,10 +18,9 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest.runner import ingest
 from rlwh.parquet import dataset
+from rlwh.parquet.export import export_parquet
 from rlwh.warehouse.upgrade import initialize
 from tests.warehouse_compare import every_table_differences
-
-pytestmark = pytest.mark.slow  # every test ingests a profile in dataset mode (and its reference)
 
 MEMORY_VIEWS = ("memory_peak", "memory_peak_breakdown", "memory_unreleased", "rank_skew", "role_timeline")
 
@@ -66,6 +65,7 @@ def _files_by_path(root: Path) -> dict[str, int]:
     return {str(p.relative_to(gen)): p.stat().st_ino for p in gen.rglob("*.parquet")}
 
 
+@pytest.mark.slow
 def test_demo_dataset_equals_the_warehouse(demo, demo_thin, demo_warehouse):
     thin, summary = demo_thin
     assert summary.rows > 10_000
@@ -82,6 +82,7 @@ def test_demo_dataset_equals_the_warehouse(demo, demo_thin, demo_warehouse):
     assert {r[0] for r in con.execute("select path from sources").fetchall()} == files
 
 
+@pytest.mark.slow
 def test_real_corpus_dataset_equals_the_warehouse(tmp_path, config, real_corpus):
     profile, normal = real_corpus
     _, thin = _modes(dataclasses.replace(config, workers=2), tmp_path)
@@ -89,6 +90,7 @@ def test_real_corpus_dataset_equals_the_warehouse(tmp_path, config, real_corpus)
     assert every_table_differences(thin.db_path, normal) == {}
 
 
+@pytest.mark.slow
 def test_a_changed_rank_rewrites_only_its_files(tmp_path, config, demo):
     profile = _small_profile(demo, tmp_path / "demo")
     normal, thin = _modes(config, tmp_path)
@@ -121,6 +123,7 @@ def test_a_changed_rank_rewrites_only_its_files(tmp_path, config, demo):
     assert every_table_differences(thin.db_path, normal.db_path) == {}
 
 
+@pytest.mark.slow
 def test_the_thin_file_reads_like_a_warehouse(demo, demo_thin):
     """rlwh query and the pinned duckdb shell read it; writers other than ingest refuse it."""
     thin, _ = demo_thin
@@ -140,6 +143,7 @@ def test_the_thin_file_reads_like_a_warehouse(demo, demo_thin):
         ingest(demo, dataclasses.replace(thin, dataset=None), run="other")
 
 
+@pytest.mark.slow
 def test_cli_ingest_with_dataset_flag(tmp_path, demo):
     db = tmp_path / "thin.duckdb"
     profile = demo / "ascend" / "actor_update"  # two ranks are enough to see the flag work
@@ -150,3 +154,15 @@ def test_cli_ingest_with_dataset_flag(tmp_path, demo):
     assert (tmp_path / "ds" / "current" / "_manifest.json").is_file()
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("select count(*) from cpu_ops").fetchone()[0] > 0
+
+
+def test_a_small_profile_in_dataset_mode_equals_the_warehouse(tmp_path, config, small_warehouse):
+    """The fast loop's check of dataset mode and of export: one real Ascend capture, against
+    the session's normal warehouse of it."""
+    profile, normal = small_warehouse
+    _, thin = _modes(config, tmp_path)
+    _ok(ingest(profile, thin, run="small"))
+    assert (thin.dataset / "current" / "_manifest.json").is_file()
+    assert every_table_differences(thin.db_path, normal) == {}
+    export_parquet(dataclasses.replace(config, db_path=normal), tmp_path / "export")
+    assert list((tmp_path / "export" / "memory_records").rglob("*.parquet"))

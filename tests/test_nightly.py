@@ -121,6 +121,7 @@ def _copy_scaled(source: Path, target: Path, factor: float) -> Path:
     return target
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["warehouse", "dataset"])
 def test_nights(config, tmp_path, mode):
     """The same nights whether the warehouse is a DuckDB file or a dataset's thin file."""
@@ -169,6 +170,7 @@ def test_nights(config, tmp_path, mode):
     assert [o.run for o in night.ingest_failures] == ["grpo-0003"]
 
 
+@pytest.mark.slow
 def test_explicit_baseline_and_out(config, tmp_path):
     root = tmp_path / "nightly"
     first = _profile(root / "base_run")

@@ -7,12 +7,14 @@ import json
 import re
 
 import duckdb
+import pytest
 from conftest import copy_fixture
 
 from rlwh.config import Config
 from rlwh.ingest.runner import ingest
 
 
+@pytest.mark.slow
 def test_profiler_steps_of_real_traces(tmp_path):
     kineto = copy_fixture("real/kineto/hta/ns_resolution_trace", tmp_path / "run")
     ascend = copy_fixture("real/ascend/msinsight-alexnet-level1/text/rank0_ascend_pt", tmp_path / "run")

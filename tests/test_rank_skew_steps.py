@@ -7,6 +7,7 @@ import csv
 from decimal import Decimal
 
 import duckdb
+import pytest
 from conftest import copy_fixture
 
 from rlwh.config import Config
@@ -19,6 +20,7 @@ def _stage_ns(path) -> int:
         return sum(int(Decimal(row["Stage"].strip()) * 1000) for row in csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_ranks_with_only_step_times_are_compared(tmp_path):
     root = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path)
     # Rank 1 kept only its step times (and profiler_info), as ranks 1 and 3 of a real run did.

@@ -213,6 +213,7 @@ def _ingest(profile: Path, config):
     return summary, con
 
 
+@pytest.mark.slow
 def test_ingest_of_both_exports_lands_the_same_memory_records(tmp_path, config):
     """The db and text exports of the job, as two runs: the same allocation sequence per rank."""
     db_summary, con = _ingest(copy_fixture("real/ascend/msinsight-alexnet-level1/db", tmp_path / "a"), config)
@@ -237,6 +238,7 @@ def test_ingest_of_both_exports_lands_the_same_memory_records(tmp_path, config):
         con.close()
 
 
+@pytest.mark.slow
 def test_rank_dir_with_both_exports_says_which_it_loaded(tmp_path, config):
     profile = copy_fixture("real/ascend/msinsight-alexnet-level1/text", tmp_path / "p")
     for rank in RANKS:

@@ -154,6 +154,7 @@ def test_empty_file_fails(tmp_path):
         read(ascend_usage.read_step_trace_time, path, tmp_path)
 
 
+@pytest.mark.slow
 def test_ingest_lands_every_row_and_replaces_a_changed_file(tmp_path, config):
     from rlwh.ingest.runner import ingest
 

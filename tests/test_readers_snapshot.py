@@ -214,6 +214,7 @@ def test_not_a_snapshot_is_ignored_and_a_malformed_one_fails(tmp_path):
                                                  "device_traces": []}), tmp_path)
 
 
+@pytest.mark.slow
 def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config, monkeypatch):
     from rlwh.ingest.runner import ingest
 

@@ -222,6 +222,7 @@ def _innermost_python_frames(path: Path) -> dict:
     return result
 
 
+@pytest.mark.slow
 def test_pytorch_stacks_are_innermost_first(tmp_path):
     con, root = _ingested("torch_profile", tmp_path)
     compared = 0
@@ -308,6 +309,7 @@ def test_warehouse_toml_holds_the_default_rule():
     assert config.library_frames == DEFAULT_LIBRARY_FRAMES and config.stdlib_is_library
 
 
+@pytest.mark.slow
 def test_a_new_library_rule_recomputes_user_frames(tmp_path):
     """A team that calls its training script library code sees the next frame out, after
     `rlwh init` with the new rule; the old rule back gives the old answer."""

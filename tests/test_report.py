@@ -265,6 +265,7 @@ def demo(tmp_path_factory):
 # ---------------------------------------------------------------- the pages
 
 
+@pytest.mark.slow
 def test_every_page_is_written(demo):
     out = demo["out"]
     run = out / "demo-run"
@@ -282,6 +283,7 @@ def test_every_page_is_written(demo):
         assert (run / target).resolve().is_file(), target
 
 
+@pytest.mark.slow
 def test_plotly_is_written_once_and_referenced_relatively(demo):
     from plotly.offline import get_plotlyjs
 
@@ -295,6 +297,7 @@ def test_plotly_is_written_once_and_referenced_relatively(demo):
             assert (page.parent / src).resolve().is_file(), (page, src)
 
 
+@pytest.mark.slow
 def test_failed_files_are_in_plain_sight(demo):
     summary = (demo["out"] / "demo-run" / "index.html").read_text(encoding="utf-8")
     assert "1 source file(s) failed" in summary
@@ -303,6 +306,7 @@ def test_failed_files_are_in_plain_sight(demo):
     assert "prof_rank-7.pt.trace.json" in summary
 
 
+@pytest.mark.slow
 def test_memory_page_shows_the_known_block(demo):
     known = demo["known"]
     data = _panel_data(known["page"])
@@ -315,6 +319,7 @@ def test_memory_page_shows_the_known_block(demo):
     assert text == known["stack"]
 
 
+@pytest.mark.slow
 def test_gmm_heatmap_has_layers_by_experts(demo):
     page = (demo["out"] / "demo-run" / "gmm_heatmap.html").read_text(encoding="utf-8")
     figures = _figures(page)
@@ -324,6 +329,7 @@ def test_gmm_heatmap_has_layers_by_experts(demo):
     assert "max / mean" in page
 
 
+@pytest.mark.slow
 def test_role_timeline_has_a_row_per_role_and_rank(demo):
     figures = _figures((demo["out"] / "demo-run" / "role_timeline.html").read_text(encoding="utf-8"))
     rows = {y for figure in figures for trace in figure["data"] for y in trace["y"]}
@@ -401,6 +407,7 @@ def test_summary_folds_sources_in_natural_order(shaped):
     assert "gmm/<wbr>step_1/<wbr>dump/<wbr>matmul.10.pt" in folded  # paths wrap at "/" only
 
 
+@pytest.mark.slow
 def test_memory_compare_marks_outliers(demo):
     con = duckdb.connect(str(demo["config"].db_path), read_only=True)
     outliers = con.execute("select count(*) from rank_skew where is_memory_outlier").fetchone()[0]
@@ -585,6 +592,7 @@ def test_slugs_are_safe_and_distinct():
     assert report.slug("grpo-0412") == "grpo-0412"
 
 
+@pytest.mark.slow
 def test_unknown_run_is_an_error(demo):
     with pytest.raises(RlwhError, match="no run named"):
         report.build_report(demo["config"], out=demo["out"], run="nope")
@@ -610,6 +618,7 @@ def test_queries_read_only_public_views():
 # ---------------------------------------------------------------- reduction
 
 
+@pytest.mark.slow
 def test_large_rank_is_reduced_and_keeps_the_peak(tmp_path):
     config = _config(tmp_path)
     config.db_path.parent.mkdir(parents=True)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 from conftest import SHARED
 
 from rlwh.assets import asset_dir
@@ -94,6 +95,7 @@ def test_no_public_column_is_hugeint(fresh_db):
     assert wide == []
 
 
+@pytest.mark.slow
 def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     """A warehouse loaded before migration 0003 answers the memory views right after it."""
     from conftest import copy_fixture
@@ -133,6 +135,7 @@ def _downgrade_to_0002(con) -> None:
     con.execute("delete from _rlwh_migrations where version in (3, 4)")  # later ones touch other tables
 
 
+@pytest.mark.slow
 def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     """A warehouse that stored PyTorch stacks outermost first reads like a fresh ingest after 0004."""
     from conftest import copy_fixture
@@ -199,6 +202,7 @@ def test_the_rest_of_the_contract_exists_with_comments(fresh_db):
     assert missing == []
 
 
+@pytest.mark.slow
 def test_rows_from_before_0005_are_reloaded_by_the_next_ingest(tmp_path):
     """Captures were file names before 0005, so two steps' traces of one rank merged; after
     the upgrade the next ingest reads every file again and names captures by their path."""

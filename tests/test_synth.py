@@ -218,7 +218,8 @@ def test_autograd_links_like_torch_npu(tmp_path):
     assert con.execute("select count(*) from memory_alloc_stack where stack_source = 'forward_op'").fetchone()[0] > 50
 
 
-def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path):
+@pytest.mark.parametrize("with_addr", [True, False])
+def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path, with_addr):
     """Frees on the autograd thread, file grouped by thread, forward-op links, orphan frees,
     address reuse, and the invariant; without Addr the timeline is the running sum."""
     import duckdb
@@ -227,25 +228,24 @@ def test_synthetic_torch_trace_is_shaped_like_a_real_one(tmp_path):
     from rlwh.ingest.runner import ingest
     from rlwh.synth import timelines as synth_timelines
 
-    for with_addr in (True, False):
-        root = tmp_path / f"addr-{with_addr}"
-        synth_timelines.write_torch_trace(root / "critic" / "prof_rank-0.pt.trace.json.gz", rank=0, world_size=1,
-                                          with_addr=with_addr)
-        db = root / "w.duckdb"
-        ingest(root, Config(db_path=db, workers=1))
-        con = duckdb.connect(str(db), read_only=True)
-        assert con.execute("select count(*) from memory_timeline where allocator_live_bytes > allocator_allocated_bytes"
-                           ).fetchone()[0] == 0
-        threads = con.execute("select count(distinct tid) from torch_memory_events where bytes < 0").fetchone()[0]
-        assert threads == 2
-        if with_addr:
-            sources = dict(con.execute("select stack_source, count(*) from memory_blocks group by 1").fetchall())
-            assert sources.get("forward_op", 0) > 10 and sources.get("op", 0) > 10
-            assert con.execute("select sum(orphan_frees) from torch_memory_orphan_frees").fetchone()[0] == 2
-        else:
-            assert con.execute("select count(*) from memory_blocks").fetchone()[0] == 0
-            assert con.execute("select count(*) from memory_timeline").fetchone()[0] > 0
-        con.close()
+    root = tmp_path / f"addr-{with_addr}"
+    synth_timelines.write_torch_trace(root / "critic" / "prof_rank-0.pt.trace.json.gz", rank=0, world_size=1,
+                                      with_addr=with_addr)
+    db = root / "w.duckdb"
+    ingest(root, Config(db_path=db, workers=1))
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("select count(*) from memory_timeline where allocator_live_bytes > allocator_allocated_bytes"
+                       ).fetchone()[0] == 0
+    threads = con.execute("select count(distinct tid) from torch_memory_events where bytes < 0").fetchone()[0]
+    assert threads == 2
+    if with_addr:
+        sources = dict(con.execute("select stack_source, count(*) from memory_blocks group by 1").fetchall())
+        assert sources.get("forward_op", 0) > 10 and sources.get("op", 0) > 10
+        assert con.execute("select sum(orphan_frees) from torch_memory_orphan_frees").fetchone()[0] == 2
+    else:
+        assert con.execute("select count(*) from memory_blocks").fetchone()[0] == 0
+        assert con.execute("select count(*) from memory_timeline").fetchone()[0] > 0
+    con.close()
 
 
 def test_memory_record_and_snapshot_files_load_like_real_ones(tmp_path):
@@ -303,3 +303,13 @@ def test_step_trace_time_adds_up_like_a_real_one(tmp_path):
     assert [r[0] for r in rows] == [1, 2, 3]  # 45,000 ops are three steps
     for _, computing, comm, free, stage in rows:
         assert abs(computing + comm + free - stage) <= 1_000, (computing, comm, free, stage)
+
+
+def test_the_demo_profile_has_every_format(tmp_path):
+    """rlwh.demo's profile (what `make demo` ingests): every kind of file discovery knows."""
+    from rlwh.demo import write_demo_profile
+    from rlwh.ingest.discover import discover
+
+    kinds = {f.kind for f in discover(write_demo_profile(tmp_path / "demo")).files}
+    expected = {"ascend_trace", "ascend_memory_csv", "torch_trace", "torch_snapshot", "nvtx_jsonl", "gmm_group_list"}
+    assert expected <= kinds

@@ -45,6 +45,7 @@ def test_second_writer_gives_up_with_a_clear_message(config):
                 pass
 
 
+@pytest.mark.slow
 def test_reader_holding_the_file_open_does_not_block_ingest(tmp_path, config):
     profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
     initialize(config)

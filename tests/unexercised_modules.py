@@ -29,7 +29,9 @@ def body_lines(source: str) -> set[int]:
 
 
 def main() -> int:
-    data = coverage.Coverage().get_data()
+    cov = coverage.Coverage()
+    cov.load()
+    data = cov.get_data()
     measured = {Path(f).resolve(): set(data.lines(f) or ()) for f in data.measured_files()}
     rows, unexercised = [], []
     for path in sorted((REPO / "rlwh").rglob("*.py")):
