@@ -93,6 +93,7 @@ def test_no_public_column_is_hugeint(fresh_db):
 def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     """A warehouse loaded before migration 0003 answers the memory views right after it."""
     from conftest import copy_fixture
+    from old_warehouse import downgrade_to_0002
 
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
@@ -106,32 +107,22 @@ def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     stacks = con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0]
     assert want and stacks > 0
     # Back to the state before 0003: no derived tables, none of 0004's columns, no record
-    # of either migration.
-    _downgrade_to_0002(con)
+    # of either migration (nor of 0010, which moved the derived tables out of main).
+    downgrade_to_0002(con)
     con.close()
     # What `rlwh init` does: the storage layer migrates, the writer fills the derived tables.
     applied = initialize(Config(db_path=db))
-    assert applied == ["0003_create_derived_memory.sql", "0004_stacks_innermost_first_and_autograd_links.sql"]
+    assert applied == ["0003_create_derived_memory.sql", "0004_stacks_innermost_first_and_autograd_links.sql",
+                       "0010_private_objects_in_their_own_schema.sql"]
     con = duckdb.connect(str(db))
     assert con.execute("select * from memory_peak order by all").fetchall() == want
     assert con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0] == stacks
 
 
-def _downgrade_to_0002(con) -> None:
-    """Undo migrations 0003 and 0004 (views go first; migrate() re-creates them)."""
-    for view in con.execute("select view_name from duckdb_views() where not internal").fetchall():
-        con.execute(f"drop view if exists {view[0]}")
-    for table in ("_memory_record_ops", "_memory_timeline", "_torch_memory_blocks", "_stack_user_frames"):
-        con.execute(f"drop table if exists {table}")
-    con.execute("alter table cpu_ops drop column seq_no")
-    con.execute("alter table cpu_ops drop column fwd_tid")
-    con.execute("alter table torch_memory_events drop column op_ts_ns")
-    con.execute("delete from _rlwh_migrations where version in (3, 4)")  # later ones touch other tables
-
-
 def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     """A warehouse that stored PyTorch stacks outermost first reads like a fresh ingest after 0004."""
     from conftest import copy_fixture
+    from old_warehouse import downgrade_to_0002
 
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
@@ -157,7 +148,7 @@ def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     con.execute("update torch_memory_events set stack_id = o.old_id from old_ids o"
                 " where torch_memory_events.stack_id = o.new_id")
     con.execute("delete from call_stacks where stack_id in (select new_id from old_ids)")
-    _downgrade_to_0002(con)
+    downgrade_to_0002(con)
     con.close()
     initialize(Config(db_path=db))  # migrates, then fills the derived tables
     con = duckdb.connect(str(db))

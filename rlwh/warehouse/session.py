@@ -26,7 +26,7 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse.schema import adds_derived_tables, is_current, migrate
+from rlwh.warehouse.schema import adds_derived_tables, is_current, is_thin, migrate
 
 WRITER_CHECKPOINT = "1GB"
 
@@ -170,7 +170,7 @@ def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
 def _refuse_thin_file(con: duckdb.DuckDBPyConnection, config: Config) -> None:
     """A dataset's thin file (rlwh.parquet.dataset) holds views, not tables: only a dataset-mode
     ingest rewrites it."""
-    if con.execute("select count(*) from duckdb_tables() where table_name = '_rlwh_dataset'").fetchone()[0]:
+    if is_thin(con):
         raise RlwhError(f"{config.db_path} is the thin file of a Parquet dataset: it changes only through "
                         "`rlwh ingest` with [warehouse] dataset (or --dataset) naming that dataset")
 
