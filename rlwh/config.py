@@ -50,7 +50,7 @@ class Config:
         return library_pattern(self.library_frames, self.stdlib_is_library)
 
     def view_settings(self) -> dict[str, str]:
-        """The settings the views read, as stored in _rlwh_settings (name -> text)."""
+        """The settings the views read, as stored in internal.settings (name -> text)."""
         return {"gmm_ops_per_layer": str(self.ops_per_layer), "library_frames": self.library_pattern}
 
     def with_db(self, db: str | os.PathLike | None) -> "Config":

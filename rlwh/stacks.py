@@ -4,7 +4,7 @@ The rule is a list of regular expressions (warehouse.toml [stacks] library_frame
 by default, the Python standard library, whose modules Kineto names by their relative path
 ("multiprocessing/spawn.py(135): _main") and Ascend by their absolute one
 ("/usr/lib/python3.9/threading.py(973): _bootstrap"). rlwh joins them into one regex that
-it stores in the warehouse (_rlwh_settings 'library_frames'), where the _stack_frames view
+it stores in the warehouse (internal.settings 'library_frames'), where the internal.stack_frames view
 reads it: DuckDB's RE2 and Python's re agree on the syntax used here.
 """
 

@@ -2,7 +2,7 @@
 -- operator_memory.csv allocation rows as they are (release rows, with a negative size,
 -- are not blocks), and PyTorch "[memory]" events with an address paired alloc -> the next
 -- event at the same (capture, device, addr) in time order across threads
--- (_torch_memory_pairs, paired once at ingest). A PyTorch allocation followed by another
+-- (internal.torch_memory_pairs, paired once at ingest). A PyTorch allocation followed by another
 -- allocation at its address ends there (release_inferred); one with no later event is
 -- unreleased (release_ns NULL); a free with no earlier allocation is counted in
 -- torch_memory_orphan_frees instead. Stacks follow memory_alloc_stack's rules for both
@@ -13,7 +13,7 @@
 -- the allocator recorded for each ('allocation'). Where the snapshot's entries carry no
 -- time, clock is 'sequence' and alloc_ns / release_ns hold the entries' positions in the
 -- trace: they order that capture's events and are no time.
--- depends: memory_alloc_stack, _stack_frames
+-- depends: memory_alloc_stack, internal.stack_frames
 create or replace view memory_blocks (
   -- Run name.
   run,
@@ -86,8 +86,8 @@ torch_blocks as (
     b.allocated_after_alloc_bytes, b.reserved_after_alloc_bytes,
     b.allocated_after_release_bytes, b.reserved_after_release_bytes,
     'torch' as allocator, b.release_inferred, b.stack_source, f.user_frame, 'epoch' as clock,
-  from _torch_memory_blocks as b
-  left join _stack_frames as f on b.stack_id = f.stack_id
+  from internal.torch_memory_blocks as b
+  left join internal.stack_frames as f on b.stack_id = f.stack_id
 ),
 
 snapshot_blocks as (
@@ -101,7 +101,7 @@ snapshot_blocks as (
     'snapshot' as allocator, coalesce(b.release_action = 'alloc', false) as release_inferred,
     if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
   from snapshot_trace_blocks as b
-  left join _stack_frames as f on b.stack_id = f.stack_id
+  left join internal.stack_frames as f on b.stack_id = f.stack_id
   where b.alloc_seq is not null
 ),
 

@@ -32,7 +32,7 @@ create or replace view memory_peak (
   clock
 ) as
 with timeline as (
-  select * from _memory_timeline
+  select * from internal.memory_timeline_rows
 ),
 
 peaks as (

@@ -52,7 +52,7 @@ def warehouse(tmp_path_factory) -> Path:
     assert ingest(write_demo_profile(tmp / "profile" / RUN), config).failed == 0
     with write_session(config) as session:  # a sources row with no role and no rank: NULL partitions
         session.con.execute(
-            """insert into sources select * replace (nextval('_source_ids') as source_id, null as role,
+            """insert into sources select * replace (nextval('internal.source_ids') as source_id, null as role,
                  null as rank_id, 'stray.pt' as path, 'failed' as status) from sources limit 1""")
         session.changed = True
     return config.db_path
@@ -89,7 +89,7 @@ def make_groups(db: Path, dest: Path) -> dict[str, Path]:
                     con.execute(f"copy ({select}) to '{folder / (table + '.parquet')}' (format parquet)", params)
                 for col in (c for c in columns if c.endswith("stack_id")):
                     con.execute(f"insert into used select {col} from ({select}) where {col} is not null", params)
-            for table in ("call_stacks", "_stack_user_frames"):
+            for table in ("call_stacks", "internal.stack_user_frames"):
                 con.execute(f"copy (select * from {table} where stack_id in (select stack_id from used)) "
                             f"to '{folder / (table + '.parquet')}' (format parquet)")
             groups[folder.name] = folder
@@ -104,7 +104,7 @@ def make_groups(db: Path, dest: Path) -> dict[str, Path]:
         rest.mkdir()
         all_used = " union ".join(f"select {c} from {t}" for t, cols in keyed.items() for c in cols
                                   if c.endswith("stack_id"))
-        for table in ("call_stacks", "_stack_user_frames"):
+        for table in ("call_stacks", "internal.stack_user_frames"):
             con.execute(f"copy (select * from {table} where stack_id not in ({all_used} where true)) "
                         f"to '{rest / (table + '.parquet')}' (format parquet)")
         groups[rest.name] = rest
@@ -144,10 +144,10 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
     thin.execute(f"attach '{warehouse}' as wh (read_only)")
     try:
         tables, views = _names(con), public_views(con)
-        assert {"_memory_timeline", "_memory_record_ops", "_torch_memory_blocks", "_stack_user_frames",
+        assert {"internal.memory_timeline_rows", "internal.memory_record_ops", "internal.torch_memory_blocks", "internal.stack_user_frames",
                 "call_stacks", "memory_records", "sources"} <= set(tables)
         # The rest are views over Parquet; rlwh still tells its tables from its views.
-        assert _names(thin) == ["_rlwh_dataset", "_rlwh_migrations", "_rlwh_settings"]
+        assert _names(thin) == ["_rlwh_dataset", "internal.migrations", "internal.settings"]
         assert public_views(thin) == views and public_tables(thin) == public_tables(con)
         assert thin.execute("select root, generation from _rlwh_dataset").fetchall() == [
             (str(published["root"]), "gen-000001")]
@@ -157,7 +157,7 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
             assert described == [(r[0], r[1]) for r in con.execute(f"describe {name}").fetchall()], name
             count = con.execute(f"select count(*) from {name}").fetchone()[0]
             assert thin.execute(f"select count(*) from {name}").fetchone()[0] == count, name
-            if name == "_rlwh_migrations":  # applied when the thin file was made
+            if name == "internal.migrations":  # applied when the thin file was made
                 assert _differences(thin, name, ["version", "name"]) == (0, 0)
             else:
                 assert _differences(thin, name) == (0, 0), name
@@ -247,10 +247,10 @@ def test_build_thin_db_replaces_a_thin_file_never_a_warehouse(warehouse, publish
     dataset.build_thin_db(published["root"], thin, settings={"gmm_ops_per_layer": "7", "library_frames": "x"})
     reader = duckdb.connect(str(thin), read_only=True)  # keeps its snapshot across the rebuild
     dataset.build_thin_db(published["root"], thin)
-    assert reader.execute("select value from _rlwh_settings where name = 'gmm_ops_per_layer'").fetchone() == ("7",)
+    assert reader.execute("select value from internal.settings where name = 'gmm_ops_per_layer'").fetchone() == ("7",)
     reader.close()
     con = duckdb.connect(str(thin), read_only=True)
-    assert con.execute("select value from _rlwh_settings where name = 'gmm_ops_per_layer'").fetchone() != ("7",)
+    assert con.execute("select value from internal.settings where name = 'gmm_ops_per_layer'").fetchone() != ("7",)
     con.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thin.duckdb", "warehouse.duckdb"]  # no temp left
 
@@ -333,7 +333,7 @@ def test_replacing_one_group_rewrites_only_its_files(warehouse, published, tmp_p
         # Exactly: rollout rank 0's capture gone from every table, half of actor_update rank 1's cpu_ops.
         (gone_capture,) = duckdb.sql(f"select capture from '{groups[gone] / 'ranks.parquet'}'").fetchone()
         (changed_capture,) = duckdb.sql(f"select capture from '{groups[changed] / 'ranks.parquet'}'").fetchone()
-        for table in ("memory_records", "ranks", "_memory_timeline", "ranges", "sources"):
+        for table in ("memory_records", "ranks", "internal.memory_timeline_rows", "ranges", "sources"):
             want = con.execute(f"select count(*) from wh.{table} where capture is distinct from ?",
                                [gone_capture]).fetchone()[0]
             assert con.execute(f"select count(*) from {table}").fetchone()[0] == want, table

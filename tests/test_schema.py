@@ -132,7 +132,7 @@ def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     db = tmp_path / "w.duckdb"
     ingest(profile, Config(db_path=db))
     con = duckdb.connect(str(db))
-    own_stacks = ("select b.capture, b.origin_row, s.stack from _torch_memory_blocks b"
+    own_stacks = ("select b.capture, b.origin_row, s.stack from internal.torch_memory_blocks b"
                   " join call_stacks s on b.op_stack_id = s.stack_id order by all")
     fresh = con.execute(own_stacks).fetchall()
     stacks = con.execute("select o.name, o.ts_ns, s.stack from cpu_ops o join call_stacks s using (stack_id)"
@@ -204,13 +204,13 @@ def test_rows_from_before_0005_are_reloaded_by_the_next_ingest(tmp_path):
     # What the old release left: captures named by the file alone, no step columns, 0005 pending.
     for view in con.execute("select view_name from duckdb_views() where not internal").fetchall():
         con.execute(f"drop view {view[0]}")
-    for table in ("cpu_ops", "memory_records", "ranges", "torch_memory_events", "ranks", "_memory_timeline",
-                  "_torch_memory_blocks", "_memory_record_ops"):
+    for table in ("cpu_ops", "memory_records", "ranges", "torch_memory_events", "ranks", "internal.memory_timeline_rows",
+                  "internal.torch_memory_blocks", "internal.memory_record_ops"):
         con.execute(f"update {table} set capture = regexp_extract(capture, '[^/]+$')")
     for table in ("sources", "ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events"):
         con.execute(f"alter table {table} drop column step")
     con.execute("alter table ranges drop column clock")
-    con.execute("delete from _rlwh_migrations where version = 5")
+    con.execute("delete from internal.migrations where version = 5")
     assert "0005_add_step_and_clock.sql" in migrate(con)
     con.close()
     summary = ingest(root, config)

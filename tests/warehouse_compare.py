@@ -81,7 +81,7 @@ def every_table_differences(got: Path, want: Path) -> dict[str, tuple[int, int]]
         con.execute(f"attach '{want}' as want (read_only)")
         tables = [r[0] for r in con.execute(
             "select table_name from duckdb_tables() where database_name = 'want' and schema_name = 'main' "
-            "and table_name not in ('_rlwh_migrations', '_rlwh_settings')").fetchall()]
+            "and table_name not in ('internal.migrations', 'internal.settings')").fetchall()]
         found = {}
         for table in tables:
             columns = [r[0] for r in con.execute(

@@ -125,7 +125,7 @@ where device is null
   and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
-delete from _memory_record_ops
+delete from internal.memory_record_ops
 where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
@@ -141,7 +141,7 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 -- innermost op with a stack whose [ts, ts + dur) holds it, on any thread of the rank
 -- ('enclosing_op': of the threads' innermost ops, the one that started last, then the
 -- lowest tid).
-insert into _memory_record_ops by name
+insert into internal.memory_record_ops by name
 with records as (
   select source_id, source_row, name, alloc_ns
   from memory_records
@@ -221,7 +221,7 @@ from matched as m
 left join enclosing as e using (source_id, source_row)
 ;
 
-delete from _memory_timeline
+delete from internal.memory_timeline_rows
 where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
@@ -234,7 +234,7 @@ where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id a
 -- 4 s on 3 M events). Only numbers ride through it (a name column makes the sort ~50%
 -- slower) and the keys are added after it; the memory_timeline view joins each block's
 -- name and call stack back, and reads a NULL clock as 'epoch'.
-insert into _memory_timeline by name
+insert into internal.memory_timeline_rows by name
 with blocks as (
   select
     source_id, device, alloc_ns, release_ns, size_bytes, source_row,
@@ -281,17 +281,17 @@ from (
 )
 ;
 
-delete from _torch_memory_blocks
+delete from internal.torch_memory_blocks
 where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
 -- The PyTorch blocks: each allocation event with an address, paired with the next event
--- at its (device, addr) in time order across threads (_torch_memory_pairs). Its stack is
+-- at its (device, addr) in time order across threads (internal.torch_memory_pairs). Its stack is
 -- the one its enclosing op justifies (_key_op_stacks: 'forward_op' or 'op'), else the
 -- innermost op with a stack whose [ts, ts + dur) holds it on its own thread ('enclosing_op').
-insert into _torch_memory_blocks by name
+insert into internal.torch_memory_blocks by name
 with allocations as (
-  select * from _torch_memory_pairs
+  select * from internal.torch_memory_pairs
   where bytes > 0 and addr is not null
     and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
@@ -337,7 +337,7 @@ from matched as m
 left join enclosing as e using (event_index)
 ;
 
-delete from _memory_timeline
+delete from internal.memory_timeline_rows
 where source in ('torch', 'snapshot')
   and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
@@ -353,14 +353,14 @@ where source in ('torch', 'snapshot')
 --   paired each alloc with the free_completed or the next alloc at its address). Where
 --   the entries carry no time the clock is 'sequence': ts_ns holds the entry's position
 --   in the trace, which orders that capture's events and nothing else.
-insert into _memory_timeline by name
+insert into internal.memory_timeline_rows by name
 with torch_blocks as (
   select
     source_id, device, 'epoch' as clock, alloc_ns, release_ns, release_inferred, size_bytes,
     allocated_after_alloc_bytes, reserved_after_alloc_bytes,
     allocated_after_release_bytes, reserved_after_release_bytes,
     name, stack_id, stack_source, origin_row, 'torch' as source,
-  from _torch_memory_blocks
+  from internal.torch_memory_blocks
   where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
@@ -407,7 +407,7 @@ addressless as (
     'torch', p.source_id, p.device, 'epoch', p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event,
     p.bytes as delta_bytes, p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
     o.attributed_stack_id, o.stack_source, p.event_index, false,
-  from _torch_memory_pairs as p
+  from internal.torch_memory_pairs as p
   left join _key_op_starts as o
     on p.tid = o.tid and p.op_ts_ns = o.ts_ns and p.op_name = o.name
   where p.addr is null and p.bytes <> 0 and p.ts_ns is not null

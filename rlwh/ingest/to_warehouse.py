@@ -45,7 +45,7 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
                 continue
             p.loaded_before = known is not None
-            p.source_id = known[0] if known else con.execute("select nextval('_source_ids')").fetchone()[0]
+            p.source_id = known[0] if known else con.execute("select nextval('internal.source_ids')").fetchone()[0]
             if p.source.ignored or p.source.problem:
                 parsed = ignored_result(p.source.reason) if p.source.ignored else failed_result(p.source.problem)
                 result = load_file(con, run, p, parsed)

@@ -14,7 +14,7 @@ Layout of a dataset ROOT:
 A generation has the folders of `rlwh export parquet` (rlwh.parquet.export: partitioned by those
 of run, role and rank_id a table has, partition columns in the folder names only, NULL is
 `__HIVE_DEFAULT_PARTITION__`). Every base table of the warehouse is there, private ones
-(`_memory_timeline`, `_memory_record_ops`, `_torch_memory_blocks`, `_stack_user_frames`,
+(`internal.memory_timeline_rows`, `internal.memory_record_ops`, `internal.torch_memory_blocks`, `internal.stack_user_frames`,
 ...) too: the views of sql/ read them.
 
 Groups. The unit of replacement is a group: the caller's id (letters, digits, `_` and `-`,
@@ -25,7 +25,7 @@ of may be left out). The new generation gets the given groups' rows partitioned 
 every other group of the previous generation is carried over by hard link (a copy where
 the file system cannot link), so re-ingesting one rank writes only that rank's files.
 `drop` removes groups; `groups_of(root, run)` says which groups hold a run. A group holds
-rows of at most one run. Tables without rank_id (runs, call_stacks, _stack_user_frames)
+rows of at most one run. Tables without rank_id (runs, call_stacks, internal.stack_user_frames)
 may hold the same key in several groups (each rank's group carries the stacks it uses):
 the thin file's views keep one row per primary key, so rows sharing a key must be equal
 (a stack id is never reused; give a run's `runs` row to one group of the run).
@@ -58,7 +58,7 @@ The thin DuckDB file. `build_thin_db(root, db_path)` writes the file rlwh's comm
 the duckdb shell and BI tools open in dataset mode: every base table of the warehouse is
 a view with exactly the table's columns, order and types over the explicit file list of
 the current generation's manifest (absolute paths, so the file is a snapshot of one
-generation), `_rlwh_migrations` and `_rlwh_settings` are small real tables, and the
+generation), `internal.migrations` and `internal.settings` are small real tables, and the
 sql/ views are installed over them as in a normal warehouse. It is written beside
 db_path and renamed over it: a reader of the old file keeps its snapshot.
 
@@ -100,7 +100,7 @@ FORMAT = 1
 GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _GEN = re.compile(r"^gen-(\d{6,})$")
 # Kept as real tables in the thin file, never in the dataset.
-THIN_TABLES = ("_rlwh_migrations", "_rlwh_settings")
+THIN_TABLES = ("internal.migrations", "internal.settings")
 # Values a hive path cannot carry: every engine reads these folder names back as NULL.
 _HIVE_NULLS = ("null", "__hive_default_partition__")
 _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
@@ -551,7 +551,7 @@ def _check_replaceable(db_path: Path) -> None:
 
 def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:
     """Write db_path: views over the current generation, the sql/ views over them, and
-    `settings` (default: those of the default Config) in _rlwh_settings. Atomic."""
+    `settings` (default: those of the default Config) in internal.settings. Atomic."""
     from rlwh.config import Config
     from rlwh.warehouse.schema import install_views
 
@@ -576,8 +576,8 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         try:
             for table in THIN_TABLES:
                 con.execute(schema[table]["ddl"])
-            con.executemany("insert into _rlwh_migrations values (?, ?, ?)", schema["_rlwh_migrations"]["rows"])
-            con.executemany("insert into _rlwh_settings values (?, ?)", sorted(settings.items()))
+            con.executemany("insert into internal.migrations values (?, ?, ?)", schema["internal.migrations"]["rows"])
+            con.executemany("insert into internal.settings values (?, ?)", sorted(settings.items()))
             con.execute(f"create table {THIN_MARKER} (root varchar not null, generation varchar not null, "
                         "built_at timestamp not null)")
             con.execute(f"insert into {THIN_MARKER} values (?, ?, ?)",

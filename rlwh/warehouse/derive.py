@@ -116,18 +116,18 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     a column is compiled per row (185 s instead of 0.2 s for 4,000 stacks of 28 frames).
     Returns how many stacks were (re)computed.
     """
-    row = con.execute("select max(value) from _rlwh_settings where name = 'library_frames'").fetchone()
+    row = con.execute("select max(value) from internal.settings where name = 'library_frames'").fetchone()
     rule = row[0] if row and row[0] else library_pattern()
-    con.execute("delete from _stack_user_frames where rule <> ?", [rule])
-    before = con.execute("select count(*) from _stack_user_frames").fetchone()[0]
+    con.execute("delete from internal.stack_user_frames where rule <> ?", [rule])
+    before = con.execute("select count(*) from internal.stack_user_frames").fetchone()[0]
     con.execute(
-        """insert into _stack_user_frames
+        """insert into internal.stack_user_frames
         select s.stack_id, list_filter(string_split(s.stack, chr(10)), f -> not regexp_matches(f, $rule))[1], $rule
         from call_stacks as s
-        anti join _stack_user_frames as u on s.stack_id = u.stack_id""",
+        anti join internal.stack_user_frames as u on s.stack_id = u.stack_id""",
         {"rule": rule},
     )
-    return con.execute("select count(*) from _stack_user_frames").fetchone()[0] - before
+    return con.execute("select count(*) from internal.stack_user_frames").fetchone()[0] - before
 
 
 def catch_up(con: duckdb.DuckDBPyConnection, migrations_added_derived: bool) -> bool:

@@ -3,7 +3,7 @@
 It goes through the same write path as ingest (lock, working copy, atomic publish), so
 readers see the run until the forget is done and never half of it. Every base table
 with a `run` column is cleared of the run, private derived tables included
-(`_memory_record_ops`, `_memory_timeline`): the list is read from the warehouse, so a
+(`internal.memory_record_ops`, `internal.memory_timeline_rows`): the list is read from the warehouse, so a
 table added by a later migration is covered without a change here. `call_stacks` is
 shared by all runs and keyed by the stack's text, so its rows stay.
 """

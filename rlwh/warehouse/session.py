@@ -157,13 +157,13 @@ class WriteSession:
 
 
 def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
-    """Copy the settings views read into _rlwh_settings; True when one changed."""
+    """Copy the settings views read into internal.settings; True when one changed."""
     wanted = config.view_settings()
-    current = dict(con.execute("select name, value from _rlwh_settings").fetchall())
+    current = dict(con.execute("select name, value from internal.settings").fetchall())
     if current == wanted:
         return False
-    con.execute("delete from _rlwh_settings")
-    con.executemany("insert into _rlwh_settings values (?, ?)", list(wanted.items()))
+    con.execute("delete from internal.settings")
+    con.executemany("insert into internal.settings values (?, ?)", list(wanted.items()))
     return True
 
 

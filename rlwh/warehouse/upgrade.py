@@ -30,7 +30,7 @@ def migration_status(config: Config) -> list[tuple[str, object]]:
         con = duckdb.connect(str(config.db_path), read_only=True)
         try:
             if applied_migrations(con):
-                applied = dict(con.execute("select version, applied_at from _rlwh_migrations").fetchall())
+                applied = dict(con.execute("select version, applied_at from internal.migrations").fetchall())
         finally:
             con.close()
     return [(path.name, applied.get(version)) for version, path in migration_files()]
