@@ -14,3 +14,9 @@ def sql_literal(value: str | os.PathLike) -> str:
 def sql_ident(name: str) -> str:
     """A quoted SQL identifier (a table or column name read from the catalog)."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def sql_table(name: str) -> str:
+    """A quoted table or view name, schema-qualified when it is (internal.stack_frames:
+    "internal"."stack_frames"); rlwh's own names never hold a dot otherwise."""
+    return ".".join(sql_ident(part) for part in name.split("."))

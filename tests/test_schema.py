@@ -204,8 +204,8 @@ def test_rows_from_before_0005_are_reloaded_by_the_next_ingest(tmp_path):
     # What the old release left: captures named by the file alone, no step columns, 0005 pending.
     for view in con.execute("select view_name from duckdb_views() where not internal").fetchall():
         con.execute(f"drop view {view[0]}")
-    for table in ("cpu_ops", "memory_records", "ranges", "torch_memory_events", "ranks", "internal.memory_timeline_rows",
-                  "internal.torch_memory_blocks", "internal.memory_record_ops"):
+    for table in ("cpu_ops", "memory_records", "ranges", "torch_memory_events", "ranks",
+                  "internal.memory_timeline_rows", "internal.torch_memory_blocks", "internal.memory_record_ops"):
         con.execute(f"update {table} set capture = regexp_extract(capture, '[^/]+$')")
     for table in ("sources", "ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events"):
         con.execute(f"alter table {table} drop column step")
