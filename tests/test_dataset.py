@@ -126,15 +126,16 @@ def published(warehouse, tmp_path_factory):
 
 
 def _names(con) -> list[str]:
+    """The base tables: main's by name, the private ones as internal.<name>."""
     return [r[0] for r in con.execute(
-        """select table_name from duckdb_tables()
-           where database_name = current_database() and schema_name = 'main' order by 1""").fetchall()]
+        """select if(schema_name = 'main', table_name, schema_name || '.' || table_name) from duckdb_tables()
+           where database_name = current_database() order by 1""").fetchall()]
 
 
 def _differences(con, name: str, columns: list[str] | None = None) -> tuple[int, int]:
     """Rows of `name` only in the warehouse (attached as wh), only in the thin file (EXCEPT ALL both ways)."""
     cols = ", ".join(f'"{c}"' for c in columns or [r[0] for r in con.execute(f"describe wh.{name}").fetchall()])
-    a, b = f"select {cols} from wh.{name}", f"select {cols} from main.{name}"
+    a, b = f"select {cols} from wh.{name}", f"select {cols} from {name if '.' in name else 'main.' + name}"
     return tuple(con.execute(f"select count(*) from ({x} except all {y})").fetchone()[0] for x, y in ((a, b), (b, a)))
 
 
@@ -144,12 +145,12 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
     thin.execute(f"attach '{warehouse}' as wh (read_only)")
     try:
         tables, views = _names(con), public_views(con)
-        assert {"internal.memory_timeline_rows", "internal.memory_record_ops", "internal.torch_memory_blocks", "internal.stack_user_frames",
-                "call_stacks", "memory_records", "sources"} <= set(tables)
+        assert {"internal.memory_timeline_rows", "internal.memory_record_ops", "internal.torch_memory_blocks",
+                "internal.stack_user_frames", "call_stacks", "memory_records", "sources"} <= set(tables)
         # The rest are views over Parquet; rlwh still tells its tables from its views.
-        assert _names(thin) == ["_rlwh_dataset", "internal.migrations", "internal.settings"]
+        assert _names(thin) == ["internal.dataset", "internal.migrations", "internal.settings"]
         assert public_views(thin) == views and public_tables(thin) == public_tables(con)
-        assert thin.execute("select root, generation from _rlwh_dataset").fetchall() == [
+        assert thin.execute("select root, generation from internal.dataset").fetchall() == [
             (str(published["root"]), "gen-000001")]
         for name in tables + views:
             # Same column names, order and types (a view has no NOT NULL or key to describe).
@@ -208,6 +209,34 @@ def test_the_duckdb_shell_opens_the_thin_file(warehouse, published):
     want = con.execute(sql).fetchall()
     con.close()
     assert got.stdout.splitlines()[1:] == [f"{r},{k},{b}" for r, k, b in want] and want
+
+
+def _objects(con, schema: str) -> list[str]:
+    """Every table, view, macro and sequence of `schema`, by name."""
+    return sorted(r[0] for r in con.execute(
+        """select table_name from duckdb_tables() where schema_name = $s and database_name = current_database()
+           union all select view_name from duckdb_views()
+           where schema_name = $s and database_name = current_database() and not internal
+           union all select function_name from duckdb_functions()
+           where schema_name = $s and database_name = current_database() and not internal
+           union all select sequence_name from duckdb_sequences()
+           where schema_name = $s and database_name = current_database()""", {"s": schema}).fetchall())
+
+
+def test_thin_file_main_holds_only_public_objects(warehouse, published):
+    """A BI tool lists the same objects of main in the thin file as in the warehouse: the
+    public tables (here views) and views, no helper; rlwh's own are in internal."""
+    con = duckdb.connect(str(warehouse), read_only=True)
+    thin = duckdb.connect(str(published["thin"]), read_only=True)
+    try:
+        main = _objects(thin, "main")
+        assert main == _objects(con, "main") and not [n for n in main if n.startswith("_")]
+        assert thin.execute("select count(*) from duckdb_tables() where schema_name = 'main'").fetchone()[0] == 0
+        # The warehouse's sequence has no use in a thin file; its marker table is its own.
+        assert set(_objects(thin, "internal")) == set(_objects(con, "internal")) - {"source_ids"} | {"dataset"}
+    finally:
+        con.close()
+        thin.close()
 
 
 def test_rlwh_query_and_connect_read_work_on_the_thin_file(warehouse, published):
