@@ -51,7 +51,7 @@ def assert_main_is_public(con) -> None:
 def test_a_fresh_warehouse_keeps_its_helpers_out_of_main(fresh_db):
     assert_main_is_public(fresh_db)
     internal = objects(fresh_db, PRIVATE_SCHEMA)
-    assert internal["views"] == {v.name.split(".", 1)[1] for v in view_files() if not v.is_public}
+    assert internal["views"] == {v.name.split(".", 1)[1] for v in view_files() if not v.is_public and v.kind == "view"}
     assert {"migrations", "settings", "memory_record_ops", "memory_timeline_rows", "torch_memory_blocks",
             "stack_user_frames"} <= internal["tables"]
     assert internal["sequences"] == {"source_ids"}
@@ -65,6 +65,20 @@ def test_private_view_files_live_in_sql_internal():
     private = [v for v in view_files() if not v.is_public]
     assert private and all(v.path.parent.name == PRIVATE_SCHEMA for v in private)
     assert all(v.path.parent.name == "sql" for v in view_files() if v.is_public)
+
+
+def test_a_file_of_macros_in_sql_internal_creates_them_there(tmp_path):
+    from rlwh.warehouse.schema import parse_view_file
+
+    (tmp_path / "internal").mkdir()
+    path = tmp_path / "internal" / "rules.sql"
+    path.write_text("-- Shared rules.\ncreate or replace macro internal.twice(x) as 2 * x;\n")
+    rules = parse_view_file(path)
+    assert (rules.name, rules.kind, rules.is_public, rules.comment) == ("internal.rules", "macros", False,
+                                                                        "Shared rules.")
+    path.write_text("create or replace macro twice(x) as 2 * x;\n")
+    with pytest.raises(RlwhError, match="schema internal"):
+        parse_view_file(path)
 
 
 def test_a_private_view_file_in_sql_is_refused(tmp_path):

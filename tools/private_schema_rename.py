@@ -9,7 +9,9 @@ changes nothing, so run it again after merging a branch that still says `_memory
 What it renames:
 - the fixed MAPPING below (the objects migration 0010 moves);
 - every object a private view file defines (sql/_x.sql: a view or macro `_x` becomes
-  `internal.x`), and the file itself moves to sql/internal/x.sql;
+  `internal.x`), and the file itself moves to sql/internal/x.sql (named after its new
+  name: sql/_snapshot_blocks.sql becomes sql/internal/snapshot_held_blocks.sql; a file of
+  macros is named `_x` in `-- depends:` lines and becomes internal.x);
 - every private table or sequence a migration creates (`create table _x`, not temp),
   as `internal.x`; it warns when migration 0010 does not move one of them.
 
@@ -45,6 +47,9 @@ MAPPING = {
     "_memory_records_matched": "internal.memory_records_matched",
     "_stack_frames": "internal.stack_frames",
     "_torch_memory_pairs": "internal.torch_memory_pairs",
+    # Branch snapshots (issue 21): its helper view of every block a snapshot held while
+    # its trace ran; main has the table snapshot_blocks (the blocks at snapshot time).
+    "_snapshot_blocks": "internal.snapshot_held_blocks",
 }
 FOLDERS = ("rlwh", "sql", "ingest", "reports", "tests", "bench", "docs")
 FILES = ("README.md",)
@@ -67,7 +72,7 @@ def mapping() -> tuple[dict[str, str], list[str]]:
     names = dict(MAPPING)
     warnings = []
     for path in private_view_files():
-        for name in _DEFINES.findall(path.read_text(encoding="utf-8")):
+        for name in [*_DEFINES.findall(path.read_text(encoding="utf-8")), path.stem]:
             names.setdefault(name.lower(), f"{SCHEMA}.{name.lower()[1:]}")
     migrations = sorted((ROOT / "migrations").glob("*.sql"))
     moving = "\n".join(p.read_text(encoding="utf-8") for p in migrations if p.name.startswith(MIGRATION_0010))
@@ -113,8 +118,8 @@ def candidate_files() -> list[Path]:
                   and "__pycache__" not in p.parts)
 
 
-def moves() -> list[tuple[Path, Path]]:
-    return [(p, ROOT / "sql" / SCHEMA / f"{p.stem[1:]}.sql") for p in private_view_files()]
+def moves(names: dict[str, str]) -> list[tuple[Path, Path]]:
+    return [(p, ROOT / "sql" / SCHEMA / f"{names[p.stem].split('.', 1)[1]}.sql") for p in private_view_files()]
 
 
 def _move(src: Path, dest: Path) -> None:
@@ -136,7 +141,7 @@ def main(argv: list[str]) -> int:
     names, warnings = mapping()
     patterns = _patterns(names)
     pending = []
-    for src, dest in moves():
+    for src, dest in moves(names):
         pending.append(f"move {src.relative_to(ROOT)} -> {dest.relative_to(ROOT)}")
         if not args.check:
             _move(src, dest)

@@ -39,7 +39,9 @@ MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 @dataclass
 class ViewFile:
-    """One sql/ file: a view, its docs and what it depends on."""
+    """One sql/ file: a view, its docs and what it depends on; or a file of sql/internal/
+    holding only macros (kind 'macros', named internal.<file name>), rules that views and
+    derived tables share."""
 
     name: str  # schema-qualified for a private view: internal.stack_frames
     path: Path
@@ -47,6 +49,7 @@ class ViewFile:
     depends: list[str]
     comment: str
     column_comments: dict[str, str] = field(default_factory=dict)
+    kind: str = "view"
 
     @property
     def is_public(self) -> bool:
@@ -158,6 +161,8 @@ def is_current(con: duckdb.DuckDBPyConnection) -> bool:
 
 _CREATE_VIEW = re.compile(
     r"create\s+or\s+replace\s+view\s+((?:[a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*)\s*(\()?", re.IGNORECASE)
+_CREATE_MACRO = re.compile(r"^create\s+or\s+replace\s+macro\s+((?:[a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*)",
+                           re.IGNORECASE | re.MULTILINE)
 
 
 def _file_label(path: Path) -> str:
@@ -171,11 +176,19 @@ def parse_view_file(path: Path) -> ViewFile:
     (sql/internal/stack_frames.sql: internal.stack_frames)."""
     sql = path.read_text(encoding="utf-8")
     label = _file_label(path)
+    private = path.parent.name == PRIVATE_SCHEMA
     match = _CREATE_VIEW.search(sql)
+    macros = _CREATE_MACRO.findall(sql)
+    if not match and private and macros:
+        outside = [m for m in macros if not m.startswith(f"{PRIVATE_SCHEMA}.")]
+        if outside:
+            raise RlwhError(f"{label}: macro {outside[0]} must be created in schema {PRIVATE_SCHEMA} "
+                            f"({PRIVATE_SCHEMA}.{outside[0].split('.')[-1].lstrip('_')})")
+        depends, comment = _head(sql[: _CREATE_MACRO.search(sql).start()])
+        return ViewFile(f"{PRIVATE_SCHEMA}.{path.stem}", path, sql, depends, comment, kind="macros")
     if not match:
         raise RlwhError(f"{label}: no CREATE OR REPLACE VIEW statement")
     name = match.group(1)
-    private = path.parent.name == PRIVATE_SCHEMA
     expected = f"{PRIVATE_SCHEMA}.{path.stem}" if private else path.stem
     if name != expected:
         raise RlwhError(f"{label} defines view {name}; it must define {expected} (the file's name"
@@ -183,18 +196,7 @@ def parse_view_file(path: Path) -> ViewFile:
     if not private and name.startswith("_"):
         raise RlwhError(f"{label}: a private helper view goes in sql/{PRIVATE_SCHEMA}/ (schema {PRIVATE_SCHEMA}), "
                         "so the main schema holds public objects only")
-    depends: list[str] = []
-    head_lines = sql[: match.start()].splitlines()
-    comment_lines = []
-    for line in head_lines:
-        stripped = line.strip()
-        if stripped.lower().startswith("-- depends:"):
-            depends += [d.strip() for d in stripped.split(":", 1)[1].split(",") if d.strip()]
-        elif stripped.startswith("--"):
-            comment_lines.append(stripped[2:].strip())
-        elif not stripped:
-            comment_lines.append("")
-    comment = " ".join(" ".join(comment_lines).split())
+    depends, comment = _head(sql[: match.start()])
     columns: dict[str, str] = {}
     if match.group(2):
         body = sql[match.end():]
@@ -210,6 +212,21 @@ def parse_view_file(path: Path) -> ViewFile:
                 columns[column] = " ".join(pending)
                 pending = []
     return ViewFile(name, path, sql, depends, comment, columns)
+
+
+def _head(text: str) -> tuple[list[str], str]:
+    """The `-- depends:` names and the comment of the lines before a file's first statement."""
+    depends: list[str] = []
+    comment_lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.lower().startswith("-- depends:"):
+            depends += [d.strip() for d in stripped.split(":", 1)[1].split(",") if d.strip()]
+        elif stripped.startswith("--"):
+            comment_lines.append(stripped[2:].strip())
+        elif not stripped:
+            comment_lines.append("")
+    return depends, " ".join(" ".join(comment_lines).split())
 
 
 def view_files() -> list[ViewFile]:
@@ -275,6 +292,8 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(view.sql)
         except duckdb.Error as exc:
             raise RlwhError(f"{_file_label(view.path)} failed: {exc}") from exc
+        if view.kind == "macros":
+            continue  # rules for rlwh's own SQL: no view to comment
         if view.comment:
             con.execute(f"comment on view {view.name} is {sql_literal(view.comment)}")
         for column, text in view.column_comments.items():
