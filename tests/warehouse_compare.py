@@ -22,7 +22,8 @@ def _tables(con, db: str) -> list[str]:
 def _rows(con, db: str, table: str) -> str:
     """SELECT of the table's comparable columns; a fact row's source_id becomes its file's path."""
     names = [c for (c,) in con.execute("select column_name from duckdb_columns() where database_name = ? and "
-                                       "table_name = ? order by column_index", [db, table]).fetchall()]
+                                       "schema_name = 'main' and table_name = ? order by column_index",
+                                       [db, table]).fetchall()]
     picked = [f'r."{c}"' for c in names if c != "source_id" and c not in IGNORED.get(table, ())]
     joined = ""
     if "source_id" in names and table != "sources":
