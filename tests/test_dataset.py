@@ -569,3 +569,19 @@ def test_a_generation_has_the_layout_of_an_export(warehouse, published, tmp_path
         depth = {len(p.relative_to(out / table).parts) for p in (out / table).rglob("*.parquet")}
         assert depth == {len(p.relative_to(gen / table).parts) for p in (gen / table).rglob("*.parquet")}, table
     assert "run=demo-run/role=__HIVE_DEFAULT_PARTITION__/rank_id=__HIVE_DEFAULT_PARTITION__" in folders(out / "sources")
+
+
+def test_a_generation_with_tables_of_an_older_rlwh_is_refused(tmp_path):
+    """A dataset written before migration 0010 names a private table `_memory_timeline`:
+    the thin file would answer without its rows, so it is not written."""
+    root = tmp_path / "ds"
+    gen = root / "gen-000001"
+    gen.mkdir(parents=True)
+    (root / dataset.MARKER).write_text(json.dumps({"format": dataset.FORMAT}))
+    old_name = "_" + "memory_timeline"  # spelled apart: tools/private_schema_rename.py keeps it
+    (gen / dataset.MANIFEST).write_text(json.dumps({"files": [
+        {"path": f"{old_name}/run=r/x.parquet", "table": old_name, "group": "g-1", "rows": 1}], "groups": {}}))
+    os.symlink(gen.name, root / dataset.CURRENT)
+    with pytest.raises(RlwhError, match="older rlwh"):
+        dataset.build_thin_db(root, tmp_path / "thin.duckdb")
+    assert not (tmp_path / "thin.duckdb").exists()

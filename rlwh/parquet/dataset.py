@@ -574,6 +574,11 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
     settings = settings if settings is not None else Config().view_settings()
     _check_replaceable(db_path)
     schema = _schema()
+    unknown = sorted({e["table"] for e in files} - set(schema))
+    if unknown:  # its rows would vanish from the views: never answer without them
+        raise RlwhError(f"{gen} holds tables this rlwh does not have ({', '.join(unknown[:3])}): it was written by "
+                        "an older rlwh (before migration 0010 the private tables were named _<name>); ingest into "
+                        "a new dataset folder")
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(f".{db_path.name}.thin-{os.getpid()}")
     for path in (tmp, tmp.with_name(tmp.name + ".wal")):
