@@ -572,13 +572,13 @@ def test_a_generation_has_the_layout_of_an_export(warehouse, published, tmp_path
 
 
 def test_a_generation_with_tables_of_an_older_rlwh_is_refused(tmp_path):
-    """A dataset written before migration 0010 names a private table `_memory_timeline`:
+    """A dataset written by an older rlwh names a private table as before 0010 (`_memory_timeline`):
     the thin file would answer without its rows, so it is not written."""
     root = tmp_path / "ds"
     gen = root / "gen-000001"
     gen.mkdir(parents=True)
     (root / dataset.MARKER).write_text(json.dumps({"format": dataset.FORMAT}))
-    old_name = "_" + "memory_timeline"  # spelled apart: tools/private_schema_rename.py keeps it
+    old_name = "_memory_timeline"  # its name before 0010
     (gen / dataset.MANIFEST).write_text(json.dumps({"files": [
         {"path": f"{old_name}/run=r/x.parquet", "table": old_name, "group": "g-1", "rows": 1}], "groups": {}}))
     os.symlink(gen.name, root / dataset.CURRENT)

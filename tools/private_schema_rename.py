@@ -99,10 +99,12 @@ def _patterns(names: dict[str, str]) -> list[tuple[re.Pattern, str]]:
     return out
 
 
-def rewrite(text: str, patterns: list[tuple[re.Pattern, str]]) -> str:
+def rewrite(text: str, patterns: list[tuple[re.Pattern, str]], names: dict[str, str]) -> str:
+    if not any(old in text for old in names):  # most files: nothing to look at line by line
+        return text
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
-        if KEEP_LINE in line:
+        if KEEP_LINE in line or not any(old in line for old in names):
             continue
         for pattern, new in patterns:
             line = pattern.sub(new, line)
@@ -147,7 +149,7 @@ def main(argv: list[str]) -> int:
             _move(src, dest)
     for path in candidate_files():
         text = path.read_text(encoding="utf-8")
-        new = rewrite(text, patterns)
+        new = rewrite(text, patterns, names)
         if new != text:
             changed = sum(a != b for a, b in zip(text.splitlines(), new.splitlines()))
             pending.append(f"rewrite {path.relative_to(ROOT)} ({changed} lines)")
