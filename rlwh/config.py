@@ -63,7 +63,7 @@ class Config:
         return library_pattern(self.library_frames, self.stdlib_is_library)
 
     def view_settings(self) -> dict[str, str]:
-        """The settings the views read, as stored in _rlwh_settings (name -> text): a warehouse
+        """The settings the views read, as stored in internal.settings (name -> text): a warehouse
         and a dataset's thin file alike."""
         return {"gmm_ops_per_layer": str(self.ops_per_layer), "library_frames": self.library_pattern,
                 "straggler_wait_ns": str(round(self.straggler_wait_ms * 1_000_000))}

@@ -26,3 +26,9 @@ def one_value(result: duckdb.DuckDBPyConnection) -> Any:
     row = result.fetchone()
     assert row is not None, "a one-row query returned no row"
     return row[0]
+
+
+def sql_table(name: str) -> str:
+    """A quoted table or view name, schema-qualified when it is (internal.stack_frames:
+    "internal"."stack_frames"); rlwh's own names never hold a dot otherwise."""
+    return ".".join(sql_ident(part) for part in name.split("."))

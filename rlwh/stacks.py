@@ -18,8 +18,8 @@ stands for it:
   written with `/` match both.
 
 rlwh joins the library patterns into one regex that it stores in the warehouse
-(_rlwh_settings 'library_frames'); the SQL below applies both rules where stacks are
-stored (call_stacks.top_frame, _stack_user_frames). DuckDB's RE2 and Python's re agree on
+(internal.settings 'library_frames'); the SQL below applies both rules where stacks are
+stored (call_stacks.top_frame, internal.stack_user_frames). DuckDB's RE2 and Python's re agree on
 the syntax used here.
 """
 

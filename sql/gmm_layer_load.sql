@@ -18,7 +18,7 @@
 --    layer of the forward block with the same load (NULL when none has it).
 --
 -- ops_per_layer is [gmm] ops_per_layer in warehouse.toml (default 3), which rlwh copies
--- into the private _rlwh_settings table on every write. It must be at least the number n
+-- into the private internal.settings table on every write. It must be at least the number n
 -- of grouped matmuls per layer: with n < ops_per_layer (a fused gate_up makes 2) layers
 -- still come out right, but the backward start is found up to ops_per_layer - n calls
 -- late; a model with more grouped matmuls per layer needs the setting raised.
@@ -67,7 +67,7 @@ expert_load as (
 settings as (
   -- Grouped matmuls per MoE layer: gate, up and down projections share one routing.
   select coalesce(
-    (select try_cast(value as integer) from _rlwh_settings where name = 'gmm_ops_per_layer'), 3
+    (select try_cast(value as integer) from internal.settings where name = 'gmm_ops_per_layer'), 3
   ) as ops_per_layer
 ),
 

@@ -18,8 +18,8 @@
 --   NULL           none of these.
 -- op_stack_id is the matched op's own stack. RL-Insight's rule (only ops with a stack) is
 -- memory_event_rows. The match is computed once at ingest (ingest/derived/memory.sql,
--- private table _memory_record_ops); this view joins it back.
--- depends: _memory_records_matched, _stack_frames
+-- private table internal.memory_record_ops); this view joins it back.
+-- depends: internal.memory_records_matched, internal.stack_frames
 create or replace view memory_alloc_stack (
   -- Run name.
   run,
@@ -73,7 +73,7 @@ create or replace view memory_alloc_stack (
   release_total_reserved_bytes
 ) as
 with matched as (
-  select * from _memory_records_matched
+  select * from internal.memory_records_matched
   where size_bytes > 0
 ),
 
@@ -93,7 +93,7 @@ final as (
     m.release_total_allocated_bytes, m.release_total_reserved_bytes,
   from matched as m
   left join call_stacks as s on m.attributed_stack_id = s.stack_id
-  left join _stack_frames as f on m.attributed_stack_id = f.stack_id
+  left join internal.stack_frames as f on m.attributed_stack_id = f.stack_id
 )
 
 select * from final

@@ -2,13 +2,13 @@
 -- operator_memory.csv allocation rows as they are (release rows, with a negative size,
 -- are not blocks), and PyTorch "[memory]" events with an address paired alloc -> the next
 -- event at the same (capture, device, addr) in time order across threads
--- (_torch_memory_pairs, paired once at ingest). A PyTorch allocation followed by another
+-- (internal.torch_memory_pairs, paired once at ingest). A PyTorch allocation followed by another
 -- allocation at its address ends there (release_inferred); one with no later event is
 -- unreleased (release_ns NULL); a free with no earlier allocation is counted in
 -- torch_memory_orphan_frees instead. Stacks follow memory_alloc_stack's rules for both
 -- sources (for PyTorch the matched op is the innermost cpu_op enclosing the event on its
 -- thread). PyTorch memory snapshots (source 'snapshot') add every block their allocator
--- held while the trace ran (_snapshot_blocks): the blocks of their device_traces, each
+-- held while the trace ran (internal.snapshot_held_blocks): the blocks of their device_traces, each
 -- alloc paired with its free_completed or ended by the next alloc at its address, with the
 -- stack the allocator recorded ('allocation'); and the blocks allocated before recording
 -- began (allocated_before_recording, alloc_ns NULL): those the trace frees, and those the
@@ -16,7 +16,7 @@
 -- Where the snapshot's entries carry no time, clock is 'sequence' and alloc_ns /
 -- release_ns hold the entries' positions in the trace: they order that capture's events
 -- and are no time.
--- depends: memory_alloc_stack, _stack_frames, _snapshot_blocks, _memory_rules
+-- depends: memory_alloc_stack, internal.stack_frames, internal.snapshot_held_blocks, internal.memory_rules
 create or replace view memory_blocks (
   -- Run name.
   run,
@@ -78,7 +78,7 @@ ascend_blocks as (
     alloc_total_reserved_bytes as reserved_after_alloc_bytes,
     release_total_allocated_bytes as allocated_after_release_bytes,
     release_total_reserved_bytes as reserved_after_release_bytes,
-    _ascend_allocator(name) as allocator,
+    internal.ascend_allocator(name) as allocator,
     false as release_inferred,
     stack_source, user_frame, 'epoch' as clock, false as allocated_before_recording,
   from ascend_allocations
@@ -92,8 +92,8 @@ torch_blocks as (
     b.allocated_after_release_bytes, b.reserved_after_release_bytes,
     'torch' as allocator, b.release_inferred, b.stack_source, f.user_frame, 'epoch' as clock,
     false as allocated_before_recording,
-  from _torch_memory_blocks as b
-  left join _stack_frames as f on b.stack_id = f.stack_id
+  from internal.torch_memory_blocks as b
+  left join internal.stack_frames as f on b.stack_id = f.stack_id
 ),
 
 snapshot_blocks as (
@@ -104,8 +104,8 @@ snapshot_blocks as (
     'snapshot' as allocator, b.release_inferred,
     if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
     b.allocated_before_recording,
-  from _snapshot_blocks as b
-  left join _stack_frames as f on b.stack_id = f.stack_id
+  from internal.snapshot_held_blocks as b
+  left join internal.stack_frames as f on b.stack_id = f.stack_id
 ),
 
 final as (

@@ -3,8 +3,8 @@
 -- Its rule: the call stack of the nearest same-name cpu_op AT OR BEFORE the allocation
 -- that carries a stack (ops without a stack are passed over); empty strings when none.
 -- Times in ms and sizes in KB/MB are DOUBLEs, as RL-Insight has them. The match is
--- computed once at ingest (ingest/derived/memory.sql, private table _memory_record_ops).
--- depends: _memory_records_matched
+-- computed once at ingest (ingest/derived/memory.sql, private table internal.memory_record_ops).
+-- depends: internal.memory_records_matched
 create or replace view memory_event_rows (
   -- Operator name (Name).
   name,
@@ -40,7 +40,7 @@ create or replace view memory_event_rows (
 with matched as (
   -- RL-Insight's rule: the stack of the last op up to the allocation that had one.
   select * exclude (stack_id), stacked_stack_id as stack_id
-  from _memory_records_matched
+  from internal.memory_records_matched
 ),
 
 stacks as (

@@ -6,7 +6,7 @@
 -- snapshot records no totals: its allocator peak is the peak of memory_timeline's
 -- allocator_live_bytes, what the allocator held with the blocks allocated before recording
 -- began (its peak_live_bytes counts only the blocks its trace allocated).
--- depends: _memory_rules
+-- depends: internal.memory_rules
 create or replace view memory_peak (
   -- Run name.
   run,
@@ -43,18 +43,18 @@ with timeline as (
       when source = 'snapshot' then allocator_live_bytes
       when allocator is distinct from 'GE' then allocator_allocated_bytes
     end as allocator_held_bytes,
-  from _memory_timeline
+  from internal.memory_timeline_rows
 ),
 
 peaks as (
-  -- One pass, no sort: max_by keeps the first event (in _memory_event_order: time,
+  -- One pass, no sort: max_by keeps the first event (in internal.memory_event_order: time,
   -- releases first, then origin_row) that reached the highest value.
   select
     run, role, rank_id, capture, device,
-    max_by(ts_ns, [live_bytes::hugeint, -_memory_event_order(ts_ns, event, origin_row)]) as peak_at_ns,
+    max_by(ts_ns, [live_bytes::hugeint, -internal.memory_event_order(ts_ns, event, origin_row)]) as peak_at_ns,
     max(live_bytes) as peak_live_bytes,
     max(allocator_held_bytes) as allocator_peak_bytes,
-    max_by(ts_ns, [allocator_held_bytes::hugeint, -_memory_event_order(ts_ns, event, origin_row)])
+    max_by(ts_ns, [allocator_held_bytes::hugeint, -internal.memory_event_order(ts_ns, event, origin_row)])
       filter (where allocator_held_bytes is not null) as allocator_peak_at_ns,
     max(allocator_reserved_bytes) filter (where allocator is distinct from 'GE') as allocator_reserved_peak_bytes,
     coalesce(any_value(clock), 'epoch') as clock,

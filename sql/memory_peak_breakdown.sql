@@ -10,7 +10,7 @@
 -- frames, else in one row with no stack. They add up to allocator_peak_bytes except for
 -- the rounding of blocks the trace allocated and the segments still hold (trace entries
 -- carry the requested size, segments the allocator's rounded size).
--- depends: memory_peak, memory_blocks, _snapshot_blocks, _stack_frames, _memory_rules
+-- depends: memory_peak, memory_blocks, internal.snapshot_held_blocks, internal.stack_frames, internal.memory_rules
 create or replace view memory_peak_breakdown (
   -- Run name.
   run,
@@ -63,9 +63,9 @@ snapshot_peaks as (
   -- The first snapshot event, in the timeline's order, at which the allocator peaked.
   select
     t.run, t.role, t.rank_id, t.capture, t.device,
-    min(_memory_event_order(t.ts_ns, t.event, t.origin_row)) as peak_order,
+    min(internal.memory_event_order(t.ts_ns, t.event, t.origin_row)) as peak_order,
     any_value(p.allocator_peak_at_ns) as peak_at_ns, any_value(p.allocator_peak_bytes) as peak_bytes,
-  from _memory_timeline as t
+  from internal.memory_timeline_rows as t
   join peaks as p using (run, role, rank_id, capture, device)
   where t.source = 'snapshot'
     and t.ts_ns = p.allocator_peak_at_ns and t.allocator_live_bytes = p.allocator_peak_bytes
@@ -81,11 +81,11 @@ live_in_snapshots as (
     'snapshot' as allocator, b.release_inferred,
     if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
     b.allocated_before_recording, p.peak_at_ns, p.peak_bytes,
-  from _snapshot_blocks as b
+  from internal.snapshot_held_blocks as b
   join snapshot_peaks as p using (run, role, rank_id, capture, device)
-  left join _stack_frames as f on b.stack_id = f.stack_id
-  where (b.alloc_seq is null or _memory_event_order(b.alloc_ns, 'alloc', b.alloc_seq) <= p.peak_order)
-    and (b.release_seq is null or _memory_event_order(b.release_ns, 'release', b.release_seq) > p.peak_order)
+  left join internal.stack_frames as f on b.stack_id = f.stack_id
+  where (b.alloc_seq is null or internal.memory_event_order(b.alloc_ns, 'alloc', b.alloc_seq) <= p.peak_order)
+    and (b.release_seq is null or internal.memory_event_order(b.release_ns, 'release', b.release_seq) > p.peak_order)
 ),
 
 live_at_peak as (

@@ -11,9 +11,9 @@
 -- blocks, and its allocator_live_bytes what the allocator held, blocks allocated before
 -- recording included (the segments' held blocks at snapshot time replayed backwards
 -- through the trace; see memory_blocks for those blocks).
--- The running sum is computed once at ingest (private table _memory_timeline, from
+-- The running sum is computed once at ingest (private table internal.memory_timeline_rows, from
 -- ingest/derived/memory.sql); this view adds each Ascend block's name and call stack.
--- depends: _stack_frames
+-- depends: internal.stack_frames
 create or replace view memory_timeline (
   -- Run name.
   run,
@@ -63,11 +63,11 @@ create or replace view memory_timeline (
   clock
 ) as
 with timeline as (
-  select * from _memory_timeline
+  select * from internal.memory_timeline_rows
 ),
 
 ascend_matches as (
-  select source_id, source_row, name, attributed_stack_id as stack_id, stack_source from _memory_record_ops
+  select source_id, source_row, name, attributed_stack_id as stack_id, stack_source from internal.memory_record_ops
 ),
 
 final as (
@@ -88,7 +88,7 @@ final as (
   from timeline as t
   left join ascend_matches as m  -- PyTorch rows carry their own name and stack_id, no source_id
     on t.source_id = m.source_id and t.origin_row = m.source_row
-  left join _stack_frames as s on coalesce(t.stack_id, m.stack_id) = s.stack_id
+  left join internal.stack_frames as s on coalesce(t.stack_id, m.stack_id) = s.stack_id
 )
 
 select * from final

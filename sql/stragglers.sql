@@ -7,7 +7,7 @@
 -- misleads: once the first collective has brought the ranks together, later arrivals
 -- differ by microseconds of noise and clock offset, and name another rank each time.
 -- is_straggler: waited_for_ns is above [thresholds] straggler_wait_ms of warehouse.toml
--- (default 1 ms), stored in _rlwh_settings as straggler_wait_ns.
+-- (default 1 ms), stored in internal.settings as straggler_wait_ns.
 -- depends: collectives
 create or replace view stragglers (
   -- Run name.
@@ -87,7 +87,7 @@ picked as (
 
 threshold as (
   select coalesce(
-    (select try_cast(max(value) as bigint) from _rlwh_settings where name = 'straggler_wait_ns'), 1000000
+    (select try_cast(max(value) as bigint) from internal.settings where name = 'straggler_wait_ns'), 1000000
   ) as wait_ns
 ),
 

@@ -1,7 +1,7 @@
 -- One row per (run, role, rank_id, capture, device): PyTorch frees whose allocation came
 -- before the trace started (no allocation precedes them at their address). They are no
 -- block of memory_blocks; this view says how many there were, so nothing is silently lost.
--- depends: _torch_memory_pairs
+-- depends: internal.torch_memory_pairs
 create or replace view torch_memory_orphan_frees (
   -- Run name.
   run,
@@ -19,7 +19,7 @@ create or replace view torch_memory_orphan_frees (
   orphan_freed_bytes
 ) as
 with pairs as (
-  select * from _torch_memory_pairs
+  select * from internal.torch_memory_pairs
 ),
 
 final as (

@@ -9,6 +9,7 @@ column reflection query pg_catalog.pg_collation, which DuckDB 1.5.6 lacks
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,12 @@ COUNTS = sa.text(
               (select count(*) from memory_records), (select count(*) from cpu_ops),
               (select count(*) from call_stacks), (select count(*) from ranges)"""
 )
+
+
+def documented_objects() -> set[str]:
+    """The tables and views docs/SCHEMA.md documents."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "SCHEMA.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^### (\S+)$", text, flags=re.MULTILINE))
 
 
 def _engine(db: Path, **kw) -> sa.Engine:
@@ -118,6 +125,10 @@ def test_sqlalchemy_reflects_tables_views_and_column_docs(published):
             tables = set(inspector.get_table_names())
             assert {"runs", "sources", "memory_records", "cpu_ops", "call_stacks"} <= tables
             assert {"memory_peak", "memory_timeline", "memory_alloc_stack"} <= set(inspector.get_view_names())
+            # A BI tool lists a schema's tables and views: main's are the public ones only.
+            main = set(inspector.get_table_names(schema="main")) | set(inspector.get_view_names(schema="main"))
+            assert main == documented_objects() and not [n for n in main if n.startswith("_")]
+            assert "stack_frames" in inspector.get_view_names(schema="internal")
             columns = {c["name"]: c for c in inspector.get_columns("memory_peak")}
             assert columns["peak_live_bytes"]["comment"]  # BI tools show the SQL comments
             assert inspector.get_table_comment("memory_records")["text"]

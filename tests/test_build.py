@@ -62,7 +62,7 @@ def test_demo_built_in_workers_equals_the_loaders(tmp_path, config, demo_profile
     assert counted_builds
     assert every_table_differences(tmp_path / "built.duckdb", demo_warehouse) == {}
     con = duckdb.connect(str(tmp_path / "built.duckdb"), read_only=True)
-    timeline = con.execute("select count(*) from _memory_timeline").fetchone()[0]
+    timeline = con.execute("select count(*) from internal.memory_timeline_rows").fetchone()[0]
     assert timeline > 0  # the derived rows came from the workers, not from nowhere
 
 

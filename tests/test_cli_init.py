@@ -17,7 +17,7 @@ def test_init_creates_then_reports_current(tmp_path):
     second = CliRunner().invoke(cli, ["init", "--db", str(db)])
     assert second.exit_code == 0 and "schema is current" in second.output
     con = duckdb.connect(str(db), read_only=True)
-    assert con.execute("select count(*) from _rlwh_migrations").fetchone()[0] == len(migration_files())
+    assert con.execute("select count(*) from internal.migrations").fetchone()[0] == len(migration_files())
     assert con.execute("select count(*) from duckdb_views() where view_name = 'memory_alloc_stack'").fetchone()[0] == 1
 
 

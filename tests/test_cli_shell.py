@@ -27,9 +27,11 @@ def warehouse(tmp_path_factory):
 @pytest.mark.slow
 def test_shell_queries_every_table_and_view(warehouse):
     con = duckdb.connect(str(warehouse), read_only=True)
+    # Every table and view, the private ones of the schema internal too (qualified).
     names = [n for (n,) in con.execute(
-        "select table_name from duckdb_tables() union all"
-        " select view_name from duckdb_views() where not internal").fetchall()]
+        "select if(schema_name = 'main', table_name, schema_name || '.' || table_name) from duckdb_tables()"
+        " union all select if(schema_name = 'main', view_name, schema_name || '.' || view_name)"
+        " from duckdb_views() where not internal").fetchall()]
     con.close()
     assert "memory_alloc_stack" in names and "call_stacks" in names
     script = "".join(f"select '{n}', count(*) from {n};\n" for n in names)

@@ -112,16 +112,17 @@ def test_forget_removes_every_row_of_the_run_and_only_those(two_runs, tmp_path):
     con = duckdb.connect(str(db), read_only=True)
     tables = tables_with_runs(con)
     before = {t: con.execute(f'select count(*) filter (where run = $r), count(*) filter (where run <> $r) '
-                             f'from "{t}"', {"r": "run-1"}).fetchone() for t in tables}
+                             f'from {t}', {"r": "run-1"}).fetchone() for t in tables}
     con.close()
-    assert {"_memory_record_ops", "_memory_timeline", "memory_records", "cpu_ops", "sources"} <= set(tables)
-    assert before["_memory_record_ops"][0] > 0 and before["_memory_timeline"][0] > 0
+    assert {"internal.memory_record_ops", "internal.memory_timeline_rows", "memory_records", "cpu_ops",
+            "sources"} <= set(tables)
+    assert before["internal.memory_record_ops"][0] > 0 and before["internal.memory_timeline_rows"][0] > 0
     result = _invoke("forget", "run-1", "--db", db)
     assert result.exit_code == 0, result.output
     assert f"{sum(mine for mine, _ in before.values()):,} rows from" in result.output
     con = duckdb.connect(str(db), read_only=True)
     after = {t: con.execute(f'select count(*) filter (where run = $r), count(*) filter (where run <> $r) '
-                            f'from "{t}"', {"r": "run-1"}).fetchone() for t in tables}
+                            f'from {t}', {"r": "run-1"}).fetchone() for t in tables}
     con.close()
     assert after == {t: (0, others) for t, (_, others) in before.items()}
     assert not (db.parent / (db.name + ".ingest")).exists()

@@ -176,15 +176,15 @@ def _sha(path: Path) -> str:
 
 def _public_tables(con, alias: str) -> list[str]:
     return [r[0] for r in con.execute(
-        "select table_name from duckdb_tables() where database_name = ? and not starts_with(table_name, '_')"
+        "select table_name from duckdb_tables() where database_name = ? and schema_name = 'main'"
         " order by 1", [alias]).fetchall()]
 
 
 def _table_sql(con, alias: str, table: str) -> str:
     """The table's rows as a comparable SELECT: volatile columns out, source_id as its file's path."""
     columns = [r[0] for r in con.execute(
-        "select column_name from duckdb_columns() where database_name = ? and table_name = ? order by column_index",
-        [alias, table]).fetchall()]
+        "select column_name from duckdb_columns() where database_name = ? and schema_name = 'main' and table_name = ?"
+        " order by column_index", [alias, table]).fetchall()]
     keep = [f't."{c}"' for c in columns if c not in VOLATILE.get(table, set()) and c != "source_id"]
     if "source_id" in columns and table != "sources":
         keep.append(f"(select s.path from {alias}.sources s where s.source_id = t.source_id) as source_path")

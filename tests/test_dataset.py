@@ -53,7 +53,7 @@ def warehouse(demo_warehouse, tmp_path_factory) -> Path:
     shutil.copyfile(demo_warehouse, config.db_path)
     with write_session(config) as session:  # a sources row with no role and no rank: NULL partitions
         session.con.execute(
-            """insert into sources select * replace (nextval('_source_ids') as source_id, null as role,
+            """insert into sources select * replace (nextval('internal.source_ids') as source_id, null as role,
                  null as rank_id, 'stray.pt' as path, 'failed' as status) from sources limit 1""")
         session.changed = True
     return config.db_path
@@ -90,7 +90,7 @@ def make_groups(db: Path, dest: Path) -> dict[str, Path]:
                     con.execute(f"copy ({select}) to '{folder / (table + '.parquet')}' (format parquet)", params)
                 for col in (c for c in columns if c.endswith("stack_id")):
                     con.execute(f"insert into used select {col} from ({select}) where {col} is not null", params)
-            for table in ("call_stacks", "_stack_user_frames"):
+            for table in ("call_stacks", "internal.stack_user_frames"):
                 con.execute(f"copy (select * from {table} where stack_id in (select stack_id from used)) "
                             f"to '{folder / (table + '.parquet')}' (format parquet)")
             groups[folder.name] = folder
@@ -105,7 +105,7 @@ def make_groups(db: Path, dest: Path) -> dict[str, Path]:
         rest.mkdir()
         all_used = " union ".join(f"select {c} from {t}" for t, cols in keyed.items() for c in cols
                                   if c.endswith("stack_id"))
-        for table in ("call_stacks", "_stack_user_frames"):
+        for table in ("call_stacks", "internal.stack_user_frames"):
             con.execute(f"copy (select * from {table} where stack_id not in ({all_used} where true)) "
                         f"to '{rest / (table + '.parquet')}' (format parquet)")
         groups[rest.name] = rest
@@ -127,15 +127,16 @@ def published(warehouse, tmp_path_factory):
 
 
 def _names(con) -> list[str]:
+    """The base tables: main's by name, the private ones as internal.<name>."""
     return [r[0] for r in con.execute(
-        """select table_name from duckdb_tables()
-           where database_name = current_database() and schema_name = 'main' order by 1""").fetchall()]
+        """select if(schema_name = 'main', table_name, schema_name || '.' || table_name) from duckdb_tables()
+           where database_name = current_database() order by 1""").fetchall()]
 
 
 def _differences(con, name: str, columns: list[str] | None = None) -> tuple[int, int]:
     """Rows of `name` only in the warehouse (attached as wh), only in the thin file (EXCEPT ALL both ways)."""
     cols = ", ".join(f'"{c}"' for c in columns or [r[0] for r in con.execute(f"describe wh.{name}").fetchall()])
-    a, b = f"select {cols} from wh.{name}", f"select {cols} from main.{name}"
+    a, b = f"select {cols} from wh.{name}", f"select {cols} from {name if '.' in name else 'main.' + name}"
     return tuple(con.execute(f"select count(*) from ({x} except all {y})").fetchone()[0] for x, y in ((a, b), (b, a)))
 
 
@@ -145,12 +146,12 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
     thin.execute(f"attach '{warehouse}' as wh (read_only)")
     try:
         tables, views = _names(con), public_views(con)
-        assert {"_memory_timeline", "_memory_record_ops", "_torch_memory_blocks", "_stack_user_frames",
-                "call_stacks", "memory_records", "sources"} <= set(tables)
+        assert {"internal.memory_timeline_rows", "internal.memory_record_ops", "internal.torch_memory_blocks",
+                "internal.stack_user_frames", "call_stacks", "memory_records", "sources"} <= set(tables)
         # The rest are views over Parquet; rlwh still tells its tables from its views.
-        assert _names(thin) == ["_rlwh_dataset", "_rlwh_migrations", "_rlwh_settings"]
+        assert _names(thin) == ["internal.dataset", "internal.migrations", "internal.settings"]
         assert public_views(thin) == views and public_tables(thin) == public_tables(con)
-        assert thin.execute("select root, generation from _rlwh_dataset").fetchall() == [
+        assert thin.execute("select root, generation from internal.dataset").fetchall() == [
             (str(published["root"]), "gen-000001")]
         for name in tables + views:
             # Same column names, order and types (a view has no NOT NULL or key to describe).
@@ -158,7 +159,7 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
             assert described == [(r[0], r[1]) for r in con.execute(f"describe {name}").fetchall()], name
             count = con.execute(f"select count(*) from {name}").fetchone()[0]
             assert thin.execute(f"select count(*) from {name}").fetchone()[0] == count, name
-            if name == "_rlwh_migrations":  # applied when the thin file was made
+            if name == "internal.migrations":  # applied when the thin file was made
                 assert _differences(thin, name, ["version", "name"]) == (0, 0)
             else:
                 assert _differences(thin, name) == (0, 0), name
@@ -211,6 +212,34 @@ def test_the_duckdb_shell_opens_the_thin_file(warehouse, published):
     assert got.stdout.splitlines()[1:] == [f"{r},{k},{b}" for r, k, b in want] and want
 
 
+def _objects(con, schema: str) -> list[str]:
+    """Every table, view, macro and sequence of `schema`, by name."""
+    return sorted(r[0] for r in con.execute(
+        """select table_name from duckdb_tables() where schema_name = $s and database_name = current_database()
+           union all select view_name from duckdb_views()
+           where schema_name = $s and database_name = current_database() and not internal
+           union all select function_name from duckdb_functions()
+           where schema_name = $s and database_name = current_database() and not internal
+           union all select sequence_name from duckdb_sequences()
+           where schema_name = $s and database_name = current_database()""", {"s": schema}).fetchall())
+
+
+def test_thin_file_main_holds_only_public_objects(warehouse, published):
+    """A BI tool lists the same objects of main in the thin file as in the warehouse: the
+    public tables (here views) and views, no helper; rlwh's own are in internal."""
+    con = duckdb.connect(str(warehouse), read_only=True)
+    thin = duckdb.connect(str(published["thin"]), read_only=True)
+    try:
+        main = _objects(thin, "main")
+        assert main == _objects(con, "main") and not [n for n in main if n.startswith("_")]
+        assert thin.execute("select count(*) from duckdb_tables() where schema_name = 'main'").fetchone()[0] == 0
+        # The warehouse's sequence has no use in a thin file; its marker table is its own.
+        assert set(_objects(thin, "internal")) == set(_objects(con, "internal")) - {"source_ids"} | {"dataset"}
+    finally:
+        con.close()
+        thin.close()
+
+
 def test_rlwh_query_and_connect_read_work_on_the_thin_file(warehouse, published):
     con = connect_read(_config(published["thin"]))
     assert con.execute("select count(*) from memory_alloc_stack").fetchone()[0] > 0
@@ -248,10 +277,10 @@ def test_build_thin_db_replaces_a_thin_file_never_a_warehouse(warehouse, publish
     dataset.build_thin_db(published["root"], thin, settings={"gmm_ops_per_layer": "7", "library_frames": "x"})
     reader = duckdb.connect(str(thin), read_only=True)  # keeps its snapshot across the rebuild
     dataset.build_thin_db(published["root"], thin)
-    assert reader.execute("select value from _rlwh_settings where name = 'gmm_ops_per_layer'").fetchone() == ("7",)
+    assert reader.execute("select value from internal.settings where name = 'gmm_ops_per_layer'").fetchone() == ("7",)
     reader.close()
     con = duckdb.connect(str(thin), read_only=True)
-    assert con.execute("select value from _rlwh_settings where name = 'gmm_ops_per_layer'").fetchone() != ("7",)
+    assert con.execute("select value from internal.settings where name = 'gmm_ops_per_layer'").fetchone() != ("7",)
     con.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thin.duckdb", "warehouse.duckdb"]  # no temp left
 
@@ -334,7 +363,7 @@ def test_replacing_one_group_rewrites_only_its_files(warehouse, published, tmp_p
         # Exactly: rollout rank 0's capture gone from every table, half of actor_update rank 1's cpu_ops.
         (gone_capture,) = duckdb.sql(f"select capture from '{groups[gone] / 'ranks.parquet'}'").fetchone()
         (changed_capture,) = duckdb.sql(f"select capture from '{groups[changed] / 'ranks.parquet'}'").fetchone()
-        for table in ("memory_records", "ranks", "_memory_timeline", "ranges", "sources"):
+        for table in ("memory_records", "ranks", "internal.memory_timeline_rows", "ranges", "sources"):
             want = con.execute(f"select count(*) from wh.{table} where capture is distinct from ?",
                                [gone_capture]).fetchone()[0]
             assert con.execute(f"select count(*) from {table}").fetchone()[0] == want, table
@@ -541,3 +570,19 @@ def test_a_generation_has_the_layout_of_an_export(warehouse, published, tmp_path
         depth = {len(p.relative_to(out / table).parts) for p in (out / table).rglob("*.parquet")}
         assert depth == {len(p.relative_to(gen / table).parts) for p in (gen / table).rglob("*.parquet")}, table
     assert f"run={RUN}/role=__HIVE_DEFAULT_PARTITION__/rank_id=__HIVE_DEFAULT_PARTITION__" in folders(out / "sources")
+
+
+def test_a_generation_with_tables_of_an_older_rlwh_is_refused(tmp_path):
+    """A dataset written by an older rlwh names a private table as before 0010 (`_memory_timeline`):
+    the thin file would answer without its rows, so it is not written."""
+    root = tmp_path / "ds"
+    gen = root / "gen-000001"
+    gen.mkdir(parents=True)
+    (root / dataset.MARKER).write_text(json.dumps({"format": dataset.FORMAT}))
+    old_name = "_memory_timeline"  # its name before 0010
+    (gen / dataset.MANIFEST).write_text(json.dumps({"files": [
+        {"path": f"{old_name}/run=r/x.parquet", "table": old_name, "group": "g-1", "rows": 1}], "groups": {}}))
+    os.symlink(gen.name, root / dataset.CURRENT)
+    with pytest.raises(RlwhError, match="older rlwh"):
+        dataset.build_thin_db(root, tmp_path / "thin.duckdb")
+    assert not (tmp_path / "thin.duckdb").exists()

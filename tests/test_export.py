@@ -54,7 +54,7 @@ def warehouse(tmp_path_factory) -> Config:
     # names (a file outside any role folder that failed) still happens: make one.
     with write_session(config) as session:
         session.con.execute(
-            """insert into sources select * replace (nextval('_source_ids') as source_id, null as role,
+            """insert into sources select * replace (nextval('internal.source_ids') as source_id, null as role,
                  null as rank_id, 'stray.pt' as path) from sources where status = 'failed'""")
         session.changed = True
     hostile = copy_fixture("rl-insight-samples/memory_data", tmp / "hostile")

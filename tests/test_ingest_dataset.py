@@ -114,7 +114,7 @@ def test_a_changed_rank_rewrites_only_its_files(tmp_path, config, demo):
     # files of empty tables: nothing else.
     for path in new - {p for p in new if p.endswith("/empty.parquet")}:
         in_rank = f"rank_id={rank}" in path and f"role={role}" in path
-        assert in_rank or path.startswith(("runs/", "call_stacks/", "_stack_user_frames/")), path
+        assert in_rank or path.startswith(("runs/", "call_stacks/", "internal.stack_user_frames/")), path
     assert any(path.startswith("memory_records/") for path in new), "the changed rank's rows were not rewritten"
     kept = [path for path in after
             if path in before and f"rank_id={rank}" not in path and not path.endswith("/empty.parquet")]

@@ -285,7 +285,7 @@ def test_views_over_the_shared_gmm_dump(tmp_path):
 
 def test_ops_per_layer_comes_from_the_settings():
     con = fresh_db()
-    con.execute("insert into _rlwh_settings values ('gmm_ops_per_layer', '2')")
+    con.execute("insert into internal.settings values ('gmm_ops_per_layer', '2')")
     insert_calls(con, "actor_update", 0, {0: [1, 2], 1: [1, 2], 2: [3, 4], 3: [3, 4], 4: [3, 4]})
     rows = con.execute(
         "select distinct op_index, phase, layer, op_in_layer, ops_per_layer from gmm_layer_load order by op_index"

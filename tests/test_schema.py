@@ -36,24 +36,20 @@ def test_view_files_only_declare():
     for view in view_files():
         body = "\n".join(ln for ln in view.sql.splitlines() if not ln.strip().startswith("--")).lower()
         assert not re.search(r"\b(insert|delete|drop|update|copy|attach)\b", body), view.path.name
-        if view.kind == "macros":
-            assert body.count("create or replace view") == 0 and view.name.startswith("_"), view.path.name
-            assert body.count("create or replace macro") == body.count("create "), view.path.name
-        else:
-            assert body.count("create or replace view") == 1, view.path.name
+        assert body.count("create or replace view") == (0 if view.kind == "macros" else 1), view.path.name
 
 
 def test_every_public_object_and_column_has_a_comment(fresh_db):
     undocumented = fresh_db.execute(
         """select table_name, column_name from duckdb_columns()
            where schema_name = 'main' and database_name = current_database()
-             and not starts_with(table_name, '_') and (comment is null or comment = '')"""
+             and (comment is null or comment = '')"""
     ).fetchall()
     assert undocumented == []
     objects = fresh_db.execute(
-        """select table_name from duckdb_tables() where not starts_with(table_name, '_') and comment is null
-           union all select view_name from duckdb_views()
-           where not internal and not starts_with(view_name, '_') and comment is null"""
+        """select schema_name, table_name from duckdb_tables() where comment is null
+           union all select schema_name, view_name from duckdb_views()
+           where not internal and schema_name in ('main', 'internal') and comment is null"""
     ).fetchall()
     assert objects == []
 
@@ -61,14 +57,15 @@ def test_every_public_object_and_column_has_a_comment(fresh_db):
 # Private derived tables (migrations/0003) count as tables the views may read.
 # Every table a migration creates (views may read those, and other views, nothing else).
 BASE_TABLES = {m.group(1) for path in (Path(__file__).resolve().parent.parent / "migrations").glob("*.sql")
-               for m in re.finditer(r"create table (?:if not exists )?([a-z_][a-z0-9_]*)", path.read_text(), re.I)}
+               for m in re.finditer(r"create table (?:if not exists )?((?:[a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*)",
+                                     path.read_text(), re.I)}
 
 
 def test_views_read_only_base_tables_and_views():
     names = {v.name for v in view_files()}
     for view in view_files():
         code = "\n".join(ln.split("--")[0] for ln in view.sql.lower().splitlines())
-        referenced = set(re.findall(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", code))
+        referenced = set(re.findall(r"\b(?:from|join)\s+((?:[a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*)", code))
         ctes = set(re.findall(r"\b([a-z_][a-z0-9_]*)\s+as\s+\(", code))
         unknown = referenced - ctes - names - BASE_TABLES
         assert not unknown, f"{view.path.name} reads {unknown}"
@@ -91,7 +88,7 @@ def test_no_public_column_is_hugeint(fresh_db):
     """sum() gives HUGEINT, which BI tools and pandas read badly: views cast to BIGINT."""
     wide = fresh_db.execute(
         "select table_name, column_name from duckdb_columns() where data_type = 'HUGEINT'"
-        " and not starts_with(table_name, '_')").fetchall()
+        " and schema_name = 'main'").fetchall()
     assert wide == []
 
 
@@ -99,6 +96,7 @@ def test_no_public_column_is_hugeint(fresh_db):
 def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     """A warehouse loaded before migration 0003 answers the memory views right after it."""
     from conftest import copy_fixture
+    from old_warehouse import downgrade_to_0002
 
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
@@ -112,33 +110,23 @@ def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
     stacks = con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0]
     assert want and stacks > 0
     # Back to the state before 0003: no derived tables, none of 0004's columns, no record
-    # of either migration.
-    _downgrade_to_0002(con)
+    # of either migration (nor of 0010, which moved the derived tables out of main).
+    downgrade_to_0002(con)
     con.close()
     # What `rlwh init` does: the storage layer migrates, the writer fills the derived tables.
     applied = initialize(Config(db_path=db))
-    assert applied == ["0003_create_derived_memory.sql", "0004_stacks_innermost_first_and_autograd_links.sql"]
+    assert applied == ["0003_create_derived_memory.sql", "0004_stacks_innermost_first_and_autograd_links.sql",
+                       "0010_private_objects_in_their_own_schema.sql"]
     con = duckdb.connect(str(db))
     assert con.execute("select * from memory_peak order by all").fetchall() == want
     assert con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0] == stacks
-
-
-def _downgrade_to_0002(con) -> None:
-    """Undo migrations 0003 and 0004 (views go first; migrate() re-creates them)."""
-    for view in con.execute("select view_name from duckdb_views() where not internal").fetchall():
-        con.execute(f"drop view if exists {view[0]}")
-    for table in ("_memory_record_ops", "_memory_timeline", "_torch_memory_blocks", "_stack_user_frames"):
-        con.execute(f"drop table if exists {table}")
-    con.execute("alter table cpu_ops drop column seq_no")
-    con.execute("alter table cpu_ops drop column fwd_tid")
-    con.execute("alter table torch_memory_events drop column op_ts_ns")
-    con.execute("delete from _rlwh_migrations where version in (3, 4)")  # later ones touch other tables
 
 
 @pytest.mark.slow
 def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     """A warehouse that stored PyTorch stacks outermost first reads like a fresh ingest after 0004."""
     from conftest import copy_fixture
+    from old_warehouse import downgrade_to_0002
 
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
@@ -148,7 +136,7 @@ def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     db = tmp_path / "w.duckdb"
     ingest(profile, Config(db_path=db))
     con = duckdb.connect(str(db))
-    own_stacks = ("select b.capture, b.origin_row, s.stack from _torch_memory_blocks b"
+    own_stacks = ("select b.capture, b.origin_row, s.stack from internal.torch_memory_blocks b"
                   " join call_stacks s on b.op_stack_id = s.stack_id order by all")
     fresh = con.execute(own_stacks).fetchall()
     stacks = con.execute("select o.name, o.ts_ns, s.stack from cpu_ops o join call_stacks s using (stack_id)"
@@ -164,7 +152,7 @@ def test_migration_0004_turns_pytorch_stacks_innermost_first(tmp_path):
     con.execute("update torch_memory_events set stack_id = o.old_id from old_ids o"
                 " where torch_memory_events.stack_id = o.new_id")
     con.execute("delete from call_stacks where stack_id in (select new_id from old_ids)")
-    _downgrade_to_0002(con)
+    downgrade_to_0002(con)
     con.close()
     initialize(Config(db_path=db))  # migrates, then fills the derived tables
     con = duckdb.connect(str(db))
@@ -219,15 +207,15 @@ def test_rows_from_before_0005_are_reloaded_by_the_next_ingest(tmp_path):
     ingest(root, config)
     con = duckdb.connect(str(db))
     # What the old release left: captures named by the file alone, no step columns, 0005 pending.
-    for view in con.execute("select view_name from duckdb_views() where not internal").fetchall():
-        con.execute(f"drop view {view[0]}")
-    for table in ("cpu_ops", "memory_records", "ranges", "torch_memory_events", "ranks", "_memory_timeline",
-                  "_torch_memory_blocks", "_memory_record_ops"):
+    for schema, view in con.execute("select schema_name, view_name from duckdb_views() where not internal").fetchall():
+        con.execute(f"drop view {schema}.{view}")
+    for table in ("cpu_ops", "memory_records", "ranges", "torch_memory_events", "ranks",
+                  "internal.memory_timeline_rows", "internal.torch_memory_blocks", "internal.memory_record_ops"):
         con.execute(f"update {table} set capture = regexp_extract(capture, '[^/]+$')")
     for table in ("sources", "ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events"):
         con.execute(f"alter table {table} drop column step")
     con.execute("alter table ranges drop column clock")
-    con.execute("delete from _rlwh_migrations where version = 5")
+    con.execute("delete from internal.migrations where version = 5")
     assert "0005_add_step_and_clock.sql" in migrate(con)
     con.close()
     summary = ingest(root, config)
@@ -243,7 +231,7 @@ def test_key_columns_mean_one_thing_everywhere(fresh_db):
     table and view, so no BI user reads two meanings of a key."""
     rows = fresh_db.execute(
         """select column_name, comment, list(table_name order by table_name) from duckdb_columns()
-           where schema_name = 'main' and not starts_with(table_name, '_')
+           where schema_name = 'main'
              and column_name in ('run', 'role', 'rank_id', 'capture', 'step', 'source_id')
            group by all order by all""").fetchall()
     by_key: dict[str, list] = {}

@@ -76,9 +76,9 @@ def test_stacks_stored_under_an_older_rule_are_brought_to_this_one(fresh_db):
     sid = stack_id(LINUX_SNAPSHOT)
     fresh_db.execute("insert into call_stacks values (?, ?, '??(0): torch::unwind::unwind()', 8)",
                      [sid, LINUX_SNAPSHOT])
-    fresh_db.execute("insert into _stack_user_frames values (?, '??(0): torch::unwind::unwind()', 'an older rule')",
-                     [sid])
+    fresh_db.execute("insert into internal.stack_user_frames values (?, '??(0): torch::unwind::unwind()', "
+                     "'an older rule')", [sid])
     assert derive.refresh_user_frames(fresh_db) == 1
-    row = fresh_db.execute("select top_frame, user_frame from _stack_frames").fetchone()
+    row = fresh_db.execute("select top_frame, user_frame from internal.stack_frames").fetchone()
     assert row == CASES[0][1:]
     assert derive.refresh_user_frames(fresh_db) == 0

@@ -20,7 +20,7 @@ from rlwh.warehouse.upgrade import initialize
 def test_settings_reach_the_views(config):
     initialize(dataclasses.replace(config, ops_per_layer=4))
     con = duckdb.connect(str(config.db_path), read_only=True)
-    assert con.execute("select value from _rlwh_settings where name = 'gmm_ops_per_layer'").fetchone() == ("4",)
+    assert con.execute("select value from internal.settings where name = 'gmm_ops_per_layer'").fetchone() == ("4",)
     con.close()
 
 

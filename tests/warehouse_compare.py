@@ -14,7 +14,7 @@ IGNORED = {"sources": {"source_id", "seconds", "ingested_at"}, "runs": {"first_i
 
 
 def _tables(con, db: str) -> list[str]:
-    rows = con.execute("select table_name from duckdb_tables() where database_name = ? and table_name[1] <> '_' "
+    rows = con.execute("select table_name from duckdb_tables() where database_name = ? and schema_name = 'main' "
                        "order by table_name", [db]).fetchall()
     return [name for (name,) in rows]
 
@@ -22,7 +22,8 @@ def _tables(con, db: str) -> list[str]:
 def _rows(con, db: str, table: str) -> str:
     """SELECT of the table's comparable columns; a fact row's source_id becomes its file's path."""
     names = [c for (c,) in con.execute("select column_name from duckdb_columns() where database_name = ? and "
-                                       "table_name = ? order by column_index", [db, table]).fetchall()]
+                                       "schema_name = 'main' and table_name = ? order by column_index",
+                                       [db, table]).fetchall()]
     picked = [f'r."{c}"' for c in names if c != "source_id" and c not in IGNORED.get(table, ())]
     joined = ""
     if "source_id" in names and table != "sources":
@@ -73,20 +74,23 @@ VOLATILE = {"ingested_at", "seconds", "applied_at", "first_ingested_at", "last_i
 
 
 def every_table_differences(got: Path, want: Path) -> dict[str, tuple[int, int]]:
-    """Like differences(), over every table of `want`, private (derived) ones included,
-    ids compared as they are; `got` may hold views of those names (a dataset's thin file)."""
+    """Like differences(), over every table of `want`, the private (derived) ones of the
+    schema internal included, ids compared as they are; `got` may hold views of those
+    names (a dataset's thin file)."""
     con = duckdb.connect()
     try:
         con.execute(f"attach '{got}' as got (read_only)")
         con.execute(f"attach '{want}' as want (read_only)")
         tables = [r[0] for r in con.execute(
-            "select table_name from duckdb_tables() where database_name = 'want' and schema_name = 'main' "
-            "and table_name not in ('_rlwh_migrations', '_rlwh_settings')").fetchall()]
+            "select schema_name || '.' || table_name from duckdb_tables() where database_name = 'want' "
+            "and schema_name in ('main', 'internal') "
+            "and schema_name || '.' || table_name not in ('internal.migrations', 'internal.settings')").fetchall()]
         found = {}
         for table in tables:
+            schema, name = table.split(".")
             columns = [r[0] for r in con.execute(
-                """select column_name from duckdb_columns() where database_name = 'want' and table_name = ?
-                   order by column_index""", [table]).fetchall() if r[0] not in VOLATILE]
+                """select column_name from duckdb_columns() where database_name = 'want' and schema_name = ?
+                   and table_name = ? order by column_index""", [schema, name]).fetchall() if r[0] not in VOLATILE]
             select = ", ".join(f'"{c}"' for c in columns)
             extra, lacking = _multiset_difference(con, f"select {select} from got.{table}",
                                                   f"select {select} from want.{table}")

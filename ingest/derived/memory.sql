@@ -125,7 +125,7 @@ where device is null
   and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
-delete from _memory_record_ops
+delete from internal.memory_record_ops
 where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
@@ -141,7 +141,7 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 -- innermost op with a stack whose [ts, ts + dur) holds it, on any thread of the rank
 -- ('enclosing_op': of the threads' innermost ops, the one that started last, then the
 -- lowest tid).
-insert into _memory_record_ops by name
+insert into internal.memory_record_ops by name
 with records as (
   select source_id, source_row, name, alloc_ns
   from memory_records
@@ -221,23 +221,23 @@ from matched as m
 left join enclosing as e using (source_id, source_row)
 ;
 
-delete from _memory_timeline
+delete from internal.memory_timeline_rows
 where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
 -- The Ascend live-memory timeline: +size at each allocation row's alloc, -size at its
 -- release, summed in time order per device (live_bytes) and per device and allocator
--- (allocator_live_bytes: _ascend_allocator, 'GE' or 'PTA'), in _memory_event_order (time,
+-- (allocator_live_bytes: internal.ascend_allocator, 'GE' or 'PTA'), in internal.memory_event_order (time,
 -- releases first, then the CSV row). One window sorts once and sums twice: all blocks, and GE's alone (a
 -- PTA row's own sum is the difference; a second window per allocator doubled the sort,
 -- 4 s on 3 M events). Only numbers ride through it (a name column makes the sort ~50%
 -- slower) and the keys are added after it; the memory_timeline view joins each block's
 -- name and call stack back, and reads a NULL clock as 'epoch'.
-insert into _memory_timeline by name
+insert into internal.memory_timeline_rows by name
 with blocks as (
   select
     source_id, device, alloc_ns, release_ns, size_bytes, source_row,
-    _ascend_allocator(name) as allocator,
+    internal.ascend_allocator(name) as allocator,
     alloc_total_allocated_bytes, alloc_total_reserved_bytes,
     release_total_allocated_bytes, release_total_reserved_bytes,
   from memory_records
@@ -257,7 +257,7 @@ events as (
     if(e.event = 'alloc', b.alloc_total_reserved_bytes, b.release_total_reserved_bytes)
       as allocator_reserved_bytes,
     b.size_bytes, b.source_row as origin_row,
-    _memory_event_order(ts_ns, e.event, b.source_row) as sort_key,
+    internal.memory_event_order(ts_ns, e.event, b.source_row) as sort_key,
   from blocks as b
   cross join (values ('alloc'), ('release')) as e (event)
   where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
@@ -278,17 +278,17 @@ from (
 )
 ;
 
-delete from _torch_memory_blocks
+delete from internal.torch_memory_blocks
 where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
 -- The PyTorch blocks: each allocation event with an address, paired with the next event
--- at its (device, addr) in time order across threads (_torch_memory_pairs). Its stack is
+-- at its (device, addr) in time order across threads (internal.torch_memory_pairs). Its stack is
 -- the one its enclosing op justifies (_key_op_stacks: 'forward_op' or 'op'), else the
 -- innermost op with a stack whose [ts, ts + dur) holds it on its own thread ('enclosing_op').
-insert into _torch_memory_blocks by name
+insert into internal.torch_memory_blocks by name
 with allocations as (
-  select * from _torch_memory_pairs
+  select * from internal.torch_memory_pairs
   where bytes > 0 and addr is not null
     and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
@@ -334,26 +334,26 @@ from matched as m
 left join enclosing as e using (event_index)
 ;
 
-delete from _memory_timeline
+delete from internal.memory_timeline_rows
 where source in ('torch', 'snapshot')
   and run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ;
 
 -- The PyTorch timeline, one allocator per device (so allocator_live_bytes = live_bytes),
--- the same running sum as for Ascend rows, in _memory_event_order (time, releases first,
+-- the same running sum as for Ascend rows, in internal.memory_event_order (time, releases first,
 -- then the event's position in its file). A statement of its own so the Ascend window
 -- stays narrow. Its events:
 -- - the PyTorch blocks' allocs and releases;
 -- - PyTorch events without an address (PyTorch 1.8 wrote none): no block, and live bytes
 --   are their running sum.
-insert into _memory_timeline by name
+insert into internal.memory_timeline_rows by name
 with blocks as (
   select
     source_id, device, alloc_ns, release_ns, release_inferred, size_bytes,
     allocated_after_alloc_bytes, reserved_after_alloc_bytes,
     allocated_after_release_bytes, reserved_after_release_bytes,
     name, stack_id, stack_source, origin_row,
-  from _torch_memory_blocks
+  from internal.torch_memory_blocks
   where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
@@ -379,7 +379,7 @@ addressless as (
     p.source_id, p.device, p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event,
     p.bytes as delta_bytes, p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
     o.attributed_stack_id, o.stack_source, p.event_index, false,
-  from _torch_memory_pairs as p
+  from internal.torch_memory_pairs as p
   left join _key_op_starts as o
     on p.tid = o.tid and p.op_ts_ns = o.ts_ns and p.op_name = o.name
   where p.addr is null and p.bytes <> 0 and p.ts_ns is not null
@@ -403,7 +403,7 @@ from (
     *,
     (sum(delta_bytes) over (
       partition by device
-      order by _memory_event_order(ts_ns, event, origin_row)
+      order by internal.memory_event_order(ts_ns, event, origin_row)
       rows between unbounded preceding and current row
     ))::bigint as live_bytes,
   from events
@@ -411,26 +411,26 @@ from (
 ;
 
 -- A memory snapshot's timeline: one row per alloc and release of a block its device_traces
--- record (_snapshot_blocks), in _memory_event_order (time, releases first, then the
+-- record (internal.snapshot_held_blocks), in internal.memory_event_order (time, releases first, then the
 -- entry's position in the trace). Where the entries carry no time the clock is 'sequence':
 -- ts_ns holds the entry's position, which orders that capture's events and nothing else.
 -- live_bytes sums the traced blocks alone. allocator_live_bytes is what the allocator held:
--- the held blocks of the segments at snapshot time (_snapshot_held), replayed backwards
+-- the held blocks of the segments at snapshot time (internal.snapshot_held), replayed backwards
 -- through every event of the trace, the frees of blocks allocated before recording
 -- included (those frees are no rows: no block of the trace ends there). Trace entries
 -- carry the requested size, segments the allocator's rounded block size, as PyTorch
 -- writes them; rlwh takes both as written. Where segments and trace disagree the
 -- reader says so in sources.
-insert into _memory_timeline by name
+insert into internal.memory_timeline_rows by name
 with blocks as (
-  select * from _snapshot_blocks
+  select * from internal.snapshot_held_blocks
   where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 ),
 
 held_at_snapshot as (
   select device, sum(size_bytes)::bigint as held_bytes
   from snapshot_blocks
-  where _snapshot_held(state)
+  where internal.snapshot_held(state)
     and run = $run and role = $role and rank_id = $rank_id and capture = $capture
   group by device
 ),
@@ -458,7 +458,7 @@ replayed as (
     sum(delta_bytes) over in_order - sum(delta_bytes) over (partition by device) as change_to_snapshot,
   from events
   window in_order as (
-    partition by device order by _memory_event_order(ts_ns, event, trace_position) rows unbounded preceding
+    partition by device order by internal.memory_event_order(ts_ns, event, trace_position) rows unbounded preceding
   )
 )
 

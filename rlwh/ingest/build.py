@@ -30,9 +30,9 @@ from rlwh.sqltext import one_value, sql_literal
 from rlwh.warehouse import derive, schema
 from rlwh.warehouse.session import store_settings
 
-DERIVED_TABLES = ("_memory_record_ops", "_memory_timeline", "_torch_memory_blocks")
+DERIVED_TABLES = ("internal.memory_record_ops", "internal.memory_timeline_rows", "internal.torch_memory_blocks")
 # Keyed by stack_id and shared by every capture: appended only where the warehouse lacks them.
-SHARED_BY_STACK = ("call_stacks", "_stack_user_frames")
+SHARED_BY_STACK = ("call_stacks", "internal.stack_user_frames")
 BUILT_TABLES = ("sources", *FACT_TABLES, *DERIVED_TABLES, *SHARED_BY_STACK)
 
 SPILL_PREFIX = "rlwh-spill-"

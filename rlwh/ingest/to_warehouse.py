@@ -46,7 +46,7 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
                 done_files, done_bytes = done_files + 1, done_bytes + p.size
                 continue
             p.loaded_before = known is not None
-            p.source_id = known[0] if known else one_value(con.execute("select nextval('_source_ids')"))
+            p.source_id = known[0] if known else one_value(con.execute("select nextval('internal.source_ids')"))
             if p.source.ignored or p.source.problem:
                 parsed = ignored_result(p.source.reason) if p.source.ignored else failed_result(p.source.problem)
                 result = load_file(con, run, p, parsed)

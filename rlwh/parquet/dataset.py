@@ -9,13 +9,14 @@ Layout of a dataset ROOT:
     ROOT/gen-000007/<table>/run=<run>/role=<role>/rank_id=<rank>/<group>.<token>_0.parquet
     ROOT/gen-000007/runs/run=<run>/<group>.<token>_0.parquet    (the token of the staging that wrote it)
     ROOT/gen-000007/call_stacks/<group>.<token>_0.parquet       tables without run: not partitioned
+    ROOT/gen-000007/internal.memory_timeline_rows/run=...        a private table: its qualified name
     ROOT/gen-000007/<table>/empty.parquet          a table with no rows in this generation: its schema
 
 A generation has the folders of `rlwh export parquet` (rlwh.parquet.export: partitioned by those
 of run, role and rank_id a table has, partition columns in the folder names only, NULL is
-`__HIVE_DEFAULT_PARTITION__`). Every base table of the warehouse is there, private ones
-(`_memory_timeline`, `_memory_record_ops`, `_torch_memory_blocks`, `_stack_user_frames`,
-...) too: the views of sql/ read them.
+`__HIVE_DEFAULT_PARTITION__`). Every base table of the warehouse is there, the private ones
+of the schema internal too, under their qualified names (`internal.memory_timeline_rows/`,
+`internal.stack_user_frames/`, ...): the views of sql/ read them.
 
 Groups. The unit of replacement is a group: the caller's id (letters, digits, `_` and `-`,
 e.g. `g-<16 hex>`) for, say, one (run, role, rank_id, capture). `publish(root, {gid:
@@ -25,7 +26,7 @@ of may be left out). The new generation gets the given groups' rows partitioned 
 every other group of the previous generation is carried over by hard link (a copy where
 the file system cannot link), so re-ingesting one rank writes only that rank's files.
 `drop` removes groups; `groups_of(root, run)` says which groups hold a run. A group holds
-rows of at most one run. Tables without rank_id (runs, call_stacks, _stack_user_frames)
+rows of at most one run. Tables without rank_id (runs, call_stacks, internal.stack_user_frames)
 may hold the same key in several groups (each rank's group carries the stacks it uses):
 the thin file's views keep one row per primary key, so rows sharing a key must be equal
 (a stack id is never reused; give a run's `runs` row to one group of the run).
@@ -58,8 +59,10 @@ The thin DuckDB file. `build_thin_db(root, db_path)` writes the file rlwh's comm
 the duckdb shell and BI tools open in dataset mode: every base table of the warehouse is
 a view with exactly the table's columns, order and types over the explicit file list of
 the current generation's manifest (absolute paths, so the file is a snapshot of one
-generation), `_rlwh_migrations` and `_rlwh_settings` are small real tables, and the
-sql/ views are installed over them as in a normal warehouse. It is written beside
+generation), in its schema (main, or internal for a private one), `internal.migrations`
+and `internal.settings` are small real tables, and the sql/ views are installed over them
+as in a normal warehouse. Like a warehouse's, the thin file's main holds the public tables
+and views only. It is written beside
 db_path and renamed over it: a reader of the old file keeps its snapshot.
 
 Safety: group ids are checked before they become file names; run and role values come
@@ -87,9 +90,10 @@ import duckdb
 
 from rlwh import __version__
 from rlwh.errors import RlwhError
-from rlwh.parquet.export import THIN_MARKER, is_thin, partition_keys
+from rlwh.parquet.export import partition_keys
 from rlwh.safe_files import check_contained, fsync_path, pause_for_test
-from rlwh.sqltext import one_value, sql_ident, sql_literal
+from rlwh.sqltext import one_value, sql_ident, sql_literal, sql_table
+from rlwh.warehouse.schema import PRIVATE_SCHEMA, THIN_MARKER, is_thin
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"
@@ -100,7 +104,7 @@ FORMAT = 1
 GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _GEN = re.compile(r"^gen-(\d{6,})$")
 # Kept as real tables in the thin file, never in the dataset.
-THIN_TABLES = ("_rlwh_migrations", "_rlwh_settings")
+THIN_TABLES = ("internal.migrations", "internal.settings")
 # Values a hive path cannot carry: every engine reads these folder names back as NULL.
 _HIVE_NULLS = ("null", "__hive_default_partition__")
 _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
@@ -111,27 +115,31 @@ _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
 
 @functools.lru_cache(maxsize=1)
 def _schema() -> dict[str, dict]:
-    """Every base table of a freshly migrated warehouse: columns, types, keys, comments, DDL."""
+    """Every base table of a freshly migrated warehouse, public (main) and private (its
+    qualified name, internal.x): columns, types, keys, comments, DDL."""
     from rlwh.warehouse.schema import migrate
 
     con = duckdb.connect()
     try:
         migrate(con)
         tables: dict[str, dict] = {}
-        for name, comment, ddl in con.execute(
-            """select table_name, comment, sql from duckdb_tables()
-               where schema_name = 'main' and not temporary order by table_name"""
+        for schema, table, comment, ddl in con.execute(
+            """select schema_name, table_name, comment, sql from duckdb_tables()
+               where schema_name in ('main', $private) and not temporary order by schema_name, table_name""",
+            {"private": PRIVATE_SCHEMA},
         ).fetchall():
+            where = {"schema": schema, "table": table}
             columns = con.execute(
                 """select column_name, data_type, comment from duckdb_columns()
-                   where schema_name = 'main' and table_name = ? order by column_index""",
-                [name],
+                   where schema_name = $schema and table_name = $table order by column_index""",
+                where,
             ).fetchall()
             pk = con.execute(
                 """select constraint_column_names from duckdb_constraints()
-                   where schema_name = 'main' and table_name = ? and constraint_type = 'PRIMARY KEY'""",
-                [name],
+                   where schema_name = $schema and table_name = $table and constraint_type = 'PRIMARY KEY'""",
+                where,
             ).fetchone()
+            name = table if schema == "main" else f"{schema}.{table}"
             names = [c[0] for c in columns]
             tables[name] = {
                 "columns": [(c[0], c[1]) for c in columns],
@@ -140,7 +148,7 @@ def _schema() -> dict[str, dict]:
                 "keys": partition_keys(names),
                 "primary_key": list(pk[0]) if pk else [],
                 "ddl": ddl,
-                "rows": con.execute(f"select * from {sql_ident(name)}").fetchall() if name in THIN_TABLES else [],
+                "rows": con.execute(f"select * from {sql_table(name)}").fetchall() if name in THIN_TABLES else [],
             }
         return tables
     finally:
@@ -519,7 +527,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
 
 def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
     if not paths:
-        return f"create view {sql_ident(table)} as {_no_rows(spec)}"
+        return f"create view {sql_table(table)} as {_no_rows(spec)}"
     listing = "[" + ", ".join(sql_literal(p) for p in paths) + "]"
     if spec["keys"]:
         types = ", ".join(f"{sql_literal(k)}: {sql_literal(_HIVE_TYPES[k])}" for k in spec["keys"])
@@ -531,7 +539,7 @@ def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
     if _shared(spec):  # several groups hold the same rows: one per primary key
         key = spec["primary_key"]
         distinct = f"distinct on ({', '.join(map(sql_ident, key))}) " if key else "distinct "
-    return f"create view {sql_ident(table)} as {_select(spec, source, distinct)}"
+    return f"create view {sql_table(table)} as {_select(spec, source, distinct)}"
 
 
 def _check_replaceable(db_path: Path) -> None:
@@ -553,7 +561,7 @@ def _check_replaceable(db_path: Path) -> None:
 
 def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:
     """Write db_path: views over the current generation, the sql/ views over them, and
-    `settings` (default: those of the default Config) in _rlwh_settings. Atomic."""
+    `settings` (default: those of the default Config) in internal.settings. Atomic."""
     from rlwh.config import Config
     from rlwh.warehouse.schema import install_views
 
@@ -568,6 +576,11 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
     settings = settings if settings is not None else Config().view_settings()
     _check_replaceable(db_path)
     schema = _schema()
+    unknown = sorted({e["table"] for e in files} - set(schema))
+    if unknown:  # its rows would vanish from the views: never answer without them
+        raise RlwhError(f"{gen} holds tables this rlwh does not have ({', '.join(unknown[:3])}): it was written by "
+                        "an older rlwh (before migration 0010 the private tables were named _<name>); ingest into "
+                        "a new dataset folder")
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(f".{db_path.name}.thin-{os.getpid()}")
     for path in (tmp, tmp.with_name(tmp.name + ".wal")):
@@ -576,10 +589,11 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
     try:
         con = duckdb.connect(str(tmp))
         try:
+            con.execute(f"create schema {PRIVATE_SCHEMA}")
             for table in THIN_TABLES:
                 con.execute(schema[table]["ddl"])
-            con.executemany("insert into _rlwh_migrations values (?, ?, ?)", schema["_rlwh_migrations"]["rows"])
-            con.executemany("insert into _rlwh_settings values (?, ?)", sorted(settings.items()))
+            con.executemany("insert into internal.migrations values (?, ?, ?)", schema["internal.migrations"]["rows"])
+            con.executemany("insert into internal.settings values (?, ?)", sorted(settings.items()))
             con.execute(f"create table {THIN_MARKER} (root varchar not null, generation varchar not null, "
                         "built_at timestamp not null)")
             con.execute(f"insert into {THIN_MARKER} values (?, ?, ?)",
@@ -590,9 +604,9 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
                 paths = [str(_inside(gen, e["path"])) for e in files if e["table"] == table]
                 con.execute(_view_sql(table, spec, paths))
                 if spec["comment"]:
-                    con.execute(f"comment on view {sql_ident(table)} is {sql_literal(spec['comment'])}")
+                    con.execute(f"comment on view {sql_table(table)} is {sql_literal(spec['comment'])}")
                 for column, text in spec["column_comments"].items():
-                    con.execute(f"comment on column {sql_ident(table)}.{sql_ident(column)} is {sql_literal(text)}")
+                    con.execute(f"comment on column {sql_table(table)}.{sql_ident(column)} is {sql_literal(text)}")
             install_views(con)
             con.execute("checkpoint")
         finally:

@@ -1,5 +1,6 @@
 """`rlwh export parquet OUT`: every public table (and with --views every public view) as
-hive-partitioned Parquet.
+hive-partitioned Parquet. Public means in the schema `main`; rlwh's own helpers live in
+`internal` (rlwh.warehouse.schema.PRIVATE_SCHEMA) and are never exported.
 
 Spark, Trino, Polars or another DuckDB read the warehouse without opening the .duckdb
 file. The views' rows matter to engines that cannot run DuckDB SQL (the ASOF join of
@@ -56,20 +57,12 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.safe_files import check_contained, remove_orphaned
 from rlwh.sqltext import one_value, sql_ident, sql_literal
-from rlwh.warehouse.schema import view_files
+from rlwh.warehouse.schema import is_thin, view_files
 from rlwh.warehouse.session import connect_read
 
 MARKER = "_rlwh_export.json"
-THIN_MARKER = "_rlwh_dataset"  # the table that makes a DuckDB file a dataset's thin file
 PARTITION_KEYS = ("run", "role", "rank_id")  # those a table has, in this order
 _TMP_PREFIX = ".rlwh-export-"
-
-
-def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
-    """True on a dataset's thin file (rlwh.parquet.dataset): its tables are views over Parquet."""
-    return bool(one_value(con.execute(
-        "select count(*) from duckdb_tables() where database_name = current_database() and table_name = ?",
-        [THIN_MARKER])))
 
 
 def _thin_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -80,12 +73,11 @@ def _thin_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
 
 
 def public_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The warehouse's public base tables (not views, not the private `_` ones), by name;
-    in a dataset's thin file the views that stand for them."""
+    """The warehouse's public base tables (main's, not views), by name; in a dataset's
+    thin file the views that stand for them."""
     rows = con.execute(
         """select table_name from duckdb_tables()
-           where database_name = current_database() and schema_name = 'main'
-             and not temporary and not starts_with(table_name, '_')
+           where database_name = current_database() and schema_name = 'main' and not temporary
            order by table_name"""
     ).fetchall()
     thin = _thin_tables(con)
@@ -96,14 +88,14 @@ def _views(con: duckdb.DuckDBPyConnection) -> list[str]:
     rows = con.execute(
         """select view_name from duckdb_views()
            where database_name = current_database() and schema_name = 'main'
-             and not internal and not temporary and not starts_with(view_name, '_')
+             and not internal and not temporary
            order by view_name"""
     ).fetchall()
     return [r[0] for r in rows]
 
 
 def public_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The warehouse's public views (the `_` ones are private helpers), by name."""
+    """The warehouse's public views (main's; the helpers of `internal` are not), by name."""
     thin = _thin_tables(con)
     return [v for v in _views(con) if v not in thin]
 

@@ -13,7 +13,7 @@ time, so the entry's position is the only clock and the rows say so.
 
 The trace records only what happened after recording began; the segments are the
 allocator's state at snapshot time, blocks allocated before recording included. The
-warehouse replays the segments backwards through the trace (sql/_snapshot_blocks.sql,
+warehouse replays the segments backwards through the trace (sql/internal/snapshot_held_blocks.sql,
 ingest/derived/memory.sql), so the reader checks that the two can both be true
 (disagreements()) and lands a file where they cannot as partial, every row kept.
 """

@@ -59,7 +59,7 @@ ANNOTATION_DOMAINS = {"user_annotation": "default", "gpu_user_annotation": "gpu"
 OLD_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
                   "Memset": "gpu_memset", "User Annotations": "user_annotation"}
 # PyTorch's DeviceType codes as PyTorch names the device (ROCm builds say cuda; 19 is MTIA,
-# 20 PrivateUse1, the NPU under torch_npu). _torch_memory_pairs spells them the same way.
+# 20 PrivateUse1, the NPU under torch_npu). internal.torch_memory_pairs spells them the same way.
 DEVICE_LABELS = {1: "cuda", 6: "cuda", 12: "xpu", 13: "mps", 19: "mtia", 20: "npu"}
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _WS = re.compile(r"\s*")

@@ -132,9 +132,9 @@ select
   capture, device, source, ts_ns, event, delta_bytes, live_bytes,
   allocator, allocator_live_bytes, allocator_allocated_bytes, allocator_reserved_bytes,
   name, size_bytes, stack_id, call_stack_top, user_frame, stack_source, origin_row, clock,
-  -- the timeline's own event order (sql/_memory_rules.sql): time, releases first, position
+  -- the timeline's own event order (sql/internal/memory_rules.sql): time, releases first, position
   row_number() over (
-    partition by capture, device, clock order by _memory_event_order(ts_ns, event, origin_row), source
+    partition by capture, device, clock order by internal.memory_event_order(ts_ns, event, origin_row), source
   ) - 1 as seq,
 from memory_timeline
 where run = $run and role = $role and rank_id = $rank_id

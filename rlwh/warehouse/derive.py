@@ -121,23 +121,23 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     brought to the same rule (stacks stored before native frames were told apart).
     Returns how many stacks were (re)computed.
     """
-    row = con.execute("select max(value) from _rlwh_settings where name = 'library_frames'").fetchone()
+    row = con.execute("select max(value) from internal.settings where name = 'library_frames'").fetchone()
     rule = row[0] if row and row[0] else library_pattern()
     recorded = f"{rule}\n-- native frames: {stacks.LINE_FRAME} unless {stacks.PYTHON_LINE_FRAME}"
-    stale = one_value(con.execute("select count(*) from _stack_user_frames where rule <> ?", [recorded]))
-    con.execute("delete from _stack_user_frames where rule <> ?", [recorded])
-    before = one_value(con.execute("select count(*) from _stack_user_frames"))
+    stale = one_value(con.execute("select count(*) from internal.stack_user_frames where rule <> ?", [recorded]))
+    con.execute("delete from internal.stack_user_frames where rule <> ?", [recorded])
+    before = one_value(con.execute("select count(*) from internal.stack_user_frames"))
     con.execute(
-        f"""insert into _stack_user_frames
+        f"""insert into internal.stack_user_frames
         select s.stack_id, {stacks.user_frame_sql('s.stack', '$rule')}, $recorded
         from call_stacks as s
-        anti join _stack_user_frames as u on s.stack_id = u.stack_id""",
+        anti join internal.stack_user_frames as u on s.stack_id = u.stack_id""",
         {"rule": rule, "recorded": recorded},
     )
     if stale and _is_table(con, "call_stacks"):  # readers write new stacks under the current rule
         con.execute(f"""update call_stacks set top_frame = {stacks.top_frame_sql('stack')}
             where top_frame is distinct from {stacks.top_frame_sql('stack')}""")
-    return one_value(con.execute("select count(*) from _stack_user_frames")) - before
+    return one_value(con.execute("select count(*) from internal.stack_user_frames")) - before
 
 
 def catch_up(con: duckdb.DuckDBPyConnection, migrations_added_derived: bool) -> bool:

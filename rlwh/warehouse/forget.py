@@ -2,9 +2,10 @@
 
 It goes through the same write path as ingest (lock, working copy, atomic publish), so
 readers see the run until the forget is done and never half of it. Every base table
-with a `run` column is cleared of the run, private derived tables included
-(`_memory_record_ops`, `_memory_timeline`): the list is read from the warehouse, so a
-table added by a later migration is covered without a change here. `call_stacks` is
+with a `run` column is cleared of the run, the private derived tables of the schema
+internal included (`internal.memory_record_ops`, `internal.memory_timeline_rows`): the
+list is read from the warehouse, so a table added by a later migration is covered
+without a change here. `call_stacks` is
 shared by all runs and keyed by the stack's text, so its rows stay.
 """
 
@@ -12,20 +13,24 @@ from __future__ import annotations
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.sqltext import one_value
+from rlwh.sqltext import one_value, sql_table
 from rlwh.warehouse import derive
+from rlwh.warehouse.schema import PRIVATE_SCHEMA
 from rlwh.warehouse.session import write_session
 
 
 def tables_with_runs(con) -> list[str]:
-    """Base tables (public and private) that carry a `run` column, by name."""
+    """Base tables that carry a `run` column: main's by name, the private ones as
+    internal.<name>."""
     rows = con.execute(
-        """select distinct c.table_name from duckdb_columns() c
+        """select distinct if(c.schema_name = 'main', c.table_name, c.schema_name || '.' || c.table_name)
+           from duckdb_columns() c
            join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name
              and t.table_name = c.table_name
-           where c.database_name = current_database() and c.schema_name = 'main' and not t.temporary
-             and c.column_name = 'run'
-           order by 1"""
+           where c.database_name = current_database() and c.schema_name in ('main', $private)
+             and not t.temporary and c.column_name = 'run'
+           order by 1""",
+        {"private": PRIVATE_SCHEMA},
     ).fetchall()
     return [r[0] for r in rows]
 
@@ -46,7 +51,7 @@ def forget_run(config: Config, run: str) -> dict[str, int]:
             raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
         con.execute("begin transaction")
         for table in tables_with_runs(con):
-            count = one_value(con.execute(f'delete from "{table}" where run = ?', [run]))
+            count = one_value(con.execute(f"delete from {sql_table(table)} where run = ?", [run]))
             if count:
                 removed[table] = int(count)
         con.execute("commit")

@@ -1,10 +1,14 @@
 """Migrations and views: bring a warehouse to the current schema.
 
 Migrations (migrations/NNNN_*.sql) hold table DDL, each applied once in its own
-transaction and recorded in _rlwh_migrations; one that adds derived tables says so and
+transaction and recorded in internal.migrations; one that adds derived tables says so and
 they are filled once the views are in place. Views (sql/*.sql) are re-created after
 every migration, in the order their `-- depends:` lines give, and the comments in their
 files become COMMENT ON VIEW/COLUMN so BI tools show what each column means.
+
+Two schemas. `main` holds the public tables and views only, what a BI tool lists; rlwh's
+own helpers (derived tables, settings, the migrations table, helper views in
+sql/internal/, the source id sequence) live in the schema `internal` (PRIVATE_SCHEMA).
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
 from rlwh.sqltext import one_value, sql_literal
 
+# rlwh's private objects: everything a BI user should not have to list.
+PRIVATE_SCHEMA = "internal"
+MIGRATIONS_TABLE = f"{PRIVATE_SCHEMA}.migrations"
+# Where a warehouse written before migration 0010 records its migrations.
+LEGACY_MIGRATIONS_TABLE = "_rlwh_migrations"  # its name before 0010, in main
+# The table that makes a DuckDB file a Parquet dataset's thin file (rlwh.parquet.dataset).
+THIN_MARKER = f"{PRIVATE_SCHEMA}.dataset"
+
 # A migration holding this line adds or changes derived tables: they are recomputed after it.
 AFTER_REFRESH = "-- after: refresh derived tables"
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -27,10 +39,11 @@ MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 @dataclass
 class ViewFile:
-    """One sql/ file: a view, its docs and what it depends on; or a file of private macros
-    (kind 'macros', named after the file), rules that views and derived tables share."""
+    """One sql/ file: a view, its docs and what it depends on; or a file of sql/internal/
+    holding only macros (kind 'macros', named internal.<file name>), rules that views and
+    derived tables share."""
 
-    name: str
+    name: str  # schema-qualified for a private view: internal.stack_frames
     path: Path
     sql: str
     depends: list[str]
@@ -40,7 +53,8 @@ class ViewFile:
 
     @property
     def is_public(self) -> bool:
-        return not self.name.startswith("_")
+        """A view of `main` (sql/*.sql), not a helper of `internal` (sql/internal/*.sql)."""
+        return "." not in self.name
 
 
 def migration_files() -> list[tuple[int, Path]]:
@@ -53,13 +67,34 @@ def migration_files() -> list[tuple[int, Path]]:
     return files
 
 
+def _has_table(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
+    schema, _, table = qualified.rpartition(".")
+    return bool(one_value(con.execute(
+        """select count(*) from duckdb_tables()
+           where database_name = current_database() and schema_name = ? and table_name = ?""",
+        [schema or "main", table])))
+
+
+def migrations_table(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The table that records this warehouse's migrations: internal.migrations, or in a
+    warehouse not yet migrated past 0009 main's legacy one (a read-only connection cannot
+    move it); None in an empty file."""
+    for table in (MIGRATIONS_TABLE, LEGACY_MIGRATIONS_TABLE):
+        if _has_table(con, table):
+            return table
+    return None
+
+
+def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
+    """True on a dataset's thin file (rlwh.parquet.dataset): its tables are views over Parquet."""
+    return _has_table(con, THIN_MARKER)
+
+
 def applied_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
-    exists = one_value(con.execute(
-        "select count(*) from duckdb_tables() where table_name = '_rlwh_migrations'"
-    ))
-    if not exists:
+    table = migrations_table(con)
+    if table is None:
         return []
-    return con.execute("select version, name from _rlwh_migrations order by version").fetchall()
+    return con.execute(f"select version, name from {table} order by version").fetchall()
 
 
 def pending_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, Path]]:
@@ -69,10 +104,7 @@ def pending_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, Path]]
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Apply pending migrations, then re-install every view. Returns the applied names."""
-    con.execute(
-        "create table if not exists _rlwh_migrations ("
-        " version integer primary key, name varchar not null, applied_at timestamp not null)"
-    )
+    _create_migrations_table(con)
     applied = []
     for version, path in pending_migrations(con):
         sql = path.read_text(encoding="utf-8")
@@ -80,7 +112,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
         try:
             con.execute(sql)
             con.execute(
-                "insert into _rlwh_migrations values (?, ?, ?)",
+                f"insert into {MIGRATIONS_TABLE} values (?, ?, ?)",
                 [version, path.name, datetime.now(timezone.utc).replace(tzinfo=None)],
             )
             con.execute("commit")
@@ -90,6 +122,29 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
         applied.append(path.name)
     install_views(con)
     return applied
+
+
+def _create_migrations_table(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the private schema and internal.migrations; a warehouse written before 0010
+    has main's legacy table, whose rows move here first (0010 moves the other objects)."""
+    if _has_table(con, MIGRATIONS_TABLE) and not _has_table(con, LEGACY_MIGRATIONS_TABLE):
+        return
+    con.execute("begin transaction")
+    try:
+        con.execute(f"create schema if not exists {PRIVATE_SCHEMA}")
+        con.execute(
+            f"create table if not exists {MIGRATIONS_TABLE} ("
+            " version integer primary key, name varchar not null, applied_at timestamp not null)"
+        )
+        con.execute(f"comment on table {MIGRATIONS_TABLE} is "
+                    "'The migrations (migrations/*.sql) this warehouse has, and when each was applied.'")
+        if _has_table(con, LEGACY_MIGRATIONS_TABLE):
+            con.execute(f"insert or ignore into {MIGRATIONS_TABLE} select * from main.{LEGACY_MIGRATIONS_TABLE}")
+            con.execute(f"drop table main.{LEGACY_MIGRATIONS_TABLE}")
+        con.execute("commit")
+    except duckdb.Error as exc:
+        con.execute("rollback")
+        raise RlwhError(f"cannot create {MIGRATIONS_TABLE}: {exc}") from exc
 
 
 def adds_derived_tables(applied: list[str]) -> bool:
@@ -104,33 +159,46 @@ def is_current(con: duckdb.DuckDBPyConnection) -> bool:
     return not pending_migrations(con)
 
 
-_CREATE_MACRO = re.compile(r"^create\s+or\s+replace\s+macro\s+_", re.IGNORECASE | re.MULTILINE)
-_CREATE_VIEW = re.compile(r"create\s+or\s+replace\s+view\s+([a-z_][a-z0-9_]*)\s*(\()?", re.IGNORECASE)
+_CREATE_VIEW = re.compile(
+    r"create\s+or\s+replace\s+view\s+((?:[a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*)\s*(\()?", re.IGNORECASE)
+_CREATE_MACRO = re.compile(r"^create\s+or\s+replace\s+macro\s+((?:[a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*)",
+                           re.IGNORECASE | re.MULTILINE)
+
+
+def _file_label(path: Path) -> str:
+    """sql/x.sql or sql/internal/x.sql, as messages name it."""
+    return f"{path.parent.name}/{path.name}"
 
 
 def parse_view_file(path: Path) -> ViewFile:
-    """Read a view file's name, dependencies and comments."""
+    """Read a view file's name, dependencies and comments. A file of sql/ defines a public
+    view of that name; one of sql/internal/ a helper view of the private schema
+    (sql/internal/stack_frames.sql: internal.stack_frames)."""
     sql = path.read_text(encoding="utf-8")
+    label = _file_label(path)
+    private = path.parent.name == PRIVATE_SCHEMA
     match = _CREATE_VIEW.search(sql)
-    if not match and path.stem.startswith("_") and _CREATE_MACRO.search(sql):
-        return ViewFile(path.stem, path, sql, [], "", kind="macros")
+    macros = _CREATE_MACRO.findall(sql)
+    if not match and private and macros:
+        outside = [m for m in macros if not m.startswith(f"{PRIVATE_SCHEMA}.")]
+        if outside:
+            raise RlwhError(f"{label}: macro {outside[0]} must be created in schema {PRIVATE_SCHEMA} "
+                            f"({PRIVATE_SCHEMA}.{outside[0].split('.')[-1].lstrip('_')})")
+        first_macro = _CREATE_MACRO.search(sql)
+        assert first_macro is not None  # findall found one
+        depends, comment = _head(sql[: first_macro.start()])
+        return ViewFile(f"{PRIVATE_SCHEMA}.{path.stem}", path, sql, depends, comment, kind="macros")
     if not match:
-        raise RlwhError(f"{path.name}: no CREATE OR REPLACE VIEW statement")
+        raise RlwhError(f"{label}: no CREATE OR REPLACE VIEW statement")
     name = match.group(1)
-    if name != path.stem:
-        raise RlwhError(f"{path.name} defines view {name}; the file name must be the view name")
-    depends: list[str] = []
-    head_lines = sql[: match.start()].splitlines()
-    comment_lines = []
-    for line in head_lines:
-        stripped = line.strip()
-        if stripped.lower().startswith("-- depends:"):
-            depends += [d.strip() for d in stripped.split(":", 1)[1].split(",") if d.strip()]
-        elif stripped.startswith("--"):
-            comment_lines.append(stripped[2:].strip())
-        elif not stripped:
-            comment_lines.append("")
-    comment = " ".join(" ".join(comment_lines).split())
+    expected = f"{PRIVATE_SCHEMA}.{path.stem}" if private else path.stem
+    if name != expected:
+        raise RlwhError(f"{label} defines view {name}; it must define {expected} (the file's name"
+                        + (f", in schema {PRIVATE_SCHEMA})" if private else ")"))
+    if not private and name.startswith("_"):
+        raise RlwhError(f"{label}: a private helper view goes in sql/{PRIVATE_SCHEMA}/ (schema {PRIVATE_SCHEMA}), "
+                        "so the main schema holds public objects only")
+    depends, comment = _head(sql[: match.start()])
     columns: dict[str, str] = {}
     if match.group(2):
         body = sql[match.end():]
@@ -148,9 +216,26 @@ def parse_view_file(path: Path) -> ViewFile:
     return ViewFile(name, path, sql, depends, comment, columns)
 
 
+def _head(text: str) -> tuple[list[str], str]:
+    """The `-- depends:` names and the comment of the lines before a file's first statement."""
+    depends: list[str] = []
+    comment_lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.lower().startswith("-- depends:"):
+            depends += [d.strip() for d in stripped.split(":", 1)[1].split(",") if d.strip()]
+        elif stripped.startswith("--"):
+            comment_lines.append(stripped[2:].strip())
+        elif not stripped:
+            comment_lines.append("")
+    return depends, " ".join(" ".join(comment_lines).split())
+
+
 def view_files() -> list[ViewFile]:
-    """Every sql/ file, ordered so each view comes after what it depends on."""
-    views = {v.name: v for v in (parse_view_file(p) for p in sorted(asset_dir("sql").glob("*.sql")))}
+    """Every sql/ and sql/internal/ file, ordered so each view comes after what it depends on."""
+    folder = asset_dir("sql")
+    paths = sorted(folder.glob("*.sql")) + sorted((folder / PRIVATE_SCHEMA).glob("*.sql"))
+    views = {v.name: v for v in (parse_view_file(p) for p in paths)}
     ordered: list[ViewFile] = []
     state: dict[str, str] = {}
 
@@ -161,7 +246,7 @@ def view_files() -> list[ViewFile]:
             raise RlwhError(f"view dependency cycle: {' -> '.join(chain + (name,))}")
         view = views.get(name)
         if view is None:
-            raise RlwhError(f"{chain[-1]}.sql depends on {name}, which has no file in sql/")
+            raise RlwhError(f"{chain[-1]} depends on {name}, which has no file in sql/ (or sql/{PRIVATE_SCHEMA}/)")
         for dep in view.depends:
             if dep in views:
                 visit(dep, chain + (name,))
@@ -195,7 +280,7 @@ def comment_key_columns(con: duckdb.DuckDBPyConnection) -> None:
     rows = con.execute(
         """select table_name, column_name from duckdb_columns()
            where database_name = current_database() and schema_name = 'main'
-             and not starts_with(table_name, '_') and list_contains($keys, column_name)""",
+             and list_contains($keys, column_name)""",
         {"keys": list(KEY_COLUMN_COMMENTS)},
     ).fetchall()
     for table, column in rows:
@@ -208,7 +293,9 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
         try:
             con.execute(view.sql)
         except duckdb.Error as exc:
-            raise RlwhError(f"sql/{view.path.name} failed: {exc}") from exc
+            raise RlwhError(f"{_file_label(view.path)} failed: {exc}") from exc
+        if view.kind == "macros":
+            continue  # rules for rlwh's own SQL: no view to comment
         if view.comment:
             con.execute(f"comment on view {view.name} is {sql_literal(view.comment)}")
         for column, text in view.column_comments.items():
@@ -220,7 +307,7 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
                 # DuckDB attaches column comments to the select's own output names, not
                 # to the view's column list, so the two must agree.
                 raise RlwhError(
-                    f"sql/{view.path.name}: the select must itself name column {column!r} "
+                    f"{_file_label(view.path)}: the select must itself name column {column!r} "
                     f"(alias it in the final select): {exc}"
                 ) from exc
     comment_key_columns(con)

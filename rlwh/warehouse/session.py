@@ -25,8 +25,8 @@ import duckdb
 from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
-from rlwh.sqltext import one_value, sql_literal
-from rlwh.warehouse.schema import adds_derived_tables, is_current, migrate
+from rlwh.sqltext import sql_literal
+from rlwh.warehouse.schema import adds_derived_tables, is_current, is_thin, migrate
 
 WRITER_CHECKPOINT = "1GB"
 
@@ -157,20 +157,20 @@ class WriteSession:
 
 
 def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
-    """Copy the settings views read into _rlwh_settings; True when one changed."""
+    """Copy the settings views read into internal.settings; True when one changed."""
     wanted = config.view_settings()
-    current = dict(con.execute("select name, value from _rlwh_settings").fetchall())
+    current = dict(con.execute("select name, value from internal.settings").fetchall())
     if current == wanted:
         return False
-    con.execute("delete from _rlwh_settings")
-    con.executemany("insert into _rlwh_settings values (?, ?)", list(wanted.items()))
+    con.execute("delete from internal.settings")
+    con.executemany("insert into internal.settings values (?, ?)", list(wanted.items()))
     return True
 
 
 def _refuse_thin_file(con: duckdb.DuckDBPyConnection, config: Config) -> None:
     """A dataset's thin file (rlwh.parquet.dataset) holds views, not tables: only a dataset-mode
     ingest rewrites it."""
-    if one_value(con.execute("select count(*) from duckdb_tables() where table_name = '_rlwh_dataset'")):
+    if is_thin(con):
         raise RlwhError(f"{config.db_path} is the thin file of a Parquet dataset: it changes only through "
                         "`rlwh ingest` with [warehouse] dataset (or --dataset) naming that dataset")
 

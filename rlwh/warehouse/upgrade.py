@@ -11,7 +11,7 @@ import duckdb
 
 from rlwh.config import Config
 from rlwh.warehouse import derive
-from rlwh.warehouse.schema import applied_migrations, migration_files
+from rlwh.warehouse.schema import migration_files, migrations_table
 from rlwh.warehouse.session import write_session
 
 
@@ -29,8 +29,9 @@ def migration_status(config: Config) -> list[tuple[str, object]]:
     if config.db_path.exists():
         con = duckdb.connect(str(config.db_path), read_only=True)
         try:
-            if applied_migrations(con):
-                applied = dict(con.execute("select version, applied_at from _rlwh_migrations").fetchall())
+            table = migrations_table(con)  # main's legacy one in a warehouse from before 0010
+            if table:
+                applied = dict(con.execute(f"select version, applied_at from {table}").fetchall())
         finally:
             con.close()
     return [(path.name, applied.get(version)) for version, path in migration_files()]

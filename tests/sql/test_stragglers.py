@@ -68,7 +68,7 @@ def test_threshold_and_rank_skew_follow_the_waiting(fresh_db):
                  (1, 1, "ar", "communication", "allreduce", "dp", 1_500_000, 2_000_000)], **KEY)
     assert fresh_db.execute("select rank_id, waited_for_ns, is_straggler from stragglers").fetchall() == [
         (1, 500_000, False)]
-    fresh_db.execute("insert into _rlwh_settings values ('straggler_wait_ns', '400000')")
+    fresh_db.execute("insert into internal.settings values ('straggler_wait_ns', '400000')")
     # Rank 0 waited, so its stage time is the longer: the span rule would name it.
     insert_rows(fresh_db, "step_times", ["rank_id", "source_row", "step", "stage_ns"],
                 [(0, 1, 1, 2_000_000), (1, 1, 1, 1_500_000)], **KEY)

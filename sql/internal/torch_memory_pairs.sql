@@ -6,7 +6,7 @@
 -- allocation at the same address (the allocator reused it, so the block was freed
 -- unseen: its release is inferred). Events without an address pair with nothing.
 -- Private helper of ingest/derived/memory.sql and torch_memory_orphan_frees.
-create or replace view _torch_memory_pairs as
+create or replace view internal.torch_memory_pairs as
 with events as (
   select
     *,

@@ -7,20 +7,20 @@
 -- - blocks allocated before recording began and freed while it ran: a free_completed with
 --   no alloc before it (the free's frames are not the allocation's, so no stack);
 -- - blocks allocated before recording began and still held at snapshot time: the
---   segments' held blocks (_snapshot_held) at whose address the trace leaves none of its
+--   segments' held blocks (internal.snapshot_held) at whose address the trace leaves none of its
 --   own, with the stack the segments' block carries (none where history recording began
 --   after the allocation). Model weights and optimizer state are typically these.
 -- alloc_ns and release_ns are epoch ns where the trace records time, else positions in
 -- the trace (clock 'sequence'); alloc_ns is NULL for a block allocated before recording,
 -- release_ns NULL for one still held. alloc_seq / release_seq are the trace positions.
--- depends: _memory_rules
-create or replace view _snapshot_blocks as
+-- depends: internal.memory_rules
+create or replace view internal.snapshot_held_blocks as
 with traced as (
   select * from snapshot_trace_blocks
 ),
 
 held_at_snapshot as (
-  select * from snapshot_blocks where _snapshot_held(state)
+  select * from snapshot_blocks where internal.snapshot_held(state)
 ),
 
 clocks as (
@@ -33,8 +33,8 @@ trace_blocks as (
   select
     run, role, rank_id, capture, source_id, device, clock, addr as address,
     alloc_seq, release_seq,
-    _snapshot_time(clock, alloc_ns, alloc_seq) as alloc_ns,
-    _snapshot_time(clock, release_ns, release_seq) as release_ns,
+    internal.snapshot_time(clock, alloc_ns, alloc_seq) as alloc_ns,
+    internal.snapshot_time(clock, release_ns, release_seq) as release_ns,
     size_bytes, stack_id,
     coalesce(release_action = 'alloc', false) as release_inferred,
     alloc_seq is null as allocated_before_recording,

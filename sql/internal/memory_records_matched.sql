@@ -1,14 +1,14 @@
--- Every memory_records row beside the cpu_op ingest matched it to (_memory_record_ops):
+-- Every memory_records row beside the cpu_op ingest matched it to (internal.memory_record_ops):
 -- the one join memory_alloc_stack and memory_event_rows share. op_* and stack_id follow
 -- the nearest-op rule, stacked_stack_id RL-Insight's, attributed_stack_id and stack_source
 -- memory_alloc_stack's. Private helper.
-create or replace view _memory_records_matched as
+create or replace view internal.memory_records_matched as
 with records as (
   select * from memory_records
 ),
 
 matches as (
-  select * from _memory_record_ops
+  select * from internal.memory_record_ops
 ),
 
 final as (
