@@ -275,12 +275,12 @@ def test_views_over_the_shared_gmm_dump(tmp_path):
     imbalance = con.sql(
         "select count(*), min(total_tokens), max(total_tokens), min(experts), max(experts) from gmm_imbalance"
     )
-    assert imbalance.fetchone() == (96, 4096, 4096, 16, 16)
+    assert imbalance.fetchall()[0] == (96, 4096, 4096, 16, 16)
     # step 1, actor_update, rank 0, op 0: the busiest expert is 10 with 810 of 4096 tokens
     assert con.sql(
         "select hottest_expert, max_tokens, round(max_mean_ratio, 4) from gmm_imbalance"
         " where step = 1 and role = 'actor_update' and rank_id = 0 and op_index = 0"
-    ).fetchone() == (10, 810, round(810 / 256, 4))
+    ).fetchall()[0] == (10, 810, round(810 / 256, 4))
 
 
 def test_ops_per_layer_comes_from_the_settings():

@@ -90,6 +90,7 @@ from rlwh.errors import RlwhError
 from rlwh.parquet.export import THIN_MARKER, check_contained, is_thin, partition_keys
 from rlwh.sqltext import sql_ident, sql_literal
 from rlwh.warehouse.session import fsync_path, pause_for_test
+from rlwh.warehouse.storage import connect_writable
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"
@@ -577,7 +578,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     try:
-        con = duckdb.connect(str(tmp))
+        con = connect_writable(tmp)
         try:
             for table in THIN_TABLES:
                 con.execute(schema[table]["ddl"])

@@ -122,7 +122,7 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     before = con.execute("select count(*) from _stack_user_frames").fetchone()[0]
     con.execute(
         """insert into _stack_user_frames
-        select s.stack_id, list_filter(string_split(s.stack, chr(10)), f -> not regexp_matches(f, $rule))[1], $rule
+        select s.stack_id, list_filter(string_split(s.stack, chr(10)), lambda f: not regexp_matches(f, $rule))[1], $rule
         from call_stacks as s
         anti join _stack_user_frames as u on s.stack_id = u.stack_id""",
         {"rule": rule},

@@ -28,6 +28,7 @@ from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive
 from rlwh.warehouse.schema import is_current, migrate
+from rlwh.warehouse.storage import connect_writable
 
 WRITER_CHECKPOINT = "1GB"
 
@@ -210,7 +211,7 @@ def write_session(config: Config) -> Iterator[WriteSession]:
                 _remove_working_files(work)
                 raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
         try:
-            con = duckdb.connect(str(work))
+            con = connect_writable(work)
         except duckdb.Error as exc:
             _remove_working_files(work)
             first = str(exc).strip().splitlines()[0]
