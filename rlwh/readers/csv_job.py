@@ -36,6 +36,16 @@ def sections(job: str) -> dict[str, str]:
     return {name: text.strip().rstrip(";") for name, text in found.items()}
 
 
+@lru_cache(maxsize=None)
+def field_types(job: str) -> tuple[tuple[str, str], ...]:
+    """The job's `fields`: (source field, the type read_csv reads it as)."""
+    con = duckdb.connect()
+    try:
+        return tuple(con.execute(sections(job)["fields"]).fetchall())
+    finally:
+        con.close()
+
+
 def _csv_view(path: Path, header: list[str], types: dict[str, str]) -> str:
     if len(set(header)) < len(header):
         raise Unreadable("a field is named twice in the header")
@@ -58,7 +68,7 @@ def read_to_parquet(job: str, table: str, path: Path, header: list[str], part: P
         con.execute("set enable_progress_bar = false")
         if memory_limit:
             con.execute("set memory_limit = ?", [memory_limit])
-        types = dict(con.execute(sql["fields"]).fetchall())
+        types = dict(field_types(job))
         con.execute(_csv_view(path, header, types))
         rows = sql["read " + table]
         con.execute(f"copy ({rows}\n) to {sql_literal(part)} (format parquet, compression uncompressed)")
