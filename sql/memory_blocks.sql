@@ -73,7 +73,7 @@ ascend_blocks as (
     alloc_total_reserved_bytes as reserved_after_alloc_bytes,
     release_total_allocated_bytes as allocated_after_release_bytes,
     release_total_reserved_bytes as reserved_after_release_bytes,
-    if(starts_with(name, 'cann::'), 'GE', 'PTA') as allocator,
+    case when starts_with(name, 'cann::') then 'GE' else 'PTA' end as allocator,
     false as release_inferred,
     stack_source, user_frame, 'epoch' as clock,
   from ascend_allocations
@@ -94,12 +94,12 @@ snapshot_blocks as (
   select
     b.run, b.role, b.rank_id, b.capture, b.device, 'snapshot' as source, b.alloc_seq as origin_row,
     null::varchar as name,
-    if(b.clock = 'epoch', b.alloc_ns, b.alloc_seq) as alloc_ns,
-    if(b.clock = 'epoch', b.release_ns, b.release_seq) as release_ns,
+    case when b.clock = 'epoch' then b.alloc_ns else b.alloc_seq end as alloc_ns,
+    case when b.clock = 'epoch' then b.release_ns else b.release_seq end as release_ns,
     b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
     null::bigint, null::bigint, null::bigint, null::bigint,
     'snapshot' as allocator, coalesce(b.release_action = 'alloc', false) as release_inferred,
-    if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
+    case when b.stack_id is not null then 'allocation' end as stack_source, f.user_frame, b.clock,
   from snapshot_trace_blocks as b
   left join _stack_frames as f on b.stack_id = f.stack_id
   where b.alloc_seq is not null
