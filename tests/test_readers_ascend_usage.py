@@ -236,3 +236,14 @@ def test_other_units_and_blank_lines_go_row_by_row(tmp_path):
     assert taken == {"units.csv": False, "both.csv": False, "blank.csv": False, "plain.csv": True}
     _, rows = read(ascend_usage.read_npu_module_mem, tmp_path / "blank.csv", tmp_path)
     assert [(r["source_row"], r["ts_ns"]) for r in rows] == [(1, 1500), (3, 2500)]
+
+
+@pytest.mark.parametrize("step", ["50.5", "0x10", "1e2"])
+def test_a_step_that_is_no_whole_number_is_a_bad_row(step, tmp_path):
+    """read_csv would round or decode these; the row-by-row read names the row instead."""
+    source = (OUTPUTS[0] / "step_trace_time.csv").read_bytes().split(b"\r\n")
+    path = tmp_path / "step_trace_time.csv"
+    path.write_bytes(b"\r\n".join([source[0], source[1], source[1].replace(b"50,", step.encode() + b",", 1)]))
+    outcome, rows = read(ascend_usage.read_step_trace_time, path, tmp_path)
+    assert outcome.status == "partial" and f"row 2: column 'Step': cannot read '{step}'" in outcome.message
+    assert [r["step"] for r in rows] == [50]
