@@ -12,8 +12,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
-
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -23,6 +21,7 @@ from rlwh.config import Config  # noqa: E402
 from rlwh.report import run as report_run  # noqa: E402
 from rlwh.warehouse import derive  # noqa: E402
 from rlwh.warehouse.schema import migrate  # noqa: E402
+from rlwh.warehouse.storage import connect_writable  # noqa: E402
 
 RUN, ROLE, CAPTURE = "bench-report", "actor_update", "20260101_000000_ascend_pt"
 T0_NS = 1_767_225_600_000_000_000
@@ -67,7 +66,7 @@ values ($run, $role, 0, $capture, 1, 'mstx', 'default', $role, $t0, $t0 + $n * 1
 
 def build_warehouse(path: Path, allocations: int = 1_000_000) -> None:
     """A migrated warehouse holding one rank with `allocations` allocations."""
-    con = duckdb.connect(str(path))
+    con = connect_writable(path)
     try:
         con.execute("set threads = 2")
         migrate(con)

@@ -1,6 +1,53 @@
 -- job: ascend_memory_csv
 -- reader: rlwh.readers.ascend_csv
 -- fills: memory_records
--- operator_memory.csv: every row as it is, times in ns, sizes in bytes (the reader converts).
+-- operator_memory.csv (torch_npu): one memory_records row per allocation, as it is.
+-- The reader runs `fields` and `read memory_records` in the parse worker (rlwh.readers.csv_job);
+-- a row they cannot read sends the file to the reader's row-by-row read, which keeps every
+-- other row and names the bad ones. Times are µs text ending in a TAB ("…661.420\t"):
+-- DECIMAL(20,3) reads them exact, and a 4th decimal rounds half away from zero.
+
+-- fields:
+select * from (values
+    ('Name',                           'VARCHAR'),
+    ('Size(KB)',                       'DOUBLE'),
+    ('Allocation Time(us)',            'DECIMAL(20,3)'),
+    ('Release Time(us)',               'DECIMAL(20,3)'),
+    ('Active Release Time(us)',        'DECIMAL(20,3)'),
+    ('Duration(us)',                   'DECIMAL(20,3)'),
+    ('Active Duration(us)',            'DECIMAL(20,3)'),
+    ('Allocation Total Allocated(MB)', 'DOUBLE'),
+    ('Allocation Total Reserved(MB)',  'DOUBLE'),
+    ('Allocation Total Active(MB)',    'DOUBLE'),
+    ('Release Total Allocated(MB)',    'DOUBLE'),
+    ('Release Total Reserved(MB)',     'DOUBLE'),
+    ('Release Total Active(MB)',       'DOUBLE'),
+    ('Stream Ptr',                     'VARCHAR'),
+    ('Device Type',                    'VARCHAR')
+) as f(field, type);
+
+-- read memory_records:
+-- µs -> ns exactly; KB and MB -> bytes rounded half away from zero; text without the
+-- spaces and TABs the profiler leaves, empty as NULL.
+select
+    row_number() over ()                                               as source_row,
+    nullif(trim("Name", E' \t\r\n'), '')                                as name,
+    round("Size(KB)" * 1024)::bigint                                   as size_bytes,
+    ("Allocation Time(us)" * 1000)::bigint                             as alloc_ns,
+    ("Release Time(us)" * 1000)::bigint                                as release_ns,
+    ("Active Release Time(us)" * 1000)::bigint                         as active_release_ns,
+    ("Duration(us)" * 1000)::bigint                                    as duration_ns,
+    ("Active Duration(us)" * 1000)::bigint                             as active_duration_ns,
+    round("Allocation Total Allocated(MB)" * 1048576)::bigint          as alloc_total_allocated_bytes,
+    round("Allocation Total Reserved(MB)" * 1048576)::bigint           as alloc_total_reserved_bytes,
+    round("Allocation Total Active(MB)" * 1048576)::bigint             as alloc_total_active_bytes,
+    round("Release Total Allocated(MB)" * 1048576)::bigint             as release_total_allocated_bytes,
+    round("Release Total Reserved(MB)" * 1048576)::bigint              as release_total_reserved_bytes,
+    round("Release Total Active(MB)" * 1048576)::bigint                as release_total_active_bytes,
+    nullif(trim("Stream Ptr", E' \t\r\n'), '')                          as stream_ptr,
+    nullif(trim("Device Type", E' \t\r\n'), '')                         as device
+from _csv;
+
+-- land:
 insert into memory_records by name
 select * from _staged_memory_records;

@@ -1,10 +1,11 @@
 """Quoting for the few places where DuckDB takes no parameter (COPY ... TO, COMMENT ON,
 table functions over our own temp files): every value from data goes as a parameter.
-Also the one value of a query that always yields one row."""
+Also the one value of a query that always yields one row, and the sections of an ingest job's SQL."""
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import duckdb
@@ -32,3 +33,22 @@ def sql_table(name: str) -> str:
     """A quoted table or view name, schema-qualified when it is (internal.stack_frames:
     "internal"."stack_frames"); rlwh's own names never hold a dot otherwise."""
     return ".".join(sql_ident(part) for part in name.split("."))
+
+
+_SECTION = re.compile(r"^-- (fields|read [a-z_]+|land):\s*$")
+
+
+def job_sections(text: str) -> dict[str, str]:
+    """An ingest job's SQL by section. A line `-- fields:`, `-- read <table>:` or `-- land:`
+    starts a section; the text before the first one (the job's header) belongs to 'land',
+    so a job without sections is all landing SQL."""
+    sections: dict[str, list[str]] = {"land": []}
+    current = "land"
+    for line in text.splitlines():
+        match = _SECTION.match(line)
+        if match:
+            current = match.group(1)
+            sections.setdefault(current, [])
+        else:
+            sections[current].append(line)
+    return {name: "\n".join(lines).strip() + "\n" for name, lines in sections.items()}

@@ -214,8 +214,8 @@ final as (
     (i.compute_ns + i.communication_ns - i.either_ns)::bigint as overlapped_ns,
     (i.either_ns - i.compute_ns)::bigint as exposed_communication_ns,
     i.memcpy_ns::bigint,
-    (i.window_ns - if(i.is_ascend, i.either_ns, i.busy_ns))::bigint as idle_ns,
-    if(i.is_ascend, 'ascend_tasks', 'intervals') as method,
+    (i.window_ns - case when i.is_ascend then i.either_ns else i.busy_ns end)::bigint as idle_ns,
+    case when i.is_ascend then 'ascend_tasks' else 'intervals' end as method,
   from intervals as i
   anti join overlap_captures as o on i.run = o.run and i.capture = o.capture
   where i.window_ns is not null  -- an Ascend step with no kernel nor collective (a profiler marker alone)

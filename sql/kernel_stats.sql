@@ -44,9 +44,10 @@ per_name as (
 final as (
   select
     *,
-    if(kind = 'other', null,
-       total_ns / nullif(sum(total_ns) filter (where kind <> 'other') over (partition by run, role, rank_id), 0)
-    ) as share,
+    case
+      when kind = 'other' then null
+      else total_ns / nullif(sum(total_ns) filter (where kind <> 'other') over (partition by run, role, rank_id), 0)
+    end as share,
   from per_name
 )
 

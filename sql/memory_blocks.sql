@@ -102,7 +102,7 @@ snapshot_blocks as (
     null::varchar as name, b.alloc_ns, b.release_ns, b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
     null::bigint, null::bigint, null::bigint, null::bigint,
     'snapshot' as allocator, b.release_inferred,
-    if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
+    case when b.stack_id is not null then 'allocation' end as stack_source, f.user_frame, b.clock,
     b.allocated_before_recording,
   from internal.snapshot_held_blocks as b
   left join internal.stack_frames as f on b.stack_id = f.stack_id

@@ -79,7 +79,7 @@ live_in_snapshots as (
     null::bigint as allocated_after_alloc_bytes, null::bigint as reserved_after_alloc_bytes,
     null::bigint as allocated_after_release_bytes, null::bigint as reserved_after_release_bytes,
     'snapshot' as allocator, b.release_inferred,
-    if(b.stack_id is not null, 'allocation', null) as stack_source, f.user_frame, b.clock,
+    case when b.stack_id is not null then 'allocation' else null end as stack_source, f.user_frame, b.clock,
     b.allocated_before_recording, p.peak_at_ns, p.peak_bytes,
   from internal.snapshot_held_blocks as b
   join snapshot_peaks as p using (run, role, rank_id, capture, device)

@@ -128,7 +128,7 @@ peaks as (
   -- captures and devices.
   select
     p.run, p.role, p.rank_id,
-    max(if(s.capture is not null, coalesce(p.allocator_peak_bytes, p.peak_live_bytes), p.peak_live_bytes))
+    max(case when s.capture is not null then coalesce(p.allocator_peak_bytes, p.peak_live_bytes) else p.peak_live_bytes end)
       as peak_live_bytes,
   from memory_peak as p
   left join snapshot_captures as s using (run, capture)
@@ -183,7 +183,7 @@ final as (
                          and w.rank_id = with_medians.rank_id), false)
       else coalesce(span_ns / nullif(median_span_ns, 0) > 1.1, false)
     end as is_straggler,
-    if((run, role) in (select (run, role) from roles_with_collectives), 'collectives', 'span_vs_median')
+    case when (run, role) in (select (run, role) from roles_with_collectives) then 'collectives' else 'span_vs_median' end
       as straggler_rule,
     peak_live_bytes,
     median_peak_live_bytes::bigint as median_peak_live_bytes,

@@ -165,3 +165,30 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_sep("=", f"CPU seconds per test (total {sum(_CPU.values()):.1f})")
     for nodeid, seconds in ranked[:count] if count else ranked:
         terminalreporter.write_line(f"{seconds:8.2f}s cpu  {nodeid}")
+
+
+def landed_rows(kind: str, sink, table: str, columns: list[str], role: str = "discovered_role",
+                rank_id: int | None = None) -> list[dict]:
+    """The `table` rows a job lands from a reader's staged parts: the job's SQL maps the
+    source's fields to columns, as `rlwh ingest` runs it (rlwh.ingest.load)."""
+    import pyarrow.parquet as pq
+
+    from rlwh.ingest.jobs import jobs
+    from rlwh.ingest.load import _staged_select
+
+    parts = [str(p) for p in sink.tables().get(table, [])]
+    if not parts:
+        return []
+    con = duckdb.connect()
+    try:
+        migrate(con)
+        con.execute("""create temp table _rlwh_keys as select 'run'::varchar as run, ?::varchar as role,
+                       ?::integer as rank_id, 'capture'::varchar as capture, 1::bigint as source_id,
+                       null::integer as step""", [role, rank_id])
+        staged = _staged_select(table, parts, pq.read_schema(parts[0]).names)
+        con.execute(f"create temp view _staged_{table} as {staged}")
+        con.execute(jobs()[kind].sql)
+        rows = con.execute(f"select {', '.join(columns)} from {table}").fetchall()
+        return [dict(zip(columns, row)) for row in rows]
+    finally:
+        con.close()

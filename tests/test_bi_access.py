@@ -3,7 +3,8 @@ published warehouse, read-only, while `rlwh ingest` runs in another process.
 
 Needs `duckdb-engine` and `sqlalchemy<2.0.45` (the test extras): SQLAlchemy 2.0.45 made
 column reflection query pg_catalog.pg_collation, which DuckDB 1.5.6 lacks
-(Mause/duckdb_engine#1379, duckdb/duckdb#22069).
+(Mause/duckdb_engine#1379, duckdb/duckdb#22069); with DuckDB 2.0.0, SQLAlchemy 2.0.58's
+reflection casts to REGCLASS, which DuckDB lacks too.
 """
 
 from __future__ import annotations

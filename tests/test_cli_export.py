@@ -21,7 +21,7 @@ def test_export_parquet_writes_and_reports_every_table(tmp_path):
     assert "memory_records" in result.output and f"-> {out}" in result.output
     rows = duckdb.sql(
         f"select count(*) from read_parquet('{out}/memory_records/**/*.parquet', hive_partitioning = true)"
-        " where run = 'memory_data' and role = 'memory_data'").fetchone()[0]
+        " where run = 'memory_data' and role = 'memory_data'").fetchall()[0][0]
     assert rows == 49
 
 

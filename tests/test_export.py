@@ -109,22 +109,22 @@ def test_every_table_reads_back_with_the_same_rows(warehouse, tmp_path):
     assert set(counts) == set(public_tables(con)) and set(TABLES) <= set(counts)  # later migrations add tables
     for table in counts:
         assert counts[table] == con.execute(f"select count(*) from {table}").fetchone()[0], table
-        back = duckdb.sql(f"select count(*) from {_read_back(out, table)}").fetchone()[0]
+        back = duckdb.sql(f"select count(*) from {_read_back(out, table)}").fetchall()[0][0]
         assert back == counts[table], table
     # Per run, role and rank, too: the partitions carry the keys, rank_id as an integer.
     for table in ("cpu_ops", "memory_records", "ranges", "ranks", "sources", "gmm_expert_load"):
         want = con.execute(f"select run, role, rank_id, count(*) from {table} group by all order by all").fetchall()
         got = duckdb.sql(f"select run, role, rank_id, count(*) from {_read_back(out, table)} group by all order by all")
         assert got.fetchall() == want, table
-        assert duckdb.sql(f"select typeof(rank_id) from {_read_back(out, table)} limit 1").fetchone() == ("INTEGER",)
+        assert duckdb.sql(f"select typeof(rank_id) from {_read_back(out, table)} limit 1").fetchall()[0] == ("INTEGER",)
     con.close()
     assert counts["memory_records"] == 49 and counts["gmm_expert_load"] > 0 and counts["ranges"] > 0
     _assert_same_rows(warehouse, out)
     assert (out / "sources" / "run=night-1" / "role=__HIVE_DEFAULT_PARTITION__"
             / "rank_id=__HIVE_DEFAULT_PARTITION__").is_dir()
-    nulls = duckdb.sql(f"select count(*) from {_read_back(out, 'sources')} where role is null").fetchone()[0]
+    nulls = duckdb.sql(f"select count(*) from {_read_back(out, 'sources')} where role is null").fetchall()[0][0]
     assert nulls == 1
-    no_rank = duckdb.sql(f"select count(*) from {_read_back(out, 'sources')} where rank_id is null").fetchone()[0]
+    no_rank = duckdb.sql(f"select count(*) from {_read_back(out, 'sources')} where rank_id is null").fetchall()[0][0]
     assert no_rank == con_count(warehouse, "select count(*) from sources where rank_id is null") >= 1
     marker = json.loads((out / MARKER).read_text())
     assert marker["rows"] == counts and marker["partition_by"]["runs"] == ["run"]

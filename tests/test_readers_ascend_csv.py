@@ -1,8 +1,8 @@
-"""rlwh.readers.ascend_csv: the pyarrow fast path must give what the row-by-row read gives.
+"""rlwh.readers.ascend_csv: the job's SQL read (ingest/ascend_memory_csv.sql through
+rlwh.readers.csv_job) must give what the row-by-row read gives.
 
-Each case is a small generated operator_memory.csv. The fast path must take it whole
-(no fallback) and its rows must equal _read_row_by_row's; text cells carry no outer
-spaces here, since only the row-by-row read strips text.
+Each case is a small generated operator_memory.csv. The SQL read must take it whole
+(no fallback) and its rows must equal _read_row_by_row's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlwh.errors import SourceError
-from rlwh.readers import ascend_csv
+from rlwh.readers import ascend_csv, csv_job
 from rlwh.readers.base import TableSink, us_text_to_ns_sql
 
 HEADER = list(ascend_csv.COLUMNS)
@@ -40,9 +40,10 @@ def parts_rows(sink: TableSink) -> list[dict]:
 
 
 def fast_rows(path: Path, tmp_path: Path) -> list[dict]:
-    """The fast path alone; raises where read() would fall back."""
+    """The job's SQL read alone; raises where read() would fall back."""
     sink = TableSink(tmp_path / "fast")
-    ascend_csv._read_fast(path, ascend_csv.read_header(path), sink.parquet_path("memory_records"))
+    csv_job.read_to_parquet(ascend_csv.JOB, "memory_records", path, ascend_csv.read_header(path),
+                            sink.parquet_path("memory_records"))
     return parts_rows(sink)
 
 
@@ -69,7 +70,6 @@ CASES = {
     **{f"us {t!r}": [row(), row(alloc=f'"{t}\t"', release=t, dur=f'" {t} "')] for t in US_TEXTS},
     **{f"size {s!r}": [row(), row(kb=s, mb=s)] for s in SIZES},
     "empty cells, quoted and not": [row(), row(kb="", release='""', dur="", mb='""', c13="", c14='""')],
-    "blank times": [row(release='"\t"', dur='" "')],
     "rare time in the middle of a batch": [row(f"r{i}", alloc='"3.14159\t"' if i == 7 else US) for i in range(20)],
     "a name with a comma": [row('"a, b"'), row()],
     "a name with a newline": [row('"line 1\nline 2"'), row()],
@@ -81,11 +81,21 @@ CASES = {
 
 
 @pytest.mark.parametrize("rows", CASES.values(), ids=CASES.keys())
-def test_fast_path_matches_row_by_row(tmp_path, rows):
+def test_sql_read_matches_row_by_row(tmp_path, rows):
     path = write_csv(tmp_path / "operator_memory.csv", rows)
     fast = fast_rows(path, tmp_path)
     assert fast == slow_rows(path, tmp_path)
     assert [r["source_row"] for r in fast] == list(range(1, len(rows) + 1))
+
+
+def test_a_blank_time_goes_row_by_row_and_reads_as_null(tmp_path):
+    """read_csv takes no TAB alone for a DECIMAL: the row-by-row read takes the file."""
+    path = write_csv(tmp_path / "operator_memory.csv", [row(release='"\t"', dur='" "'), row()])
+    with pytest.raises(duckdb.ConversionException):
+        fast_rows(path, tmp_path)
+    outcome, rows = read(path, tmp_path)
+    assert outcome.status == "ok" and rows == slow_rows(path, tmp_path)
+    assert (rows[0]["release_ns"], rows[0]["duration_ns"]) == (None, None)
 
 
 def test_values_by_hand(tmp_path):
@@ -117,8 +127,7 @@ def test_extra_and_missing_columns(tmp_path):
                        **{c: None for c, _ in list(ascend_csv.COLUMNS.values())[3:]}}
 
 
-def test_many_blocks_keep_counting_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(ascend_csv, "_BLOCK_BYTES", 4096)  # ~30 rows a block
+def test_many_rows_keep_counting(tmp_path):
     rows = [row(f"r{i}", alloc=f'"{i}.{i % 7}\t"' if i % 50 == 0 else US) for i in range(500)]
     path = write_csv(tmp_path / "operator_memory.csv", rows)
     fast = fast_rows(path, tmp_path)
@@ -126,9 +135,8 @@ def test_many_blocks_keep_counting_rows(tmp_path, monkeypatch):
     assert [r["source_row"] for r in fast] == list(range(1, 501)) and fast[100]["alloc_ns"] == 100_200
 
 
-def test_quoted_newlines_across_blocks(tmp_path, monkeypatch):
-    """A block may end inside a quoted name holding newlines and commas: still one row each."""
-    monkeypatch.setattr(ascend_csv, "_BLOCK_BYTES", 4096)
+def test_quoted_newlines(tmp_path):
+    """A quoted name holding newlines and commas: still one row each."""
     forged = "\n".join(",".join(row("forged")) for _ in range(3)).replace('"', '""')
     rows = [row(f'"n{i}\n{forged if i % 3 == 0 else ""}."') for i in range(200)]
     path = write_csv(tmp_path / "operator_memory.csv", rows)
@@ -139,22 +147,26 @@ def test_quoted_newlines_across_blocks(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("text", ["abc", "1.2.3", "--1.234", "-+1.5", "1e3", "0x1.234", ".123", "-.5", "1 2.345",
                                   "١.234", "9223372036854775.808", "9223372036854775.8075", "99999999999999999999"])
-def test_times_the_sql_refuses_go_row_by_row(tmp_path, text):
+def test_times_the_strict_sql_refuses_read_as_the_row_by_row_read(tmp_path, text):
+    """The trace's strict rule refuses these; in the CSV, the job's read takes what Decimal
+    takes (1e3, .123) and sends the rest to the row-by-row read: either way, its rows."""
     with pytest.raises(duckdb.Error):
         duckdb.execute(f"select {us_text_to_ns_sql('t', strict=True)} from (select ?::varchar t)", [text]).fetchall()
     path = write_csv(tmp_path / "operator_memory.csv", [row("a"), row("b", alloc=f'"{text}\t"'), row("c")])
-    with pytest.raises((ascend_csv._Unusual, ValueError)):  # pyarrow.ArrowInvalid is a ValueError
-        fast_rows(path, tmp_path)
+    sink = TableSink(tmp_path / "slow")
+    kept, bad = ascend_csv._read_row_by_row(path, ascend_csv.read_header(path), sink)
+    outcome, rows = read(path, tmp_path)
+    assert rows == parts_rows(sink)
+    assert (outcome.status == "partial") == bool(bad) and kept == len(rows)
 
 
 @pytest.mark.parametrize("text", US_TEXTS + ["", "12", "-12.5", "0.0005", "1.9995", "1.99949"])
-def test_time_text_as_the_sql(text):
+def test_time_text_as_the_strict_sql(text, tmp_path):
     sql = us_text_to_ns_sql("t", strict=True)
     expected = duckdb.execute(f"select {sql} from (select ?::varchar t)", [text]).fetchone()[0]
-    got = ascend_csv._us_to_ns(ascend_csv.pa.array([text, f" {text}\t"])).to_pylist()
-    assert got == [expected, expected]
-    if text:
-        assert ascend_csv._us_text_to_ns(text) == expected
+    path = write_csv(tmp_path / "operator_memory.csv", [row(alloc=f'"{text}\t"'), row(alloc=f'" {text}"')])
+    outcome, rows = read(path, tmp_path)
+    assert [r["alloc_ns"] for r in rows] == [expected, expected]
 
 
 def test_a_bad_number_makes_the_file_partial_and_names_the_row(tmp_path):
@@ -167,7 +179,7 @@ def test_a_bad_number_makes_the_file_partial_and_names_the_row(tmp_path):
     assert "row 3: column 'Allocation Total Allocated(MB)': cannot read 'inf'" in outcome.message
     assert "row 4: column 'Allocation Total Reserved(MB)': cannot read 'nan'" in outcome.message
     assert [(r["source_row"], r["name"]) for r in rows] == [(1, "a"), (5, "d")]
-    assert len(list((tmp_path / "read" / "memory_records").iterdir())) == 1  # the fast path's part is gone
+    assert len(list((tmp_path / "read" / "memory_records").iterdir())) == 1  # the SQL read's part is gone
 
 
 def test_a_short_row_makes_the_file_partial(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES, copy_fixture, read_db
 
 from rlwh.errors import SourceError
-from rlwh.readers import ascend_usage
+from rlwh.readers import ascend_usage, csv_job
 from rlwh.readers.base import TableSink
 
 TEXT = FIXTURES / "real/ascend/msinsight-alexnet-level1/text"
@@ -194,11 +194,13 @@ def test_ingest_lands_every_row_and_replaces_a_changed_file(tmp_path, config):
 @pytest.mark.parametrize("name, fmt", [("memory_record.csv", ascend_usage.MEMORY_RECORD),
                                        ("npu_module_mem.csv", ascend_usage.NPU_MODULE_MEM),
                                        ("step_trace_time.csv", ascend_usage.STEP_TRACE_TIME)])
-def test_fast_path_takes_the_real_files_and_equals_the_row_by_row_read(name, fmt, tmp_path):
+def test_the_jobs_sql_takes_the_real_files_and_equals_the_row_by_row_read(name, fmt, tmp_path):
     path = OUTPUTS[0] / name
     header, plan = ascend_usage.read_header(path, fmt)
     part = tmp_path / "fast.parquet"
-    ascend_usage._read_fast(path, header, plan, fmt, part)  # raises where read() would fall back
+    assert ascend_usage._sql_reads(path, header, plan, fmt)
+    # raises where read() would fall back
+    csv_job.read_to_parquet(ascend_usage.JOBS[fmt.table], fmt.table, path, header, part)
     sink = TableSink(tmp_path / "rows")
     kept, bad = ascend_usage._read_rows(path, header, plan, fmt, sink)
     sink.close()
@@ -206,13 +208,43 @@ def test_fast_path_takes_the_real_files_and_equals_the_row_by_row_read(name, fmt
     assert pq.read_table(part).to_pylist() == pq.read_table(sink.tables()[fmt.table]).to_pylist()
 
 
-def test_fast_path_rare_cells_are_exact(tmp_path):
+def test_the_jobs_sql_reads_rare_cells_exact(tmp_path):
     path = tmp_path / "memory_record.csv"
     path.write_text("Component,Timestamp(us),Total Reserved(MB),Device Type\n"
                     "PTA,1779785515596661.4215,0.1,NPU:0\n"     # a 4th decimal rounds; 0.1 MB is not whole bytes
                     "PTA, 17 ,-0.0000004768,NPU:0\n", encoding="utf-8")
-    header, plan = ascend_usage.read_header(path, ascend_usage.MEMORY_RECORD)
-    ascend_usage._read_fast(path, header, plan, ascend_usage.MEMORY_RECORD, tmp_path / "f.parquet")
+    header, _ = ascend_usage.read_header(path, ascend_usage.MEMORY_RECORD)
+    csv_job.read_to_parquet("ascend_memory_record_csv", "memory_usage", path, header, tmp_path / "f.parquet")
     rows = pq.read_table(tmp_path / "f.parquet").to_pylist()
     assert [(r["ts_ns"], r["total_reserved_bytes"]) for r in rows] == [
         (1779785515596661422, exact("0.1", 1 << 20)), (17000, exact("-0.0000004768", 1 << 20))]
+
+
+def test_other_units_and_blank_lines_go_row_by_row(tmp_path):
+    """The job's SQL names the units torch_npu writes; other units, a second spelling of a
+    field and a blank line (a numbered row in the row-by-row read) leave it to that read."""
+    fmt = ascend_usage.NPU_MODULE_MEM
+    cases = {"units.csv": "Component,Timestamp(ns),Total Reserved(KB),Device\nHCCL,17,1.5,NPU:0\n",
+             "both.csv": "Component,Module,Timestamp(us),Total Reserved(MB),Device\nHCCL,x,1.5,1,NPU:0\n",
+             "blank.csv": "Component,Timestamp(us),Total Reserved(MB),Device\nHCCL,1.5,1,NPU:0\n\nHCCL,2.5,1,NPU:0\n",
+             "plain.csv": "Component,Timestamp(us),Total Reserved(MB),Device\nHCCL,1.5,1,NPU:0\n"}
+    taken = {}
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        header, plan = ascend_usage.read_header(path, fmt)
+        taken[name] = ascend_usage._sql_reads(path, header, plan, fmt)
+    assert taken == {"units.csv": False, "both.csv": False, "blank.csv": False, "plain.csv": True}
+    _, rows = read(ascend_usage.read_npu_module_mem, tmp_path / "blank.csv", tmp_path)
+    assert [(r["source_row"], r["ts_ns"]) for r in rows] == [(1, 1500), (3, 2500)]
+
+
+@pytest.mark.parametrize("step", ["50.5", "0x10", "1e2"])
+def test_a_step_that_is_no_whole_number_is_a_bad_row(step, tmp_path):
+    """read_csv would round or decode these; the row-by-row read names the row instead."""
+    source = (OUTPUTS[0] / "step_trace_time.csv").read_bytes().split(b"\r\n")
+    path = tmp_path / "step_trace_time.csv"
+    path.write_bytes(b"\r\n".join([source[0], source[1], source[1].replace(b"50,", step.encode() + b",", 1)]))
+    outcome, rows = read(ascend_usage.read_step_trace_time, path, tmp_path)
+    assert outcome.status == "partial" and f"row 2: column 'Step': cannot read '{step}'" in outcome.message
+    assert [r["step"] for r in rows] == [50]

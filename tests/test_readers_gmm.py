@@ -5,8 +5,8 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from conftest import landed_rows
 
 from rlwh.errors import SourceError
 from rlwh.readers import gmm
@@ -30,14 +30,18 @@ def copy_tree(src: Path, dst: Path) -> Path:
     return dst
 
 
+COLUMNS = ["role", "rank_id", "step", "op_index", "expert", "tokens"]
+
+
 def read_all(profile: Path, sink_dir: Path) -> pa.Table:
-    """Read every group_list dump under `profile` into one sink; its gmm_expert_load rows."""
+    """Read every group_list dump under `profile` into one sink; the gmm_expert_load rows its
+    job (ingest/gmm_group_list.sql) lands."""
     sink = TableSink(sink_dir)
     for f in sorted(profile.rglob("*group_list.pt")):
         outcome = gmm.read(f, sink, {"rel_path": f.relative_to(profile).as_posix()})
         assert (outcome.status, outcome.message) == ("ok", None)
     sink.close()
-    return pa.concat_tables(pq.read_table(p) for p in sink.tables()["gmm_expert_load"])
+    return pa.Table.from_pylist(landed_rows("gmm_group_list", sink, "gmm_expert_load", COLUMNS))
 
 
 def fresh_db() -> duckdb.DuckDBPyConnection:
@@ -114,7 +118,7 @@ def test_parse_gmm_path_says_what_breaks_the_convention(rel_path, why):
 
 def test_reads_the_shared_gmm_dump(tmp_path):
     table = read_all(copy_tree(FIXTURES / "gmm_dump", tmp_path / "gmm_dump"), tmp_path / "sink")
-    assert table.schema == gmm.SCHEMA
+    assert table.column_names == COLUMNS
     # 2 steps x 2 roles x 2 ranks x 12 grouped matmuls x 16 experts
     assert table.num_rows == 2 * 2 * 2 * 12 * 16
     keys = set(zip(table.column("step").to_pylist(), table.column("role").to_pylist(),
@@ -147,7 +151,7 @@ def test_a_2d_group_list_numbers_experts_in_flattened_order(tmp_path):
     sink = TableSink(tmp_path / "sink")
     gmm.read(path, sink, {"rel_path": rel})
     sink.close()
-    table = pq.read_table(sink.tables()["gmm_expert_load"][0])
+    table = pa.Table.from_pylist(landed_rows("gmm_group_list", sink, "gmm_expert_load", COLUMNS))
     assert table.column("expert").to_pylist() == list(range(16))
     assert table.column("tokens").to_pylist() == [10 * i for i in range(16)]
     assert set(table.column("op_index").to_pylist()) == {3}
@@ -158,7 +162,7 @@ def test_without_rel_path_the_path_itself_is_parsed(tmp_path):
     sink = TableSink(tmp_path / "sink")
     gmm.read(path, sink, {})
     sink.close()
-    table = pq.read_table(sink.tables()["gmm_expert_load"][0])
+    table = pa.Table.from_pylist(landed_rows("gmm_group_list", sink, "gmm_expert_load", COLUMNS))
     first = {"role": "actor_update", "rank_id": 2, "step": 4, "op_index": 0, "expert": 0, "tokens": 5}
     assert table.to_pylist()[0] == first
 
@@ -275,12 +279,12 @@ def test_views_over_the_shared_gmm_dump(tmp_path):
     imbalance = con.sql(
         "select count(*), min(total_tokens), max(total_tokens), min(experts), max(experts) from gmm_imbalance"
     )
-    assert imbalance.fetchone() == (96, 4096, 4096, 16, 16)
+    assert imbalance.fetchall()[0] == (96, 4096, 4096, 16, 16)
     # step 1, actor_update, rank 0, op 0: the busiest expert is 10 with 810 of 4096 tokens
     assert con.sql(
         "select hottest_expert, max_tokens, round(max_mean_ratio, 4) from gmm_imbalance"
         " where step = 1 and role = 'actor_update' and rank_id = 0 and op_index = 0"
-    ).fetchone() == (10, 810, round(810 / 256, 4))
+    ).fetchall()[0] == (10, 810, round(810 / 256, 4))
 
 
 def test_ops_per_layer_comes_from_the_settings():

@@ -5,8 +5,8 @@ import random
 import shutil
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+from conftest import landed_rows
 
 from rlwh.errors import SourceError
 from rlwh.readers import nvtx
@@ -17,14 +17,16 @@ NVTX_DIR = FIXTURES / "nvtx_profile"
 GTID = (1 << 56) | (4242 << 24) | 4243  # vm 1, pid 4242, tid 4243
 
 
+COLUMNS = ["role", "rank_id", "source", "domain", "name", "start_ns", "end_ns", "pid", "tid", "thread", "clock"]
+
+
 def run_reader(path: Path, tmp_path: Path, context: dict | None = None):
-    """Read `path` into a fresh TableSink; return the outcome and the ranges rows."""
+    """Read `path` into a fresh TableSink and land it with the job's SQL (ingest/nvtx_jsonl.sql,
+    which maps the export's fields to columns); return the outcome and the ranges rows."""
     sink = TableSink(tmp_path / "out")
     outcome = nvtx.read(path, sink, context or {})
     sink.close()
-    parts = sink.tables().get("ranges", [])
-    rows = pq.read_table(parts).to_pylist() if parts else []
-    return outcome, rows
+    return outcome, landed_rows("nvtx_jsonl", sink, "ranges", COLUMNS)
 
 
 def write_jsonl(path: Path, records: list, shuffle_seed: int | None = None) -> Path:

@@ -1,7 +1,9 @@
 """Ingest jobs: one file in ingest/ per source format.
 
 A job names its reader (a module in rlwh/readers with a `read(path, sink, context)`
-function), the base tables it fills, and the SQL that lands the reader's staged rows.
+function), the base tables it fills, and the SQL that lands the reader's staged rows. A
+job may also say how its file is read (rlwh.readers.csv_job): then its reader runs that
+SQL and the landing SQL follows `-- land:`.
 The runner refuses a job that lacks any of these, so a new format cannot half-load.
 """
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
+from rlwh.sqltext import job_sections
 
 FACT_TABLES = ("ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events", "gmm_expert_load",
                "memory_usage", "npu_module_memory", "step_times", "snapshot_segments", "snapshot_blocks",
@@ -67,7 +70,9 @@ def parse_job(path: Path) -> Job:
     unknown = [t for t in fills if t not in FACT_TABLES + SHARED_TABLES]
     if unknown:
         raise RlwhError(f"ingest/{path.name} fills unknown table(s) {', '.join(unknown)}")
-    return Job(headers["job"], headers["reader"], fills, path.read_text(encoding="utf-8"), path)
+    # A job that reads its file in SQL (`-- read <table>:` sections, run by its reader in the
+    # parse worker) lands with its `-- land:` section; others are all landing SQL.
+    return Job(headers["job"], headers["reader"], fills, job_sections(path.read_text(encoding="utf-8"))["land"], path)
 
 
 @lru_cache(maxsize=None)

@@ -148,7 +148,9 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
                 staged.setdefault(table, f"select * from {table} limit 0")
             for table, sql in staged.items():
                 con.execute(f"create or replace temp view _staged_{table} as {sql}")
-            if job.has_statements:
+            # A reader that found no rows stages none; a job may name its source's fields, which
+            # an empty stand-in (the table's own columns) lacks, so it has nothing to land.
+            if job.has_statements and parsed["tables"]:
                 con.execute(job.sql)
                 derive.mark_source(con, p.source_id)
             # Readers may name only the role and rank a file belongs to; a ranks row

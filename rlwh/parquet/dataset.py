@@ -94,6 +94,7 @@ from rlwh.parquet.export import partition_keys
 from rlwh.safe_files import check_contained, fsync_path, pause_for_test
 from rlwh.sqltext import one_value, sql_ident, sql_literal, sql_table
 from rlwh.warehouse.schema import PRIVATE_SCHEMA, THIN_MARKER, is_thin
+from rlwh.warehouse.storage import connect_writable
 
 MARKER = "_rlwh_dataset.json"
 MANIFEST = "_manifest.json"
@@ -587,7 +588,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     try:
-        con = duckdb.connect(str(tmp))
+        con = connect_writable(tmp)
         try:
             con.execute(f"create schema {PRIVATE_SCHEMA}")
             for table in THIN_TABLES:

@@ -72,7 +72,7 @@ def _double_ns(column: str) -> str:
 # trim spaces, tabs and carriage returns and trailing ';', drop empty frames.
 _NORMALIZED_STACK = (
     "nullif(array_to_string(list_filter(list_transform(string_split(stack, chr(10)),"
-    " f -> trim(rtrim(trim(f, ' \t\r'), ';'), ' \t\r')), f -> f <> ''), chr(10)), '')"
+    " lambda f: trim(rtrim(trim(f, ' \t\r'), ';'), ' \t\r')), lambda f: f <> ''), chr(10)), '')"
 )
 
 

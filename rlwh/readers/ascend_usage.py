@@ -1,28 +1,29 @@
 """memory_record.csv, npu_module_mem.csv and step_trace_time.csv -> memory_usage,
 npu_module_memory and step_times.
 
-pyarrow's streaming CSV reader converts a block at a time (1 M memory_record.csv rows in
-a few seconds, memory bounded); anything unusual (a cut row, a cell that is no number)
-sends the file to a csv.reader pass with Decimal arithmetic that keeps every good row and
-numbers the bad ones. Units come from each header's suffix ("(us)", "(MB)", "(KB)"), so a
-profiler version that changes a unit still lands exact ns and bytes; step_trace_time.csv's
-stage columns have no suffix and are microseconds.
+The reading is each job's SQL (ingest/ascend_*_csv.sql, run by rlwh.readers.csv_job):
+read_csv with a type per field, the renames and unit conversions in a SELECT. A header
+in other units than the job names, or anything it cannot read (a cut row, a cell that is
+no number, a blank line), sends the file to a csv.reader pass with Decimal arithmetic
+that keeps every good row and numbers the bad ones. Units come from each header's suffix
+("(us)", "(MB)", "(KB)"), so a profiler version that changes a unit still lands exact ns
+and bytes; step_trace_time.csv's stage columns have no suffix and are microseconds.
 """
 
 from __future__ import annotations
 
 import csv
+import mmap
 import re
 from dataclasses import dataclass
 from decimal import InvalidOperation
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
+from rlwh.readers import csv_job
 from rlwh.readers.base import ReadOutcome, TableSink, rows_outcome, scaled
 
 BATCH_ROWS = 65536
@@ -144,66 +145,20 @@ def read_header(path: Path, fmt: Format) -> tuple[list[str], list]:
     return header, _plan(path, header, fmt)
 
 
-class _Unusual(Exception):
-    """Something the fast path leaves to the row-by-row read (which names the row)."""
+JOBS = {"memory_usage": "ascend_memory_record_csv", "npu_module_memory": "ascend_npu_module_mem_csv",
+        "step_times": "ascend_step_trace_csv"}
 
 
-_THREE_DECIMALS = r"^-?[0-9]+\.[0-9]{3}$"
-_FLOAT_EXACT = 2.0**53
-
-
-def _exact_column(cells: pa.Array, column: Column, factor: int) -> pa.Array:
-    """Text cells -> exact int64: "digits.ddd" us drop the point; other numbers go through a
-    float when the product is a whole number below 2^53 (exact then, as the MB cells of real
-    files are), and the rest through scaled()'s Decimal."""
-    text = pc.utf8_trim(cells, _SPACE)
-    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
-    if column.kind == "text":
-        return text
-    if column.kind == "int":
-        return pc.cast(text, pa.int64())
-    if column.kind == "time" and factor == 1000:
-        fast = pc.fill_null(pc.match_substring_regex(text, _THREE_DECIMALS), False)
-        values = pc.cast(pc.replace_substring(pc.if_else(fast, text, pa.scalar(None, pa.string())), ".", ""),
-                         pa.int64())
-    else:
-        product = pc.multiply(pc.cast(text, pa.float64()), float(factor))
-        fast = pc.fill_null(pc.and_(pc.equal(pc.round(product), product),
-                                    pc.less(pc.abs(product), _FLOAT_EXACT)), False)
-        values = pc.cast(pc.if_else(fast, product, pa.scalar(None, pa.float64())), pa.int64())
-    rare = pc.and_not(pc.is_valid(text), fast)
-    if not pc.any(rare).as_py():
-        return values
-    try:
-        exact = [scaled(t, factor) for t in pc.filter(text, rare).to_pylist()]
-    except (InvalidOperation, ValueError) as exc:
-        raise _Unusual(str(exc)) from exc
-    return pc.replace_with_mask(values, rare, pa.array(exact, pa.int64()))
-
-
-def _read_fast(path: Path, header: list[str], plan: list, fmt: Format, part: Path) -> None:
-    """pyarrow's streaming CSV reader, a block at a time; raises on anything unusual."""
-    names = [f"c{i}" for i in range(len(header))]
-    reader = pacsv.open_csv(
-        path,
-        read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False, block_size=1 << 20),
-        # A blank line would shift the row numbers the row-by-row read gives: leave it to that read.
-        parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
-        convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), null_values=[],
-                                             strings_can_be_null=False),
-    )
-    rows = 0
-    with reader, pq.ParquetWriter(part, fmt.schema, compression="none") as writer:
-        for batch in reader:
-            n = batch.num_rows
-            columns = [pa.array(range(rows + 1, rows + n + 1), pa.int64())]
-            for column, index, factor in plan:
-                if index is None:
-                    columns.append(pa.nulls(n, pa.string() if column.kind == "text" else pa.int64()))
-                else:
-                    columns.append(_exact_column(batch.column(index), column, factor))
-            writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=fmt.schema))
-            rows += n
+def _sql_reads(path: Path, header: list[str], plan: list, fmt: Format) -> bool:
+    """True when the job's SQL reads this file as the row-by-row read would: it names
+    every field the plan takes (same units), no other spelling of one of them, and the
+    file has no blank line (read_csv skips one; the row-by-row read counts it as a row)."""
+    declared = set(dict(csv_job.field_types(JOBS[fmt.table])))
+    used = {header[index] for _, index, _ in plan if index is not None}
+    if not used <= declared or (declared & set(header)) - used:
+        return False
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return data.find(b"\n\n") < 0 and data.find(b"\n\r\n") < 0
 
 
 def _read_rows(path: Path, header: list[str], plan: list, fmt: Format, sink: TableSink) -> tuple[int, list[str]]:
@@ -244,26 +199,27 @@ def _read_rows(path: Path, header: list[str], plan: list, fmt: Format, sink: Tab
     return kept, bad
 
 
-def read_csv(path: Path, sink: TableSink, fmt: Format) -> ReadOutcome:
+def read_csv(path: Path, sink: TableSink, fmt: Format, memory_limit: str | None = None) -> ReadOutcome:
     """Every row that converts lands; a bad row is numbered in the message and the file is partial."""
     header, plan = read_header(path, fmt)
-    part = sink.parquet_path(fmt.table)
-    try:
-        _read_fast(path, header, plan, fmt, part)
-        return ReadOutcome()
-    except (pa.ArrowException, _Unusual):
-        part.unlink(missing_ok=True)
+    if _sql_reads(path, header, plan, fmt):
+        part = sink.parquet_path(fmt.table)
+        try:
+            csv_job.read_to_parquet(JOBS[fmt.table], fmt.table, path, header, part, memory_limit)
+            return ReadOutcome()
+        except (duckdb.Error, csv_job.Unreadable):
+            part.unlink(missing_ok=True)
     kept, bad = _read_rows(path, header, plan, fmt, sink)
     return rows_outcome(path, kept, bad)
 
 
 def read_memory_record(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
-    return read_csv(path, sink, MEMORY_RECORD)
+    return read_csv(path, sink, MEMORY_RECORD, context.get("memory_limit"))
 
 
 def read_npu_module_mem(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
-    return read_csv(path, sink, NPU_MODULE_MEM)
+    return read_csv(path, sink, NPU_MODULE_MEM, context.get("memory_limit"))
 
 
 def read_step_trace_time(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
-    return read_csv(path, sink, STEP_TRACE_TIME)
+    return read_csv(path, sink, STEP_TRACE_TIME, context.get("memory_limit"))

@@ -35,14 +35,16 @@ from rlwh.readers.base import ReadOutcome, TableSink
 from rlwh.readers.torch_pickle import load_int_array
 
 TABLE = "gmm_expert_load"
+# What the reader hands its job (ingest/gmm_group_list.sql): what the dump's path says (role,
+# rank, step, op index) and each element of the flattened group_list tensor with its position.
 SCHEMA = pa.schema(
     [
         ("role", pa.string()),
         ("rank_id", pa.int32()),
         ("step", pa.int32()),
         ("op_index", pa.int32()),
-        ("expert", pa.int32()),
-        ("tokens", pa.int64()),
+        ("group_list_position", pa.int64()),
+        ("group_list_value", pa.int64()),
     ]
 )
 CONVENTION = (".../step_<n>/<role>/rank<k>/dump_tensor_data/NPU.npu_grouped_matmul.<op>.forward.kwargs.group_list.pt"
@@ -107,7 +109,7 @@ def parse_gmm_path(rel_path: str) -> GmmPath:
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
-    """One gmm_expert_load row per expert: its position in the flattened group_list.
+    """One gmm_expert_load row per expert: its job numbers them by position in the flattened group_list.
 
     context["rel_path"] is the file's path relative to the profile dir (the path itself
     when absent). A refused or corrupt file raises SourceError naming the file.
@@ -123,8 +125,8 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             "rank_id": [where.rank_id] * n,
             "step": [where.step] * n,
             "op_index": [where.op_index] * n,
-            "expert": list(range(n)),
-            "tokens": values,
+            "group_list_position": list(range(n)),
+            "group_list_value": values,
         },
         schema=SCHEMA,
     )

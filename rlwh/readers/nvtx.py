@@ -48,10 +48,14 @@ _OBJECT_SHAPE = re.compile(r"\s*\{.*\}\s*$", re.DOTALL)
 _ENV = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)=(.*)$', re.DOTALL)
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
 
-RANGES_SCHEMA = pa.schema([("role", pa.string()), ("rank_id", pa.int32()), ("source", pa.string()),
-                           ("domain", pa.string()), ("name", pa.string()), ("start_ns", pa.int64()),
-                           ("end_ns", pa.int64()), ("pid", pa.int64()), ("tid", pa.int64()),
-                           ("thread", pa.string()), ("clock", pa.string())])
+# What the reader hands its job (ingest/nvtx_jsonl.sql), in the export's own field names: each
+# NVTX_EVENTS record's eventType, start, end and globalTid, its text and domain name looked up
+# (textId -> StringIds, domainId -> its domain-create record), the rank from RANK=<k>, and the
+# clock its times count from (session_start_ns: the UTC session start, else the nsys session's).
+EVENTS_SCHEMA = pa.schema([("text", pa.string()), ("rank_id", pa.int32()), ("domain", pa.string()),
+                           ("eventType", pa.int64()), ("start", pa.int64()), ("end", pa.int64()),
+                           ("globalTid", pa.int64()), ("session_start_ns", pa.int64()), ("clock", pa.string())])
+_LOW_48_BITS = (1 << 48) - 1
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
@@ -194,7 +198,7 @@ class _Lookups:
 
 
 def _range_row(rec: dict, look: _Lookups, rank_id: int) -> tuple | None:
-    """One ranges row for an NVTX range or mark; None for other records."""
+    """One NVTX range or mark as the job reads it; None for other records."""
     kind = rec.get("eventType")
     if rec.get("table") != "NVTX_EVENTS" or (kind != MARK and kind not in RANGE_TYPES):
         return None
@@ -203,17 +207,16 @@ def _range_row(rec: dict, look: _Lookups, rank_id: int) -> tuple | None:
         return None
     # Event times count from the session start: UTC when the export says when that was.
     clock = EPOCH if look.utc_start_ns is not None else SESSION
-    base = look.utc_start_ns if look.utc_start_ns is not None else (look.start_ns or 0)
-    start_ns = base + start
-    end_ns = start_ns if kind == MARK else (base + end if isinstance(end, int) else None)
+    base = look.utc_start_ns if clock == EPOCH else (look.start_ns or 0)
     gtid = rec.get("globalTid")
-    pid, tid = ((gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF) if isinstance(gtid, int) else (None, None)
-    name = look.text(rec)
-    return (name, rank_id, "nvtx", look.domain(rec), name, start_ns, end_ns, pid, tid, None, clock)
+    if isinstance(gtid, int) and not -(2**63) <= gtid < 2**63:
+        gtid &= _LOW_48_BITS  # all the job decodes (pid, tid) is in these bits
+    return (look.text(rec), rank_id, look.domain(rec), kind, int(start), end if isinstance(end, int) else None,
+            gtid if isinstance(gtid, int) else None, base, clock)
 
 
 def _write(sink: TableSink, rows: list[tuple]) -> None:
     if rows:
-        cols = [pa.array(c, t) for c, t in zip(zip(*rows), RANGES_SCHEMA.types)]
-        sink.write("ranges", pa.RecordBatch.from_arrays(cols, schema=RANGES_SCHEMA))
+        cols = [pa.array(c, t) for c, t in zip(zip(*rows), EVENTS_SCHEMA.types)]
+        sink.write("ranges", pa.RecordBatch.from_arrays(cols, schema=EVENTS_SCHEMA))
         rows.clear()

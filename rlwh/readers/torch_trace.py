@@ -481,7 +481,7 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         # One sort thread: each thread holds its own sort buffers, and two of them ran a
         # 1 GB trace out of the worker's 256 MB; the other core parses another file.
         con.execute("set threads = 1")
-        sweep = con.execute(
+        sweep = con.sql(
             """
             select 0 as kind, pid, tid, ts, "end" - ts as dur, pyid as id, parent, name,
               null::bigint as seq_no, null::bigint as fwd_tid, null::bigint as stack
@@ -492,7 +492,7 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
             select 2, pid, tid, ts, 0, idx, null, null, null, null, null from read_parquet($mem)
             order by pid, tid, ts, kind, dur desc, id
             """,
-            {"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")},
+            params={"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")},
         ).to_arrow_reader(BATCH_ROWS)
         attr_writer = pq.ParquetWriter(tmp / "attr.parquet", _SPILLS["attr"], compression="none")
         stacks = _Stacks(names)
@@ -524,7 +524,7 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
 
 
 def _copy(con, sink: TableSink, table: str, schema: pa.Schema, sql: str, params: dict) -> None:
-    for batch in con.execute(sql, params).to_arrow_reader(BATCH_ROWS):
+    for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
         sink.write(table, pa.RecordBatch.from_arrays(
             [c.cast(t) for c, t in zip(batch.columns, schema.types)], schema=schema))
 

@@ -27,6 +27,7 @@ from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse.schema import adds_derived_tables, is_current, is_thin, migrate
+from rlwh.warehouse.storage import connect_writable
 
 WRITER_CHECKPOINT = "1GB"
 
@@ -197,7 +198,7 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
             _remove_working_files(work)
             raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
     try:
-        con = duckdb.connect(str(work))
+        con = connect_writable(work)
     except duckdb.Error as exc:
         _remove_working_files(work)
         first = str(exc).strip().splitlines()[0]

@@ -13,13 +13,13 @@ create or replace macro internal.memory_event_order(ts_ns, event, pos) as
 -- engine) for cann::* rows, which carry GE's own totals; 'PTA' (torch_npu's caching
 -- allocator) for the rest, which carry the PyTorch allocator's.
 create or replace macro internal.ascend_allocator(name) as
-  if(starts_with(name, 'cann::'), 'GE', 'PTA');
+  case when starts_with(name, 'cann::') then 'GE' else 'PTA' end;
 
 -- internal.snapshot_time: a memory snapshot's trace time. Epoch ns where every trace entry records
 -- time_us ('epoch'), else the entry's position in its device trace ('sequence'), which
 -- orders that capture's events and is no time.
 create or replace macro internal.snapshot_time(clock, ns, pos) as
-  if(clock = 'epoch', ns, pos);
+  case when clock = 'epoch' then ns else pos end;
 
 -- internal.snapshot_held: a snapshot block state whose memory the allocator still holds at
 -- snapshot time: allocated, or freed by the program while a stream still uses it (its
