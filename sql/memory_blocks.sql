@@ -45,13 +45,13 @@ create or replace view memory_blocks (
   -- Innermost Python frame of that call stack (native C/C++ frames never stand for it).
   call_stack_top,
   -- Allocator's total allocated bytes right after the allocation, when recorded.
-  allocated_after_alloc_bytes,
+  alloc_total_allocated_bytes,
   -- Allocator's total reserved bytes right after the allocation, when recorded.
-  reserved_after_alloc_bytes,
+  alloc_total_reserved_bytes,
   -- Allocator's total allocated bytes right after the release, when recorded.
-  allocated_after_release_bytes,
+  release_total_allocated_bytes,
   -- Allocator's total reserved bytes right after the release, when recorded.
-  reserved_after_release_bytes,
+  release_total_reserved_bytes,
   -- The allocator that made the block: 'PTA' (torch_npu), 'GE' (cann::* rows), 'torch' or 'snapshot'.
   allocator,
   -- True when the release was not recorded but inferred: another allocation reused the address.
@@ -74,10 +74,8 @@ ascend_blocks as (
   select
     run, role, rank_id, capture, device, 'ascend' as source, source_row as origin_row,
     name, alloc_ns, release_ns, size_bytes, stack_id, call_stack_top,
-    alloc_total_allocated_bytes as allocated_after_alloc_bytes,
-    alloc_total_reserved_bytes as reserved_after_alloc_bytes,
-    release_total_allocated_bytes as allocated_after_release_bytes,
-    release_total_reserved_bytes as reserved_after_release_bytes,
+    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
+    release_total_allocated_bytes, release_total_reserved_bytes,
     internal.ascend_allocator(name) as allocator,
     false as release_inferred,
     stack_source, user_frame, 'epoch' as clock, false as allocated_before_recording,
@@ -88,8 +86,8 @@ torch_blocks as (
   select
     b.run, b.role, b.rank_id, b.capture, b.device, 'torch' as source, b.origin_row,
     b.name, b.alloc_ns, b.release_ns, b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
-    b.allocated_after_alloc_bytes, b.reserved_after_alloc_bytes,
-    b.allocated_after_release_bytes, b.reserved_after_release_bytes,
+    b.alloc_total_allocated_bytes, b.alloc_total_reserved_bytes,
+    b.release_total_allocated_bytes, b.release_total_reserved_bytes,
     'torch' as allocator, b.release_inferred, b.stack_source, f.user_frame, 'epoch' as clock,
     false as allocated_before_recording,
   from internal.torch_memory_blocks as b

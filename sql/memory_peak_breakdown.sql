@@ -76,8 +76,8 @@ live_in_snapshots as (
   select
     b.run, b.role, b.rank_id, b.capture, b.device, 'snapshot' as source, b.alloc_seq as origin_row,
     null::varchar as name, b.alloc_ns, b.release_ns, b.size_bytes, b.stack_id, f.top_frame as call_stack_top,
-    null::bigint as allocated_after_alloc_bytes, null::bigint as reserved_after_alloc_bytes,
-    null::bigint as allocated_after_release_bytes, null::bigint as reserved_after_release_bytes,
+    null::bigint as alloc_total_allocated_bytes, null::bigint as alloc_total_reserved_bytes,
+    null::bigint as release_total_allocated_bytes, null::bigint as release_total_reserved_bytes,
     'snapshot' as allocator, b.release_inferred,
     case when b.stack_id is not null then 'allocation' else null end as stack_source, f.user_frame, b.clock,
     b.allocated_before_recording, p.peak_at_ns, p.peak_bytes,

@@ -322,14 +322,14 @@ select
   m.run, m.role, m.rank_id, m.capture, m.source_id, m.device, m.event_index as origin_row,
   m.op_name as name, m.ts_ns as alloc_ns,
   case when m.next_bytes is not null then m.next_ts_ns end as release_ns,
-  m.next_bytes > 0 as release_inferred,
+  coalesce(m.next_bytes > 0, false) as release_inferred,  -- false, not NULL, for a block never released
   m.bytes as size_bytes, m.stack_id as op_stack_id,
   coalesce(m.attributed_stack_id, e.attributed_stack_id) as stack_id,
   coalesce(m.stack_source, if(e.attributed_stack_id is not null, 'enclosing_op', null)) as stack_source,
-  m.total_allocated_bytes as allocated_after_alloc_bytes,
-  m.total_reserved_bytes as reserved_after_alloc_bytes,
-  case when m.next_bytes < 0 then m.next_total_allocated_bytes end as allocated_after_release_bytes,
-  case when m.next_bytes < 0 then m.next_total_reserved_bytes end as reserved_after_release_bytes,
+  m.total_allocated_bytes as alloc_total_allocated_bytes,
+  m.total_reserved_bytes as alloc_total_reserved_bytes,
+  case when m.next_bytes < 0 then m.next_total_allocated_bytes end as release_total_allocated_bytes,
+  case when m.next_bytes < 0 then m.next_total_reserved_bytes end as release_total_reserved_bytes,
 from matched as m
 left join enclosing as e using (event_index)
 ;
@@ -350,8 +350,8 @@ insert into internal.memory_timeline_rows by name
 with blocks as (
   select
     source_id, device, alloc_ns, release_ns, release_inferred, size_bytes,
-    allocated_after_alloc_bytes, reserved_after_alloc_bytes,
-    allocated_after_release_bytes, reserved_after_release_bytes,
+    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
+    release_total_allocated_bytes, release_total_reserved_bytes,
     name, stack_id, stack_source, origin_row,
   from internal.torch_memory_blocks
   where run = $run and role = $role and rank_id = $rank_id and capture = $capture
@@ -363,9 +363,9 @@ block_events as (
     if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
     e.event,
     if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
-    if(e.event = 'alloc', b.allocated_after_alloc_bytes, b.allocated_after_release_bytes)
+    if(e.event = 'alloc', b.alloc_total_allocated_bytes, b.release_total_allocated_bytes)
       as allocator_allocated_bytes,
-    if(e.event = 'alloc', b.reserved_after_alloc_bytes, b.reserved_after_release_bytes)
+    if(e.event = 'alloc', b.alloc_total_reserved_bytes, b.release_total_reserved_bytes)
       as allocator_reserved_bytes,
     b.name, b.size_bytes, b.stack_id, b.stack_source, b.origin_row,
     e.event = 'release' and b.release_inferred as release_inferred,

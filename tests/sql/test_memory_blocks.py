@@ -38,8 +38,8 @@ def _torch_blocks(events) -> list[tuple]:
             result.append(("torch", f"cuda:{device_id}", here[0], here[7], here[1],
                            None if after is None else after[1], here[2], here[8], here[9],
                            after[8] if freed else None, after[9] if freed else None, "torch",
-                           # NULL, not false, for a block never released (the view's rule today)
-                           None if after is None else after[2] > 0, "epoch"))
+                           # inferred: the next event at its address is another alloc (never released: false)
+                           after is not None and after[2] > 0, "epoch"))
     return result
 
 
@@ -53,8 +53,8 @@ SNAPSHOT_ROWS = [
     ("cuda:1", 1, "sequence", 1, 2, None, None, "free_completed", 0x50, 128),  # a snapshot with no times
 ]
 
-COLUMNS = ("source, device, origin_row, name, alloc_ns, release_ns, size_bytes, allocated_after_alloc_bytes, "
-           "reserved_after_alloc_bytes, allocated_after_release_bytes, reserved_after_release_bytes, allocator, "
+COLUMNS = ("source, device, origin_row, name, alloc_ns, release_ns, size_bytes, alloc_total_allocated_bytes, "
+           "alloc_total_reserved_bytes, release_total_allocated_bytes, release_total_reserved_bytes, allocator, "
            "release_inferred, clock")
 
 
