@@ -39,6 +39,7 @@ Choices, and why:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -352,6 +353,9 @@ def _moved(value: Any, old: str, new: str) -> Any:
         return new + value[len(old):]
     if isinstance(value, dict):
         return {k: _moved(v, old, new) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a BuiltCapture
+        return dataclasses.replace(value, **{f.name: _moved(getattr(value, f.name), old, new)
+                                             for f in dataclasses.fields(value) if f.init})
     if isinstance(value, (list, tuple)):
         return type(value)(_moved(v, old, new) for v in value)
     return value
