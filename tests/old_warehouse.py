@@ -36,9 +36,31 @@ def migrate_the_old_way(con: duckdb.DuckDBPyConnection, up_to: int) -> None:
             con.execute("insert into _rlwh_migrations values (?, ?, now()::timestamp)", [version, path.name])
 
 
+# Migration 0011's renames of internal.torch_memory_blocks' columns: new name -> old name.
+RENAMED_BY_0011 = {
+    "alloc_total_allocated_bytes": "allocated_after_alloc_bytes",
+    "alloc_total_reserved_bytes": "reserved_after_alloc_bytes",
+    "release_total_allocated_bytes": "allocated_after_release_bytes",
+    "release_total_reserved_bytes": "reserved_after_release_bytes",
+}
+
+
+def undo_0011(con: duckdb.DuckDBPyConnection) -> None:
+    """Give internal.torch_memory_blocks its column names from before migration 0011 (the
+    views that read them go first)."""
+    for schema, view in con.execute("select schema_name, view_name from duckdb_views() where not internal "
+                                    "and database_name = current_database()").fetchall():
+        con.execute(f'drop view "{schema}"."{view}"')
+    for new, old in RENAMED_BY_0011.items():
+        con.execute(f"alter table internal.torch_memory_blocks rename column {new} to {old}")
+    con.execute("delete from internal.migrations where version >= 11")
+
+
 def undo_0010(con: duckdb.DuckDBPyConnection) -> None:
     """Put a current warehouse's private objects back in main under their old names, rows
-    and all, as before migration 0010 (views go; migrate() re-creates the current ones)."""
+    and all, as before migration 0010 (views go; migrate() re-creates the current ones).
+    Migration 0011, which renamed columns of one of them, is undone first."""
+    undo_0011(con)
     for schema, view in con.execute("select schema_name, view_name from duckdb_views() where not internal "
                                     "and database_name = current_database()").fetchall():
         con.execute(f'drop view "{schema}"."{view}"')
