@@ -34,7 +34,8 @@ STAGED = pa.schema([("name", _S), ("ts_ns", _I), ("dur_ns", _I), ("cat", _S), ("
                     ("launch_op", _S), ("launch_ts_ns", _I), ("launch_tid", _I), ("step", pa.int32())])
 
 
-def _int(v) -> int | None:
+def kineto_int(v) -> int | None:
+    """An id or count as int; None for Kineto's non-numeric ones ("Spans", "")."""
     if v.__class__ is int or v is None:
         return v
     if isinstance(v, Decimal):
@@ -58,18 +59,18 @@ def _dur_ns(v) -> int | None:
 def device_row(ev: dict, ts_ns: int, name_id) -> tuple:
     """One DEVICE_SPILL row (times relative to baseTimeNanoseconds, as the reader's others)."""
     a = ev.get("args") or {}
-    return (ev["cat"], name_id(ev.get("name")), ts_ns, _dur_ns(ev.get("dur")), _int(ev.get("pid")),
-            _int(ev.get("tid")), _int(a.get("device")), _int(a.get("stream", a.get("stream_id"))),
-            _int(a.get("correlation")), _text(a.get("Collective name")), _text(a.get("Process Group Name")),
-            _int(a.get("In msg nelems")), _text(a.get("dtype")), _int(a.get("Seq", a.get("seq"))))
+    return (ev["cat"], name_id(ev.get("name")), ts_ns, _dur_ns(ev.get("dur")), kineto_int(ev.get("pid")),
+            kineto_int(ev.get("tid")), kineto_int(a.get("device")), kineto_int(a.get("stream", a.get("stream_id"))),
+            kineto_int(a.get("correlation")), _text(a.get("Collective name")), _text(a.get("Process Group Name")),
+            kineto_int(a.get("In msg nelems")), _text(a.get("dtype")), kineto_int(a.get("Seq", a.get("seq"))))
 
 
 def launch_row(ev: dict, ts_ns: int) -> tuple | None:
     """One LAUNCH_SPILL row, or None for a runtime call that launched nothing traced."""
-    correlation = _int((ev.get("args") or {}).get("correlation"))
+    correlation = kineto_int((ev.get("args") or {}).get("correlation"))
     if correlation is None:
         return None
-    return (correlation, ts_ns, _int(ev.get("pid")), _int(ev.get("tid")))
+    return (correlation, ts_ns, kineto_int(ev.get("pid")), kineto_int(ev.get("tid")))
 
 
 def copy_device_ops(con, sink: TableSink, base: int, names: list, dev: str, launch: str, ops: str,

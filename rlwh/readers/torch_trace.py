@@ -47,6 +47,7 @@ from rlwh.readers.torch_device import (
     LAUNCH_SPILL,
     copy_device_ops,
     device_row,
+    kineto_int,
     launch_row,
 )
 
@@ -115,7 +116,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             if tail is None and scan["error"] is None:
                 tail = _top_level_keys(path, stop_at_events=False)[0]
             meta = {**head, **(tail or {})}
-            base = _int(meta.get("baseTimeNanoseconds")) or 0
+            base = kineto_int(meta.get("baseTimeNanoseconds")) or 0
             rank = _rank_facts(path, meta, scan, base, context)
         finally:
             spill.close()
@@ -327,23 +328,23 @@ class _Scan:
         stack = args.get("Call stack")  # PyTorch 1.8 wrote the stack on the op, innermost first
         stack = self.name_id(stack) if stack.__class__ is str and stack else None
         self._add("ops", (self.seq, self.name_id(ev.get("name")), _ns(ts), None if dur is None else _ns(dur),
-                          _int(ev.get("pid")), _int(ev.get("tid")), _int(args.get("Sequence number")),
-                          _int(args.get("Fwd thread id")), stack))
+                          kineto_int(ev.get("pid")), kineto_int(ev.get("tid")), kineto_int(args.get("Sequence number")),
+                          kineto_int(args.get("Fwd thread id")), stack))
 
     def python_function(self, ev, ts):
         start, args = _ns(ts), ev.get("args") or {}
-        self._add("py", (start, start + _ns(ev.get("dur") or 0), _int(ev.get("pid")), _int(ev.get("tid")),
-                         _int(args.get("Python id")), _int(args.get("Python parent id")),
+        self._add("py", (start, start + _ns(ev.get("dur") or 0), kineto_int(ev.get("pid")), kineto_int(ev.get("tid")),
+                         kineto_int(args.get("Python id")), kineto_int(args.get("Python parent id")),
                          self.name_id(ev.get("name"))))
 
     def instant(self, ev, ts):
         if ev.get("name") != "[memory]":
             return
         a = ev.get("args") or {}
-        dtype, did = _int(a.get("Device Type")), _int(a.get("Device Id"))
-        self._add("mem", (self.n_mem, _ns(ts), _int(a.get("Bytes")), _int(a.get("Addr")),
-                          _int(a.get("Total Allocated")), _int(a.get("Total Reserved")), dtype, did,
-                          _int(ev.get("pid")), _int(ev.get("tid"))))
+        dtype, did = kineto_int(a.get("Device Type")), kineto_int(a.get("Device Id"))
+        self._add("mem", (self.n_mem, _ns(ts), kineto_int(a.get("Bytes")), kineto_int(a.get("Addr")),
+                          kineto_int(a.get("Total Allocated")), kineto_int(a.get("Total Reserved")), dtype, did,
+                          kineto_int(ev.get("pid")), kineto_int(ev.get("tid"))))
         self.n_mem += 1
         if dtype in DEVICE_LABELS and did is not None and did >= 0:
             self.devices[(DEVICE_LABELS[dtype], did)] += 1
@@ -352,10 +353,10 @@ class _Scan:
         if ev.get("ph", "X") == "X":
             start = _ns(ts)
             self._add("ranges", ("torch_annotation", ANNOTATION_DOMAINS[ev["cat"]], ev.get("name"), start,
-                                 start + _ns(ev.get("dur") or 0), _int(ev.get("pid")), _int(ev.get("tid"))))
+                                 start + _ns(ev.get("dur") or 0), kineto_int(ev.get("pid")), kineto_int(ev.get("tid"))))
 
     def gpu(self, ev, ts):
-        did = _int((ev.get("args") or {}).get("device"))
+        did = kineto_int((ev.get("args") or {}).get("device"))
         if did is not None:
             self.devices[("mtia" if ev.get("cat", "").startswith("mtia") else "cuda", did)] += 1
 
@@ -639,7 +640,7 @@ class _Stacks:
 def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) -> dict:
     """The ranks-table facts: rank from distributedInfo, else the file name, else discovery."""
     dist = info if isinstance(info := meta.get("distributedInfo"), dict) else {}
-    rank_id = _int(dist.get("rank"))
+    rank_id = kineto_int(dist.get("rank"))
     if rank_id is None and (m := _RANK_IN_NAME.search(path.name)):
         rank_id = int(m.group(1))
     if rank_id is None:
@@ -651,7 +652,7 @@ def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) ->
         raise SourceError(f"{path}: no rank: the trace has no distributedInfo.rank and the file "
                           "name has no rank<k> (e.g. prof_rank-0_031904.json.gz)")
     props = meta.get("deviceProperties")
-    gpus = [_int(p.get("id")) for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+    gpus = [kineto_int(p.get("id")) for p in props if isinstance(p, dict)] if isinstance(props, list) else []
     if scan["devices"]:  # the device the trace's kernels and allocations ran on, as PyTorch labels it
         label, did = scan["devices"].most_common(1)[0][0]
         device = f"{label}:{did}"
@@ -666,7 +667,7 @@ def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) ->
     other = {k: v for k, v in meta.items() if k not in versions and k not in config}
     return {
         "rank_id": rank_id,
-        "world_size": _int(dist.get("world_size")),
+        "world_size": kineto_int(dist.get("world_size")),
         "device": device,
         "capture_started_ns": None if scan["min_ts"] is None else base + _ns(scan["min_ts"]),
         "versions": _jsonable(versions),
@@ -679,18 +680,6 @@ def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) ->
 def _ns(us) -> int:
     """Kineto µs (int or Decimal) as exact integer ns."""
     return us * 1000 if us.__class__ is int else int(us * 1000)
-
-
-def _int(v) -> int | None:
-    """An id or count as int; None for Kineto's non-numeric ones ("Spans", "")."""
-    if v.__class__ is int or v is None:
-        return v
-    if isinstance(v, Decimal):
-        return int(v) if v == v.to_integral_value() else None
-    if isinstance(v, str):
-        s = v.strip()
-        return int(s) if s.lstrip("-").isdigit() else None
-    return None
 
 
 def _jsonable(v):
