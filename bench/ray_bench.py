@@ -24,7 +24,7 @@ core utilisation (CPU s / wall / cores); the driver's peak RSS and own CPU secon
 the wall went seen from outside: `setup` until the executor was first asked for results,
 `parallel` until the last task result arrived, `tail` after it; serial share = (setup +
 tail) / ingest wall. And the driver's own serial work, timed by wrapping (in the driver
-process only, rlwh is not changed) rlwh.ingest.runner's load_file and land_capture, rlwh.warehouse.derive
+process only, rlwh is not changed) rlwh.ingest.to_warehouse's load_file and land_capture, rlwh.warehouse.derive
 .refresh, rlwh.parquet.dataset.publish and build_thin_db: `land_s` (loading or appending),
 `derive_s`, `publish_s`, `thin_s`, and `driver_serial_s` their sum, in wall seconds and
 in the process CPU seconds of the same calls (DuckDB's threads included; on 2 cores the
@@ -101,7 +101,8 @@ if executor == "ray":
             marks.setdefault("ray_init_mb", []).append(rss_mb() - m)
     rx.connect = timed_connect
 import dataclasses
-import rlwh.ingest.runner as ing
+import rlwh.ingest.runner as runner
+import rlwh.ingest.to_warehouse as ing
 import rlwh.warehouse.derive, rlwh.parquet.dataset, rlwh.ingest.to_dataset
 from rlwh.config import Config
 def summed(module, name, key):
@@ -137,7 +138,7 @@ from pathlib import Path
 config = Config(db_path=Path(db), workers=2, executor=executor, ray_address=address or None,
                 derive_in_workers=options.get("derive_in_workers", False),
                 dataset=Path(options["dataset"]) if options.get("dataset") else None)
-summary = ing.ingest(profile, config)
+summary = runner.ingest(profile, config)
 own = resource.getrusage(resource.RUSAGE_SELF)
 marks.update(wall_s=time.perf_counter() - t0, files=len(summary.results), failed=summary.failed,
              rss_end_mb=rss_mb(), driver_peak_rss_mb=rss_mb("VmHWM:"),  # not ru_maxrss: it keeps the forking parent's
