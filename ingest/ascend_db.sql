@@ -41,6 +41,7 @@ select
   -- opId numbers the rank's collectives in start order; the order within the group is the seq.
   if(kind = 'communication',
      row_number() over (partition by kind = 'communication', groupName order by startNs, opId), null) as seq,
+  if(kind = 'communication', false, null) as seq_is_global,
   "count" as element_count,
   dataType as data_type,
   taskType as source_type,

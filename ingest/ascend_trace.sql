@@ -29,6 +29,7 @@ select
   if(kind = 'communication', regexp_replace(thread, '\s*Communication$', ''), null) as "group",
   if(kind = 'communication',
      row_number() over (partition by kind = 'communication', thread order by start_ns, end_ns), null) as seq,
+  if(kind = 'communication', false, null) as seq_is_global,
   "count" as element_count,
   data_type,
   coalesce("Task Type", process) as source_type,

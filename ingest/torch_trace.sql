@@ -31,6 +31,7 @@ select
   if(kind = 'communication',
      coalesce("Seq", row_number() over (partition by kind = 'communication', "Process Group Name"
                                         order by ts_ns, dur_ns)), null) as seq,
+  if(kind = 'communication', "Seq" is not null, null) as seq_is_global,
   "In msg nelems" as element_count,
   dtype as data_type,
   cat as source_type,

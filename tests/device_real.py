@@ -74,12 +74,32 @@ def text_collectives(rank: int) -> list[tuple[str, int, int]]:
 
 
 def text_kernels(rank: int) -> list[tuple[str, int, int]]:
-    """(name, start_ns, end_ns) of the Ascend Hardware rows that are kernels (AI_* / MIX_* task types)."""
+    """(name, start_ns, end_ns) of the Ascend Hardware rows that are kernels: the task types
+    of kernel_details.csv's rows (AI_*, MIX_*, and DSA_SQE for DSAGenBitMask)."""
     events = ascend_trace(rank)
     processes = {pid: name for (pid, _), name in _names(events, "process_name").items()}
     return sorted((e["name"], ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
                   if e.get("ph") == "X" and processes.get(e["pid"]) == "Ascend Hardware"
-                  and str((e.get("args") or {}).get("Task Type", "")).startswith(("AI_", "MIX_")))
+                  and str((e.get("args") or {}).get("Task Type", "")).startswith(("AI_", "MIX_", "DSA")))
+
+
+def kernel_details(rank: int) -> list[dict]:
+    """kernel_details.csv's rows (text export), with start_ns and end_ns exact from the µs text."""
+    path = FIXTURES / ALEXNET / f"text/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv"
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["start_ns"] = ns(r["Start Time(us)"])
+        r["end_ns"] = r["start_ns"] + ns(r["Duration(us)"])
+    return rows
+
+
+def communication_groups(rank: int) -> dict[str, str]:
+    """communication.json: op name -> the HCCL group after the '@' of its key."""
+    path = FIXTURES / ALEXNET / f"text/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json"
+    data = json.loads(path.read_text())
+    return {key.rsplit("@", 1)[0]: key.rsplit("@", 1)[1]
+            for kinds in data.values() for ops in kinds.values() for key in ops if "@" in key}
 
 
 def step_trace_time(export_dir: str, rank: int) -> dict:

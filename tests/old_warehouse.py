@@ -45,12 +45,24 @@ RENAMED_BY_0011 = {
 }
 
 
-def undo_0011(con: duckdb.DuckDBPyConnection) -> None:
-    """Give internal.torch_memory_blocks its column names from before migration 0011 (the
-    views that read them go first)."""
+def _drop_views(con: duckdb.DuckDBPyConnection) -> None:
     for schema, view in con.execute("select schema_name, view_name from duckdb_views() where not internal "
                                     "and database_name = current_database()").fetchall():
         con.execute(f'drop view "{schema}"."{view}"')
+
+
+def undo_0012(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop device_ops.seq_is_global, added by migration 0012 (the views that read it go first)."""
+    _drop_views(con)
+    con.execute("alter table device_ops drop column seq_is_global")
+    con.execute("delete from internal.migrations where version >= 12")
+
+
+def undo_0011(con: duckdb.DuckDBPyConnection) -> None:
+    """Give internal.torch_memory_blocks its column names from before migration 0011 (the
+    views that read them go first). Migration 0012 is undone first."""
+    undo_0012(con)
+    _drop_views(con)
     for new, old in RENAMED_BY_0011.items():
         con.execute(f"alter table internal.torch_memory_blocks rename column {new} to {old}")
     con.execute("delete from internal.migrations where version >= 11")

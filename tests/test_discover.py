@@ -168,7 +168,7 @@ def test_every_file_of_a_capture_is_listed_with_the_captures_keys(tmp_path):
     capture = tmp_path / "run" / "actor" / "rank2" / "host_7_20260101000000000_ascend_pt"
     (capture / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     (capture / "PROF_000001" / "device_2" / "data").mkdir(parents=True)
-    (capture / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").write_text("Name\n")
+    (capture / "ASCEND_PROFILER_OUTPUT" / "l2_cache.csv").write_text("Name\n")
     (capture / "ASCEND_PROFILER_OUTPUT" / "memory_record.csv").write_text("Component\n")
     (capture / "PROF_000001" / "device_2" / "data" / "aicore.data.2.slice_0").write_bytes(b"\x00" * 8)
     (capture / "logs").mkdir()
@@ -178,6 +178,30 @@ def test_every_file_of_a_capture_is_listed_with_the_captures_keys(tmp_path):
     assert {(f.role, f.rank_id, f.capture) for f in files} == {
         ("actor", 2, "actor/rank2/host_7_20260101000000000_ascend_pt")}
     reasons = {Path(f.rel_path).name: (f.kind, f.reason) for f in files}
-    assert reasons["kernel_details.csv"][0] == "ignored" and "does not load" in reasons["kernel_details.csv"][1]
+    assert reasons["l2_cache.csv"][0] == "ignored" and "does not load" in reasons["l2_cache.csv"][1]
     assert reasons["aicore.data.2.slice_0"] == ("ignored", "unknown file: not a format rlwh reads")
     assert reasons["profiler.log"] == ("ignored", "a log file")
+
+
+def test_a_capture_takes_its_device_rows_from_one_file(tmp_path):
+    """trace_view.json where there is one; else kernel_details.csv, reading communication.json
+    beside it (whose change is then the CSV's change); communication.json alone is never read."""
+    def capture(name: str, files: tuple[str, ...]) -> None:
+        output = tmp_path / "run" / f"rank{len(list((tmp_path / 'run').glob('*')))}" / name / "ASCEND_PROFILER_OUTPUT"
+        output.mkdir(parents=True)
+        for f in files:
+            (output / f).write_text("[]" if f.endswith(".json") else "Name\n")
+
+    (tmp_path / "run").mkdir()
+    capture("a_ascend_pt", ("trace_view.json", "kernel_details.csv", "communication.json"))
+    capture("b_ascend_pt", ("kernel_details.csv", "communication.json"))
+    capture("c_ascend_pt", ("communication.json",))
+    found = {(f.capture.split("/")[1][0], Path(f.rel_path).name): f for f in discover(tmp_path / "run").files}
+    assert found["a", "trace_view.json"].kind == "ascend_trace"
+    assert found["a", "kernel_details.csv"].kind == "ignored"
+    assert "from trace_view.json beside it" in found["a", "kernel_details.csv"].reason
+    assert "from trace_view.json beside it" in found["a", "communication.json"].reason
+    assert found["b", "kernel_details.csv"].kind == "ascend_kernel_details_csv"
+    assert found["b", "kernel_details.csv"].companions == (found["b", "communication.json"].path,)
+    assert found["b", "communication.json"].reason.startswith("read with kernel_details.csv beside it")
+    assert "neither" in found["c", "communication.json"].reason

@@ -59,6 +59,10 @@ class Rule:
 
 
 JSON_NOT_A_PROFILE = "json: described by sniff.json_reason"
+FROM_TRACE = "its kernels and collectives land in device_ops from trace_view.json beside it (one row per activity)"
+COMMUNICATION_JSON_ALONE = ("rlwh reads it only beside kernel_details.csv (for each collective's HCCL group), "
+                            "and this capture has neither that nor trace_view.json")
+COMMUNICATION_JSON_BESIDE = "read with kernel_details.csv beside it: the HCCL group of each collective"
 # First match wins. A reader for a new format is one line here (and its ingest job).
 RULES: tuple[Rule, ...] = (
     Rule("ascend_info", r"profiler_info_\d+\.json", "capture"),
@@ -73,8 +77,9 @@ RULES: tuple[Rule, ...] = (
     Rule(IGNORED, r"analysis\.db", "output",
          reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages)"),
     Rule(IGNORED, r".*\.db", "output", reason=f"{NOT_LOADED_YET} (Ascend db export)"),
-    Rule(IGNORED, r"(kernel_details|communication)\.(csv|json)", "output",
-         reason="rlwh does not load it: its kernels and collectives land in device_ops from trace_view.json beside it"),
+    # A rank dir's device activity comes from one file (see one_device_source).
+    Rule("ascend_kernel_details_csv", r"kernel_details\.csv", "output"),
+    Rule(IGNORED, r"communication\.json", "output", reason=COMMUNICATION_JSON_ALONE),
     Rule(IGNORED, r"(operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
          r"task_time|communication_matrix|data_preprocess|dataset)\.(csv|json)", "output",
          reason="an Ascend analysis export rlwh does not load (per-kernel and summary tables)"),
@@ -115,6 +120,9 @@ class SourceFile:
     reason: str | None = None  # why an ignored file is not loaded
     note: str | None = None  # a guess ingest made and the sources message should say
     single_process_rank0: bool = False  # no rank anywhere: the reader takes rank 0 unless the file names one
+    # Files its reader reads beside it (kernel_details.csv's communication.json); a change to one
+    # changes the file's fingerprint, so re-ingest reads it again.
+    companions: tuple[Path, ...] = ()
     content: str | None = None  # what the first bytes looked like (sniff.head_kind)
 
     @property
@@ -371,6 +379,7 @@ def discover(root: str | os.PathLike) -> Discovery:
                 continue
             files.append(_classify(path, root, where, capture))
     _set_capture_starts(files, captures)
+    one_device_source(files)
     return Discovery(files, warnings)
 
 
@@ -463,3 +472,28 @@ def _set_capture_starts(files: list[SourceFile], captures: list[_Capture]) -> No
         owner = by_rel.get(f.capture) if f.capture else None
         if owner is not None:
             f.capture_started_ns = owner.started_ns
+
+
+def one_device_source(files: list[SourceFile]) -> None:
+    """An Ascend text export describes each device activity twice: trace_view.json (with
+    its stream, launch and overlap rows) and kernel_details.csv (kernels and HCCL ops) with
+    communication.json (the collectives again). So a capture's device rows come from one
+    of them: the trace where the capture has one, else kernel_details.csv, which reads
+    communication.json beside it for the HCCL groups. analysis.db travels with its db."""
+    by_capture: dict[str, dict[str, SourceFile]] = {}
+    for f in files:
+        if f.capture is not None and f.path.parent.name == ASCEND_OUTPUT:
+            by_capture.setdefault(f.capture, {})[f.path.name] = f
+    for names in by_capture.values():
+        kernels, groups = names.get("kernel_details.csv"), names.get("communication.json")
+        has_trace = "trace_view.json" in names
+        if kernels is not None and has_trace:
+            kernels.kind, kernels.reason, kernels.problem = IGNORED, FROM_TRACE, None
+        if groups is not None and groups.ignored:
+            groups.reason = (FROM_TRACE if has_trace else
+                             COMMUNICATION_JSON_BESIDE if kernels is not None else COMMUNICATION_JSON_ALONE)
+        if kernels is not None and not kernels.ignored and groups is not None:
+            kernels.companions = (groups.path,)
+        db = next((f for n, f in names.items() if f.kind == "ascend_db"), None)
+        if db is not None and "analysis.db" in names:
+            db.companions = (names["analysis.db"].path,)

@@ -15,12 +15,13 @@ COMPUTE_TASK_INFO row are kernels (kind compute): the profiler's Computing count
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlwh.readers.device_names import collective_of
+from rlwh.readers.device_names import ASCEND_MEMCPY_TASK_TYPES, collective_of
 
 _I, _S = pa.int64(), pa.string()
 SCHEMA = pa.schema([
@@ -29,8 +30,6 @@ SCHEMA = pa.schema([
     ("collective", _S), ("launchOp", _S), ("launchNs", _I), ("launchTid", _I), ("step", _I),
 ])
 BATCH_ROWS = 65536
-# TASK.taskType names of copies (MEMCPY_ASYNC, PCIe DMA, SDMA, DSA).
-_MEMCPY_TYPES = ("MEMCPY", "PCIE_DMA", "SDMA_SQE", "DSA")
 
 
 def _launches(con: sqlite3.Connection, tables: set[str]) -> str:
@@ -80,7 +79,7 @@ def device_rows(con: sqlite3.Connection, tables: set[str], problems: list[str]):
             for start, end, device, stream, name, task_type, is_kernel, conn, op, launch, tid in con.execute(sql):
                 task_type = strings.get(task_type, None if task_type is None else str(task_type))
                 kind = ("compute" if is_kernel else
-                        "memcpy" if task_type and task_type.upper().startswith(_MEMCPY_TYPES) else "other")
+                        "memcpy" if task_type and re.match(ASCEND_MEMCPY_TASK_TYPES, task_type.upper()) else "other")
                 rows.append({"startNs": start, "endNs": end, "deviceId": device, "streamId": stream,
                              "name": strings.get(name, task_type) if is_kernel else task_type,
                              "taskType": task_type, "kind": kind, "connectionId": conn, "launchOp": op,

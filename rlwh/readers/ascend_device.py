@@ -21,16 +21,11 @@ from __future__ import annotations
 import duckdb
 
 from rlwh.readers.base import TableSink
-from rlwh.readers.device_names import collective_sql
+from rlwh.readers.device_names import ascend_task_kind_sql, collective_sql
 from rlwh.sqltext import sql_literal
 
 HARDWARE_PROCESS = "Ascend Hardware"
 HCCL_PROCESS = "HCCL"
-# Task Types of the Ascend Hardware rows that are kernels (AI Core, AI Vector, AI CPU,
-# mixed cube/vector) and copies (PCIe DMA, SDMA, DSA). The db export's TASK spells
-# kernels KERNEL_AICORE, KERNEL_AIVEC, ...
-COMPUTE_TASK_TYPES = r"^(AI_|MIX_|KERNEL_|AICPU|AIV|AIC)"
-MEMCPY_TASK_TYPES = r"^(PCIE_DMA|SDMA_SQE|DSA|MEMCPY)"
 
 
 def copy_device_ops(con: duckdb.DuckDBPyConnection, sink: TableSink, ts_ns: str, end_ns: str) -> None:
@@ -63,9 +58,7 @@ def copy_device_ops(con: duckdb.DuckDBPyConnection, sink: TableSink, ts_ns: str,
             select *,
               case
                 when process = '{HCCL_PROCESS}' then 'communication'
-                when regexp_matches(task_type, '{COMPUTE_TASK_TYPES}') then 'compute'
-                when regexp_matches(task_type, '{MEMCPY_TASK_TYPES}') or starts_with(name, 'MEMCPY') then 'memcpy'
-                else 'other'
+                else {ascend_task_kind_sql('task_type', 'name')}
               end as kind,
             from rows
           ),

@@ -146,7 +146,7 @@ def read_header(path: Path, fmt: Format) -> tuple[list[str], list]:
 
 
 JOBS = {"memory_usage": "ascend_memory_record_csv", "npu_module_memory": "ascend_npu_module_mem_csv",
-        "step_times": "ascend_step_trace_csv"}
+        "step_times": "ascend_step_trace_csv", "kernel_details": "ascend_kernel_details_csv"}
 
 
 def _sql_reads(path: Path, header: list[str], plan: list, fmt: Format) -> bool:

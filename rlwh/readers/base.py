@@ -62,6 +62,12 @@ class TableSink:
             writer.write_table(batch)
         self._counts[table] = self._counts.get(table, 0) + batch.num_rows
 
+    def finish(self, table: str) -> None:
+        """Close `table`'s part, so the reader can read back what it wrote."""
+        writer = self._writers.pop(table, None)
+        if writer is not None:
+            writer.close()
+
     def close(self) -> None:
         for writer in self._writers.values():
             writer.close()

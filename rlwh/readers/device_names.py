@@ -28,6 +28,14 @@ COLLECTIVES = (
 # Kernel names of the collective libraries (NCCL, RCCL on ROCm; HCCL ops on Ascend).
 _COMMUNICATION_NAME = r"^(nccl|rccl|hcom_|hccl)"
 
+# Ascend task types (the trace's Task Type, TASK.taskType, kernel_details.csv's Accelerator
+# Core) of kernels: AI Core, AI Vector, AI CPU, mixed cube/vector, and DSA (the random-number
+# unit that runs DSAGenBitMask and the like; kernel_details.csv and COMPUTE_TASK_INFO list
+# them as kernels). The db spells them KERNEL_AICORE, KERNEL_AIVEC, ...
+ASCEND_COMPUTE_TASK_TYPES = r"^(AI_|MIX_|KERNEL_|AICPU|AIV|AIC|DSA)"
+# ... and of copies: PCIe DMA, SDMA, MEMCPY_ASYNC.
+ASCEND_MEMCPY_TASK_TYPES = r"^(PCIE_DMA|SDMA_SQE|MEMCPY)"
+
 
 def collective_sql(name: str, source_name: str = "null") -> str:
     """SQL: the collective of an activity named `name` (a column), or NULL when it names none.
@@ -50,3 +58,10 @@ def collective_of(name: str | None) -> str | None:
         return None
     squashed = name.lower().replace("_", "").replace("-", "")
     return next((value for word, value in COLLECTIVES if word in squashed), None)
+
+
+def ascend_task_kind_sql(task_type: str, name: str) -> str:
+    """SQL: compute, memcpy or other for an Ascend task of type `task_type` named `name`."""
+    return (f"(case when regexp_matches(upper({task_type}), '{ASCEND_COMPUTE_TASK_TYPES}') then 'compute' "
+            f"when regexp_matches(upper({task_type}), '{ASCEND_MEMCPY_TASK_TYPES}') "
+            f"or starts_with({name}, 'MEMCPY') then 'memcpy' else 'other' end)")

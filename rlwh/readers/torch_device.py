@@ -122,7 +122,7 @@ def copy_device_ops(con, sink: TableSink, base: int, names: list, dev: str, laun
     """
     params = {"base": base, "dev": dev, "launch": launch, "ops": ops, "ranges": ranges}
     written = 0
-    for batch in con.execute(sql, params).to_arrow_reader(65536):
+    for batch in con.sql(sql, params=params).to_arrow_reader(65536):
         sink.write("device_ops", pa.RecordBatch.from_arrays(
             [c.cast(t) for c, t in zip(batch.columns, STAGED.types)], schema=STAGED))
         written += batch.num_rows

@@ -1,6 +1,6 @@
-"""collectives: arrivals matched across ranks by (step, group, name, k-th occurrence), the
-waiting for the last arrival, and a rank that never arrived; on real captures against the
-arrival order read from the raw files (tests/device_real.py)."""
+"""collectives: arrivals matched across ranks by a recorded seq, else by (step, group, name,
+k-th occurrence), the waiting for the last arrival, and a rank that never arrived; on real
+captures against the arrival order read from the raw files (tests/device_real.py)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,42 @@ def test_real_arrival_order(tmp_path_factory, run, per_rank):
     assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
     last = sorted((a, r) for _n, _s, r, a, _w, is_last in rows if is_last)
     assert last == sorted((i["arrivals"][i["last_rank"]], i["last_rank"]) for i in instances)
+
+
+SEQ_COLUMNS = COLUMNS + ["seq", "seq_is_global"]
+
+
+def test_a_recorded_seq_matches_ranks_whatever_their_steps_and_kernel_names(fresh_db):
+    # Rank 1's profiler counts its steps one later and NCCL picked another algorithm there;
+    # rank 0 runs seq 7 as two kernels. By order within (step, name), nothing would meet.
+    insert_rows(fresh_db, "device_ops", SEQ_COLUMNS, [
+        (0, 3, "ncclDevKernel_AllReduce_RING", "communication", "allreduce", "0", 100, 150, 7, True),
+        (0, 3, "ncclDevKernel_AllReduce_RING", "communication", "allreduce", "0", 160, 300, 7, True),
+        (1, 4, "ncclDevKernel_AllReduce_TREE", "communication", "allreduce", "0", 180, 300, 7, True),
+        (0, 3, "ncclDevKernel_AllGather_RING", "communication", "allgather", "0", 400, 500, 8, True),
+        (1, 4, "ncclDevKernel_AllGather_RING", "communication", "allgather", "0", 390, 500, 8, True),
+        (1, 4, "ncclDevKernel_AllGather_RING", "communication", "allgather", "0", 600, 700, 9, True),
+    ], **KEY)
+    rows = fresh_db.execute("""select step, name, seq, rank_id, arrive_ns, end_ns, wait_ns, is_last
+                               from collectives order by seq, rank_id""").fetchall()
+    assert rows == [
+        (3, "ncclDevKernel_AllReduce_RING", 7, 0, 100, 300, 80, False),
+        (3, "ncclDevKernel_AllReduce_RING", 7, 1, 180, 300, 0, True),
+        (3, "ncclDevKernel_AllGather_RING", 8, 0, 400, 500, 0, True),
+        (3, "ncclDevKernel_AllGather_RING", 8, 1, 390, 500, 10, False),
+        (4, "ncclDevKernel_AllGather_RING", 9, 0, None, None, None, False),  # rank 0's capture stopped
+        (4, "ncclDevKernel_AllGather_RING", 9, 1, 600, 700, 0, True),
+    ]
+    waited = fresh_db.execute("select step, rank_id, waited_for_ns from stragglers order by step").fetchall()
+    # Step 3: rank 1 kept rank 0 waiting 80 at seq 7, rank 0 kept rank 1 waiting 10 at seq 8.
+    assert waited == [(3, 1, 80), (4, 1, 0)]
+
+
+def test_send_and_recv_never_meet_by_a_recorded_seq(fresh_db):
+    """Point-to-point sequence numbers count per pair of ranks: the order rule applies."""
+    insert_rows(fresh_db, "device_ops", SEQ_COLUMNS, [
+        (0, 1, "ncclDevKernel_SendRecv", "communication", "sendrecv", "0", 100, 200, 5, True),
+        (1, 1, "ncclDevKernel_SendRecv", "communication", "sendrecv", "0", 120, 200, 9, True),
+    ], **KEY)
+    rows = fresh_db.execute("select seq, rank_id, wait_ns from collectives order by rank_id").fetchall()
+    assert rows == [(1, 0, 20), (1, 1, 0)]
