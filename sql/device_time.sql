@@ -16,10 +16,18 @@
 -- the window is the span of those rows. An Overlap row belongs to the step whose device
 -- activity (device_ops of that profiler step, first start to last end) it starts in.
 --
--- An Ascend db export without OVERLAP_ANALYSIS: as the profiler computes it from TASK
--- (kernels: those with COMPUTE_TASK_INFO) and COMMUNICATION_OP: the window runs from the
--- step's first kernel or collective to its last, busy is the union of kernels and
--- collectives (copies are not busy there), idle the window less busy (method ascend_tasks).
+-- An Ascend capture without Overlap Analysis rows (a text export without trace_view.json,
+-- a db export without OVERLAP_ANALYSIS) whose step_times has the step (step_trace_time.csv,
+-- analysis.db's StepTraceTime): the profiler's own figures from there, Computing,
+-- Communication, Overlapped, Communication(Not Overlapped) and Free; the window is
+-- Computing + Communication(Not Overlapped) + Free (method step_trace_time).
+--
+-- An Ascend capture with neither: as the profiler computes it from TASK (kernels: those
+-- with COMPUTE_TASK_INFO) and COMMUNICATION_OP, or from kernel_details.csv: the window
+-- runs from the step's first kernel or collective to its last, busy is the union of
+-- kernels and collectives (copies are not busy there), idle the window less busy (method
+-- ascend_tasks; the text export rounds each row to the ns, so these figures may differ
+-- from the profiler's by tens of ns).
 --
 -- Elsewhere (Kineto): the window is the step's ProfilerStep#n range (profiler_steps), else
 -- the span of the step's device activity; activity is clipped to the window; busy is the
@@ -53,7 +61,7 @@ create or replace view device_time (
   memcpy_ns,
   -- The window less all device activity (union of every kind), ns; Ascend: step_trace_time Free.
   idle_ns,
-  -- How the figures were computed: 'overlap_analysis' (the Ascend profiler's own rows), 'ascend_tasks' (an Ascend db without them: unions of its kernels and collectives) or 'intervals' (Kineto: unions of device_ops in the ProfilerStep).
+  -- How the figures were computed: 'overlap_analysis' (the Ascend profiler's own rows), 'step_trace_time' (an Ascend capture without them: the profiler's figures from step_times), 'ascend_tasks' (an Ascend capture with neither: unions of its kernels and collectives) or 'intervals' (Kineto: unions of device_ops in the ProfilerStep).
   method
 ) as
 with overlap_rows as (
@@ -193,6 +201,20 @@ memcpy_by_step as (
   select run, role, rank_id, capture, step, memcpy_ns from intervals
 ),
 
+-- The profiler's own step figures, for an Ascend capture without Overlap Analysis rows.
+step_trace as (
+  select
+    s.run, s.role, s.rank_id, s.capture, s.step::integer as step,
+    any_value(s.computing_ns) as compute_ns,
+    any_value(coalesce(s.communication_ns, s.communication_not_overlapped_ns + s.overlapped_ns)) as communication_ns,
+    any_value(s.communication_not_overlapped_ns) as exposed_ns,
+    any_value(s.free_ns) as idle_ns,
+  from step_times as s
+  anti join overlap_captures as o on s.run = o.run and s.capture = o.capture
+  where s.computing_ns is not null and s.communication_not_overlapped_ns is not null and s.free_ns is not null
+  group by s.run, s.role, s.rank_id, s.capture, s.step
+),
+
 final as (
   select
     a.run, a.role, a.rank_id, a.capture, a.step, a.device, a.window_ns::bigint as window_ns,
@@ -209,6 +231,22 @@ final as (
     and (a.step = m.step or (a.step is null and m.step is null))
   union all
   select
+    t.run, t.role, t.rank_id, t.capture, t.step, r.device,
+    (t.compute_ns + t.exposed_ns + t.idle_ns)::bigint as window_ns,
+    t.compute_ns::bigint, t.communication_ns::bigint,
+    (t.communication_ns - t.exposed_ns)::bigint as overlapped_ns,
+    t.exposed_ns::bigint as exposed_communication_ns,
+    coalesce(m.memcpy_ns, 0)::bigint as memcpy_ns,
+    t.idle_ns::bigint,
+    'step_trace_time' as method,
+  from step_trace as t
+  left join rank_devices as r
+    on t.run = r.run and t.role = r.role and t.rank_id = r.rank_id and t.capture = r.capture
+  left join memcpy_by_step as m
+    on t.run = m.run and t.role = m.role and t.rank_id = m.rank_id and t.capture = m.capture
+    and (t.step = m.step or (t.step is null and m.step is null))
+  union all
+  select
     i.run, i.role, i.rank_id, i.capture, i.step, i.device, i.window_ns::bigint,
     i.compute_ns::bigint, i.communication_ns::bigint,
     (i.compute_ns + i.communication_ns - i.either_ns)::bigint as overlapped_ns,
@@ -218,6 +256,9 @@ final as (
     case when i.is_ascend then 'ascend_tasks' else 'intervals' end as method,
   from intervals as i
   anti join overlap_captures as o on i.run = o.run and i.capture = o.capture
+  anti join step_trace as t
+    on i.run = t.run and i.capture = t.capture and i.rank_id = t.rank_id
+    and (i.step = t.step or (i.step is null and t.step is null))
   where i.window_ns is not null  -- an Ascend step with no kernel nor collective (a profiler marker alone)
 )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import copy_fixture
-from device_real import ALEXNET, communication_groups, kernel_details, text_kernels
+from device_real import ALEXNET, communication_groups, kernel_details, step_trace_time, text_kernels
 
 from rlwh.ingest.runner import ingest
 
@@ -135,3 +135,12 @@ def test_a_level0_export_and_a_bad_row(tmp_path, config):
         (3, 50, "hcom_allReduce__868_0_1", "communication", "allreduce", 1736405443909176934,
          1736405443909176934 + 72994438, "HCCL"),
     ]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_device_time_without_a_trace_is_step_trace_time_to_the_ns(without_trace, config, rank):
+    want = step_trace_time("text", rank)
+    got = _rows(config, """select step, compute_ns, communication_ns, overlapped_ns, exposed_communication_ns,
+                                  idle_ns, method from device_time where rank_id = ?""", [rank])
+    assert got == [(want["Step"], want["Computing"], want["Communication"], want["Overlapped"],
+                    want["Communication(Not Overlapped)"], want["Free"], "step_trace_time")]
