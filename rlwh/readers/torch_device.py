@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from rlwh.readers.base import TableSink
 from rlwh.readers.device_names import collective_sql, is_communication_sql
+from rlwh.readers.kineto_events import Event
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "mtia_runtime")
@@ -38,8 +39,8 @@ def kineto_int(v) -> int | None:
     """An id or count as int; None for Kineto's non-numeric ones ("Spans", "")."""
     if v.__class__ is int or v is None:
         return v
-    if isinstance(v, Decimal):
-        return int(v) if v == v.to_integral_value() else None
+    if isinstance(v, (Decimal, float)):
+        return int(v) if v == int(v) else None
     if isinstance(v, str):
         s = v.strip()
         return int(s) if s.lstrip("-").isdigit() else None
@@ -50,27 +51,21 @@ def _text(v) -> str | None:
     return None if v is None or isinstance(v, (dict, list)) else str(v)
 
 
-def _dur_ns(v) -> int | None:
-    if v is None:
-        return None
-    return v * 1000 if v.__class__ is int else int(Decimal(str(v)) * 1000)
-
-
-def device_row(ev: dict, ts_ns: int, name_id) -> tuple:
+def device_row(ev: Event, ts_ns: int, name_id) -> tuple:
     """One DEVICE_SPILL row (times relative to baseTimeNanoseconds, as the reader's others)."""
-    a = ev.get("args") or {}
-    return (ev["cat"], name_id(ev.get("name")), ts_ns, _dur_ns(ev.get("dur")), kineto_int(ev.get("pid")),
-            kineto_int(ev.get("tid")), kineto_int(a.get("device")), kineto_int(a.get("stream", a.get("stream_id"))),
-            kineto_int(a.get("correlation")), _text(a.get("Collective name")), _text(a.get("Process Group Name")),
-            kineto_int(a.get("In msg nelems")), _text(a.get("dtype")), kineto_int(a.get("Seq", a.get("seq"))))
+    a = ev.arguments
+    return (ev.cat, name_id(ev.name), ts_ns, None if ev.dur is None else int(ev.dur * 1000), kineto_int(ev.pid),
+            kineto_int(ev.tid), kineto_int(a.device), kineto_int(a.stream if a.stream is not None else a.stream_id),
+            kineto_int(a.correlation), _text(a.collective_name), _text(a.process_group_name),
+            kineto_int(a.in_msg_nelems), _text(a.dtype), kineto_int(a.seq if a.seq is not None else a.seq_lower))
 
 
-def launch_row(ev: dict, ts_ns: int) -> tuple | None:
+def launch_row(ev: Event, ts_ns: int) -> tuple | None:
     """One LAUNCH_SPILL row, or None for a runtime call that launched nothing traced."""
-    correlation = kineto_int((ev.get("args") or {}).get("correlation"))
+    correlation = kineto_int(ev.arguments.correlation)
     if correlation is None:
         return None
-    return (correlation, ts_ns, kineto_int(ev.get("pid")), kineto_int(ev.get("tid")))
+    return (correlation, ts_ns, kineto_int(ev.pid), kineto_int(ev.tid))
 
 
 def copy_device_ops(con, sink: TableSink, base: int, names: list, dev: str, launch: str, ops: str,

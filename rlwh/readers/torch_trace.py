@@ -2,12 +2,15 @@
 
 Why it is built this way:
 - Kineto writes python_function events after the cpu_ops they enclose, and may put
-  baseTimeNanoseconds / distributedInfo after traceEvents. So one streaming ijson pass
-  spills compact rows (relative ns, no base yet) to Parquet in a temp dir; DuckDB sorts
-  them by thread and time out of core; one sweep keeps only the current thread's open
-  python frames and ops, which gives every op its call stack and every "[memory]" event
-  its enclosing op. Peak memory does not grow with the trace.
-- Times stay exact: ijson yields Decimal µs, turned into integer ns. Epoch ns =
+  baseTimeNanoseconds / distributedInfo after traceEvents. So one pass spills compact
+  rows (relative ns, no base yet) to Parquet in a temp dir; DuckDB sorts them by thread
+  and time out of core; one sweep keeps only the current thread's open python frames and
+  ops, which gives every op its call stack and every "[memory]" event its enclosing op.
+  Peak memory does not grow with the trace.
+- The pass decodes the events typed, 16 MB of the file at a time, in native code
+  (rlwh.readers.kineto_events), and builds each run's rows kind by kind (_Scan.take); a
+  file it cannot cut (damaged, cut mid-write) is read by ijson's streaming parser instead.
+- Times stay exact: both decoders yield Decimal µs, turned into integer ns. Epoch ns =
   baseTimeNanoseconds + ts * 1000 (Kineto writes ts relative to that base).
 - Keys after traceEvents come from the last bytes of the stream (kept while reading), so
   the file is read once; a full token scan is the fallback for a huge trailer.
@@ -40,6 +43,7 @@ import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
+from rlwh.readers.kineto_events import Event, NotTyped, event_or_none, typed_events
 from rlwh.readers.torch_device import (
     DEVICE_CATEGORIES,
     DEVICE_SPILL,
@@ -54,6 +58,8 @@ from rlwh.readers.torch_device import (
 BATCH_ROWS = 65536
 TAIL_BYTES = 4 << 20  # trailing keys after traceEvents must fit here, else a slow rescan
 READ_BYTES = 256 << 10
+TYPED_READ_BYTES = 4 << 20
+STREAMING_RUN = 4096  # events the streaming parser hands to _Scan.take at once
 DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
 ANNOTATION_DOMAINS = {"user_annotation": "default", "gpu_user_annotation": "gpu"}
 # Kineto's category names before PyTorch 1.9, read as today's.
@@ -227,94 +233,182 @@ def _top_level_keys(path: Path, stop_at_events: bool) -> tuple[dict, bool, int |
 
 
 def _scan_events(path: Path, spill: _Spill) -> dict:
-    """One streaming pass: spill the rows the tables need, collect per-file facts."""
+    """One pass over the events: spill the rows the tables need, collect per-file facts.
+    Typed decoding of byte ranges (rlwh.readers.kineto_events) where the file allows it,
+    else the streaming parser, which also keeps every complete event of a damaged file."""
+    try:
+        return _scan_typed(path, spill)
+    except NotTyped:
+        spill.reset()
+        return _scan_streaming(path, spill)
+
+
+def _scan_typed(path: Path, spill: _Spill) -> dict:
+    scan = _Scan(spill)
+    out: dict = {}
+    with _Stream(path) as stream:
+        chunks = iter(lambda: stream.read(TYPED_READ_BYTES), b"")
+        for events in typed_events(chunks, lambda text: _members(text, 0), out):
+            scan.take(events)
+        if stream.error:
+            raise NotTyped(stream.error)
+    return scan.facts(None, out["trailer"])
+
+
+def _scan_streaming(path: Path, spill: _Spill) -> dict:
     scan = _Scan(spill)
     error, last = None, None
+    run: list[Event | None] = []
     with _Stream(path, keep_tail=True) as stream:
         try:
             for last in ijson.items(stream, "traceEvents.item", use_float=False, buf_size=READ_BYTES):
-                scan.event(last)
+                run.append(event_or_none(last) if last.__class__ is dict else None)
+                if len(run) >= STREAMING_RUN:
+                    scan.take(run)
+                    run = []
+            scan.take(run)
         except ijson.JSONError as exc:
+            scan.take(run)
             what = stream.error or f"JSON ends or breaks early ({str(exc).strip()[:80]})"
             error = (f"{what} at or before uncompressed byte {stream.offset}; "
                      f"kept the {scan.seq} complete events before it")
         tail = None if error else _parse_trailer(stream.tail(), last)
-    if (covered := scan.covered.range_row()) is not None:
-        scan._add("ranges", covered)
-    return {"error": error, "bad": scan.bad, "tail": tail, "devices": scan.devices, "names": scan.names,
-            "min_ts": None if scan.min_ts == _NO_TS else scan.min_ts}
+    return scan.facts(error, tail)
 
 
 _NO_TS = Decimal("Infinity")
 
 
-class _Extent:
-    """The earliest start and latest end of the events seen: the span a capture's events cover."""
-
-    def __init__(self):
-        self.start, self.end = _NO_TS, -_NO_TS
-
-    def add(self, ts, dur) -> None:
-        end = ts + dur if dur.__class__ in (int, Decimal) else ts
-        if ts < self.start:
-            self.start = ts
-        if end > self.end:
-            self.end = end
-
-    def range_row(self) -> tuple | None:
-        """A ranges row (source 'recorded'), or None when no event had a time."""
-        if self.start == _NO_TS:
-            return None
-        return ("recorded", "default", "recorded events", _ns(self.start), _ns(self.end), None, None)
+# Where _Scan.take sends an event, by category (after OLD_CATEGORIES).
+_ROUTES = {"cpu_op": "op", "python_function": "py", "cpu_instant_event": "instant",
+           "user_annotation": "annotation", "gpu_user_annotation": "annotation", "Trace": "window",
+           **{cat: "device" for cat in DEVICE_CATEGORIES}, **{cat: "launch" for cat in LAUNCH_CATEGORIES}}
+# What a malformed event raises in _Scan._take: its run is taken again one event at a time.
+_MALFORMED = (TypeError, ValueError, ArithmeticError, AttributeError, KeyError)
 
 
 class _Scan:
-    """Per-event work of the streaming pass, one method per kind of event kept."""
+    """The work done on each event, a run of events at a time: each kind's rows built in
+    one comprehension, then spilled (an event's seq is its 1-based place in the file)."""
 
     def __init__(self, spill: _Spill):
         self.spill = spill
         self.seq = self.n_mem = self.bad = 0
         self.min_ts = _NO_TS
-        self.covered = _Extent()
+        self.start, self.end = _NO_TS, -_NO_TS  # what the events cover ('recorded'), Decimal µs
         self.devices: Counter = Counter()
         self.names: list[str] = []
         self._name_ids: dict[str, int] = {}
-        self.handlers = {"cpu_op": self.cpu_op, "python_function": self.python_function,
-                         "cpu_instant_event": self.instant, "user_annotation": self.annotation,
-                         "gpu_user_annotation": self.annotation, "kernel": self.gpu,
-                         "gpu_memcpy": self.gpu, "gpu_memset": self.gpu, "mtia_runtime": self.gpu,
-                         "Trace": self.window}
-        for cat in DEVICE_CATEGORIES + LAUNCH_CATEGORIES:
-            self.handlers[cat] = self.device_or_launch
 
-    def event(self, ev: dict) -> None:
-        self.seq += 1
-        ts = ev.get("ts")
-        if ts is None:
-            return
+    def take(self, events: list[Event | None]) -> None:
+        """Spill the rows of a run of events in file order. A run holding a malformed event
+        (None, or a field of no usable type) is taken again one event at a time, and each
+        event that fails alone counts as malformed."""
+        first = self.seq
         try:
-            if ts.__class__ is str:  # not Kineto's habit, but cheap to allow
-                ts = Decimal(ts.strip())
-            if ts < self.min_ts and ev.get("ph") != "M":  # metadata events may say ts 0
-                self.min_ts = ts
-            cat = ev.get("cat")
-            if cat != "Trace" and ev.get("ph") != "M":  # what the events cover, beside the declared window
-                self.covered.add(ts, ev.get("dur"))
-            if cat in OLD_CATEGORIES:
-                ev["cat"] = cat = OLD_CATEGORIES[cat]
-            handler = self.handlers.get(cat) if cat is not None else None
-            if handler is not None:
-                handler(ev, ts)
-            elif ev.get("name") == "[memory]":
-                self.instant(ev, ts)
-        except (TypeError, ValueError, ArithmeticError, AttributeError):
-            self.bad += 1
+            self._take(events, first)
+        except _MALFORMED:
+            for i, ev in enumerate(events):
+                try:
+                    self._take([ev], first + i)
+                except _MALFORMED:
+                    self.bad += 1
+        self.seq = first + len(events)
 
-    def _add(self, kind: str, row: tuple) -> None:
-        rows = self.spill.rows[kind]
-        rows.append(row)
-        if len(rows) >= BATCH_ROWS:
-            self.spill.flush(kind)
+    def _take(self, events: list[Event | None], first: int) -> None:
+        """Build every row of the run, then commit them all (or nothing, when one raises)."""
+        routed: dict[str, list] = {}
+        lowest, start, end = self.min_ts, self.start, self.end
+        for seq, ev in enumerate(events, first + 1):
+            if ev is None:
+                raise ValueError("not an object of a trace event's shape")
+            ts = ev.ts
+            if ts is None:
+                continue
+            ph, cat = ev.ph, ev.cat
+            if ph != "M":  # metadata events may say ts 0
+                if ts < lowest:
+                    lowest = ts
+                if cat != "Trace":  # what the events cover, beside the declared window
+                    if ts < start:
+                        start = ts
+                    stop = ts if ev.dur is None else ts + ev.dur
+                    if stop > end:
+                        end = stop
+            if cat in OLD_CATEGORIES:
+                ev.cat = cat = OLD_CATEGORIES[cat]
+            route = _ROUTES.get(cat) if cat is not None else None
+            if route is None or route == "instant":
+                if ev.name != "[memory]":
+                    continue
+                route = "mem"
+            routed.setdefault(route, []).append((seq, ev, ts))
+        rows: dict[str, list] = {}
+        devices: Counter = Counter()
+        name_id, ki = self.name_id, kineto_int
+        if ops := routed.get("op"):
+            rows["ops"] = [(seq, name_id(e.name), _ns(ts), None if e.dur is None else _ns(e.dur), ki(e.pid), ki(e.tid),
+                            ki(a.sequence_number), ki(a.fwd_thread_id), self._own_stack(a.call_stack))
+                           for seq, e, ts in ops for a in (e.arguments,)]
+        if py := routed.get("py"):
+            rows["py"] = [(t, t + _ns(e.dur or 0), ki(e.pid), ki(e.tid), ki(a.python_id), ki(a.python_parent_id),
+                           name_id(e.name))
+                          for _, e, ts in py for a, t in ((e.arguments, _ns(ts)),)]
+        if mem := routed.get("mem"):
+            rows["mem"] = [(self.n_mem + i, _ns(ts), ki(a.bytes), ki(a.addr), ki(a.total_allocated),
+                            ki(a.total_reserved), ki(a.device_type), ki(a.device_id), ki(e.pid), ki(e.tid))
+                           for i, (_, e, ts) in enumerate(mem) for a in (e.arguments,)]
+            for row in rows["mem"]:
+                dtype, did = row[6], row[7]
+                if dtype in DEVICE_LABELS and did is not None and did >= 0:
+                    devices[(DEVICE_LABELS[dtype], did)] += 1
+        ranges = []
+        for _, e, ts in routed.get("annotation", ()):
+            if e.ph in ("X", None):
+                t = _ns(ts)
+                ranges.append(("torch_annotation", ANNOTATION_DOMAINS[e.cat], e.name, t, t + _ns(e.dur or 0),
+                               ki(e.pid), ki(e.tid)))
+        for _, e, ts in routed.get("window", ()):  # the profiler's own span ("PyTorch Profiler (0)")
+            if e.ph == "X" and e.dur is not None:
+                t = _ns(ts)
+                ranges.append(("profiler", "default", e.name, t, t + _ns(e.dur), None, None))
+        if ranges:
+            rows["ranges"] = ranges
+        if device := routed.get("device"):  # kernels, memcpy, memset, MTIA device events
+            for _, e, _ts in device:
+                if e.cat != "mtia_ccp_events":
+                    self._count_device(e, devices)
+            rows["dev"] = [device_row(e, _ns(ts), name_id) for _, e, ts in device if e.ph in ("X", None)]
+        if launch := routed.get("launch"):  # the runtime calls that launched them
+            for _, e, _ts in launch:
+                if e.cat == "mtia_runtime":
+                    self._count_device(e, devices)
+            rows["launch"] = [row for _, e, ts in launch if (row := launch_row(e, _ns(ts))) is not None]
+        for kind, kept in rows.items():
+            self.spill.rows[kind].extend(kept)
+            if len(self.spill.rows[kind]) >= BATCH_ROWS:
+                self.spill.flush(kind)
+        self.n_mem += len(rows.get("mem", ()))
+        self.devices.update(devices)
+        self.min_ts, self.start, self.end = lowest, start, end
+
+    def _own_stack(self, stack) -> int | None:
+        """PyTorch 1.8 wrote the stack on the op, innermost first: its name id."""
+        return self.name_id(stack) if stack.__class__ is str and stack else None
+
+    @staticmethod
+    def _count_device(ev: Event, devices: Counter) -> None:
+        did = kineto_int(ev.arguments.device)
+        if did is not None:
+            devices[("mtia" if str(ev.cat).startswith("mtia") else "cuda", did)] += 1
+
+    def facts(self, error: str | None, tail: dict | None) -> dict:
+        """What the pass found beside the spilled rows; the 'recorded' range joins them."""
+        if self.start != _NO_TS:
+            self.spill.rows["ranges"].append(
+                ("recorded", "default", "recorded events", _ns(self.start), _ns(self.end), None, None))
+        return {"error": error, "bad": self.bad, "tail": tail, "devices": self.devices, "names": self.names,
+                "min_ts": None if self.min_ts == _NO_TS else self.min_ts}
 
     def name_id(self, name) -> int:
         nid = self._name_ids.get(name)
@@ -322,64 +416,6 @@ class _Scan:
             nid = self._name_ids[name] = len(self.names)
             self.names.append(name)
         return nid
-
-    def cpu_op(self, ev, ts):
-        dur, args = ev.get("dur"), ev.get("args") or {}
-        stack = args.get("Call stack")  # PyTorch 1.8 wrote the stack on the op, innermost first
-        stack = self.name_id(stack) if stack.__class__ is str and stack else None
-        self._add("ops", (self.seq, self.name_id(ev.get("name")), _ns(ts), None if dur is None else _ns(dur),
-                          kineto_int(ev.get("pid")), kineto_int(ev.get("tid")), kineto_int(args.get("Sequence number")),
-                          kineto_int(args.get("Fwd thread id")), stack))
-
-    def python_function(self, ev, ts):
-        start, args = _ns(ts), ev.get("args") or {}
-        self._add("py", (start, start + _ns(ev.get("dur") or 0), kineto_int(ev.get("pid")), kineto_int(ev.get("tid")),
-                         kineto_int(args.get("Python id")), kineto_int(args.get("Python parent id")),
-                         self.name_id(ev.get("name"))))
-
-    def instant(self, ev, ts):
-        if ev.get("name") != "[memory]":
-            return
-        a = ev.get("args") or {}
-        dtype, did = kineto_int(a.get("Device Type")), kineto_int(a.get("Device Id"))
-        self._add("mem", (self.n_mem, _ns(ts), kineto_int(a.get("Bytes")), kineto_int(a.get("Addr")),
-                          kineto_int(a.get("Total Allocated")), kineto_int(a.get("Total Reserved")), dtype, did,
-                          kineto_int(ev.get("pid")), kineto_int(ev.get("tid"))))
-        self.n_mem += 1
-        if dtype in DEVICE_LABELS and did is not None and did >= 0:
-            self.devices[(DEVICE_LABELS[dtype], did)] += 1
-
-    def annotation(self, ev, ts):
-        if ev.get("ph", "X") == "X":
-            start = _ns(ts)
-            self._add("ranges", ("torch_annotation", ANNOTATION_DOMAINS[ev["cat"]], ev.get("name"), start,
-                                 start + _ns(ev.get("dur") or 0), kineto_int(ev.get("pid")), kineto_int(ev.get("tid"))))
-
-    def gpu(self, ev, ts):
-        did = kineto_int((ev.get("args") or {}).get("device"))
-        if did is not None:
-            self.devices[("mtia" if ev.get("cat", "").startswith("mtia") else "cuda", did)] += 1
-
-    def device_or_launch(self, ev, ts):
-        """A device activity (kernel, memcpy, memset, MTIA device event), or the runtime call that launched one."""
-        cat = ev["cat"]
-        if cat in DEVICE_CATEGORIES:
-            if cat != "mtia_ccp_events":
-                self.gpu(ev, ts)
-            if ev.get("ph", "X") == "X":
-                self._add("dev", device_row(ev, _ns(ts), self.name_id))
-        else:
-            if cat == "mtia_runtime":
-                self.gpu(ev, ts)
-            row = launch_row(ev, _ns(ts))
-            if row is not None:
-                self._add("launch", row)
-
-    def window(self, ev, ts):
-        """The profiler's own span ("PyTorch Profiler (0)"): what the capture covers."""
-        if ev.get("ph") == "X" and ev.get("dur") is not None:
-            start = _ns(ts)
-            self._add("ranges", ("profiler", "default", ev.get("name"), start, start + _ns(ev["dur"]), None, None))
 
 
 def _parse_trailer(text: str, last_event) -> dict | None:
@@ -469,6 +505,12 @@ class _Spill:
             self.flush(kind)
             writer.close()
         self._writers.clear()
+
+    def reset(self) -> None:
+        """Forget every row spilled so far (a pass that has to start again)."""
+        for writer in self._writers.values():
+            writer.close()
+        self.__init__(self.root)  # type: ignore[misc]
 
 
 def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, memory_limit: str) -> None:

@@ -1,0 +1,189 @@
+"""A Kineto trace's events, decoded typed in native code, a byte range at a time.
+
+Why: decoding is most of what reading a trace costs, and rlwh keeps a dozen fields of
+each event. msgspec decodes only those (Event, Args below; every other key is skipped in
+C) straight into small objects, ~8x faster than ijson's dicts; times come as Decimal, so
+they stay exact (JSON numbers never pass through a float).
+
+How: the traceEvents array is cut into pieces of about PIECE_BYTES at event boundaries.
+A boundary is a '},' followed by '{'; one inside a string or a nested value leaves the
+piece unbalanced, which the decoder rejects, and the cut moves back to the previous
+candidate, so a piece that decodes is exactly a run of whole events. At the end the array's
+own ']' is the one after which the rest of the file reads as the trailing keys
+(rlwh.readers.torch_trace parses them). A piece that is valid JSON but has an event of
+another shape (a ts that is no number) is decoded event by event, and an event that still
+does not fit is None (malformed), as it is in the streaming parser's pass. Anything else (a file cut
+mid-write, damaged gzip, no '[' after "traceEvents") raises NotTyped: the caller reads
+the file with the streaming parser, which keeps every complete event before a cut.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any, Optional, Union
+
+import msgspec
+
+PIECE_BYTES = 16 << 20
+MAX_PIECE_BYTES = 512 << 20  # a single event (or run without a boundary) beyond this: not typed
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_WS = b" \t\r\n"
+
+
+class NotTyped(Exception):
+    """The file is not a run of whole events this decoder can cut; read it another way."""
+
+
+def _arg(name: str) -> Any:
+    return msgspec.field(default=None, name=name)
+
+
+class Args(msgspec.Struct):
+    """The args rlwh reads, each as written (ids and counts go through kineto_int)."""
+
+    call_stack: Any = _arg("Call stack")
+    sequence_number: Any = _arg("Sequence number")
+    fwd_thread_id: Any = _arg("Fwd thread id")
+    python_id: Any = _arg("Python id")
+    python_parent_id: Any = _arg("Python parent id")
+    bytes: Any = _arg("Bytes")
+    addr: Any = _arg("Addr")
+    total_allocated: Any = _arg("Total Allocated")
+    total_reserved: Any = _arg("Total Reserved")
+    device_type: Any = _arg("Device Type")
+    device_id: Any = _arg("Device Id")
+    device: Any = _arg("device")
+    stream: Any = _arg("stream")
+    stream_id: Any = _arg("stream_id")
+    correlation: Any = _arg("correlation")
+    collective_name: Any = _arg("Collective name")
+    process_group_name: Any = _arg("Process Group Name")
+    in_msg_nelems: Any = _arg("In msg nelems")
+    dtype: Any = _arg("dtype")
+    seq: Any = _arg("Seq")
+    seq_lower: Any = _arg("seq")
+
+
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct):
+    """One trace event, the fields rlwh reads. ts and dur are exact Decimal µs."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    ts: Optional[Decimal] = None
+    dur: Optional[Decimal] = None
+    pid: Any = None
+    tid: Any = None
+    # Args where it is an object; anything else written there counts as no args.
+    args: Optional[Union[Args, list, str, float, bool]] = None
+
+    @property
+    def arguments(self) -> Args:
+        return self.args if self.args.__class__ is Args else NO_ARGS
+
+
+_PIECE = msgspec.json.Decoder(list[Optional[Event]])
+
+
+def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str], dict | None],
+                 out: dict) -> Iterator[list[Event | None]]:
+    """The events of the trace whose uncompressed bytes `chunks` yields, a piece at a time,
+    in file order; None stands for an event that does not fit Event (malformed).
+
+    parse_trailer reads the text after the array (', "key": value ... }'), None unless it
+    is exactly that; its result is left in out["trailer"] once the last piece is yielded."""
+    buf = b""
+    for chunk in chunks:
+        buf += chunk
+        match = _EVENTS_KEY.search(buf)
+        if match:
+            buf = buf[match.end():]
+            break
+        if len(buf) > MAX_PIECE_BYTES:
+            raise NotTyped("no traceEvents array near the start")
+    else:
+        raise NotTyped("no traceEvents array")
+    pending, size = [buf], len(buf)
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size < PIECE_BYTES:
+            continue
+        buf = b"".join(pending)
+        events, rest = _cut(buf)
+        if events is None:
+            if len(buf) > MAX_PIECE_BYTES:
+                raise NotTyped(f"no event boundary in {len(buf)} bytes")
+            pending, size = [buf], len(buf)
+            continue
+        yield events
+        pending, size = [rest], len(rest)
+    events, out["trailer"] = _last(b"".join(pending), parse_trailer)
+    yield events
+
+
+def _cut(buf: bytes) -> tuple[list[Event | None] | None, bytes]:
+    """Whole events from the start of buf up to its last boundary that balances, and the
+    bytes after that boundary's ','."""
+    end = len(buf)
+    for _ in range(64):
+        at = buf.rfind(b"}", 0, end)
+        while at >= 0 and not _BOUNDARY.match(buf, at):
+            at = buf.rfind(b"}", 0, at)
+        if at < 0:
+            return None, buf
+        events = _decode(b"[" + buf[:at + 1] + b"]")
+        if events is not None:
+            return events, buf[buf.index(b",", at) + 1:]
+        end = at
+    return None, buf
+
+
+def _last(buf: bytes, parse_trailer: Callable[[str], dict | None]) -> tuple[list[Event | None], dict]:
+    """The last events, and the keys after the array's ']' (the first ']' from the end
+    after which the rest reads as trailing keys and the events before it decode)."""
+    end = len(buf)
+    while (at := buf.rfind(b"]", 0, end)) >= 0:
+        end = at
+        trailer = parse_trailer(buf[at + 1:].decode("utf-8", "replace"))
+        if trailer is None:
+            continue
+        head = buf[:at].rstrip(_WS)
+        events = [] if not head else _decode(b"[" + head + b"]")
+        if events is not None:
+            return events, trailer
+    raise NotTyped("the traceEvents array does not end (a file cut mid-write?)")
+
+
+def _decode(piece: bytes) -> list[Event | None] | None:
+    """piece (a JSON array) as Events, None for each malformed one; None when the piece is
+    no JSON array of objects (a cut in the wrong place)."""
+    try:
+        return _PIECE.decode(piece)
+    except msgspec.ValidationError:
+        pass  # valid JSON, but an event of another shape: one by one below
+    except msgspec.DecodeError:
+        return None
+    try:
+        values = json.loads(piece, parse_float=Decimal)
+    except ValueError:
+        return None
+    if not isinstance(values, list) or not all(isinstance(v, dict) for v in values):
+        return None
+    return [event_or_none(v) for v in values]
+
+
+def event_or_none(value: dict) -> Event | None:
+    """An event parsed elsewhere (a dict of JSON values, numbers as int or Decimal) as an
+    Event; None when its fields are not of these types."""
+    try:
+        return msgspec.convert(value, Event, strict=False)
+    except msgspec.ValidationError:
+        return None
