@@ -24,13 +24,14 @@ from rlwh.readers import ascend_trace, torch_trace  # noqa: E402
 from rlwh.readers.base import TableSink  # noqa: E402
 
 FIXTURES = HERE.parent.parent / "shared" / "fixtures" / "real"
+ALEXNET_RANK0 = "ascend/msinsight-alexnet-level1/text/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT"
 TRACES = [
     ("Kineto, df_index_resolver (216 k events, 22 k kernels/copies)",
      torch_trace, FIXTURES / "kineto/hta/df_index_resolver/df_index_resolver.json.gz"),
     ("Kineto, trace_diff/test (105 k events, 16 k kernels/copies)",
      torch_trace, FIXTURES / "kineto/hta/trace_diff/test/test.json.gz"),
     ("Ascend trace_view.json, AlexNet rank 0 (2.2 MB)",
-     ascend_trace, FIXTURES / "ascend/msinsight-alexnet-level1/text/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"),
+     ascend_trace, FIXTURES / ALEXNET_RANK0 / "trace_view.json"),
 ]
 
 
