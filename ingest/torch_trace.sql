@@ -31,7 +31,11 @@ select
   if(kind = 'communication',
      coalesce("Seq", row_number() over (partition by kind = 'communication', "Process Group Name"
                                         order by ts_ns, dur_ns)), null) as seq,
-  if(kind = 'communication', "Seq" is not null, null) as seq_is_global,
+  -- Kineto's Seq numbers a process group's collectives alike on every rank; a point-to-point
+  -- op's counts per pair of ranks, so it is no shared number.
+  if(kind = 'communication',
+     "Seq" is not null and "Process Group Name" is not null and coalesce(collective, '') not in ('send', 'recv', 'sendrecv'),
+     null) as seq_is_global,
   "In msg nelems" as element_count,
   dtype as data_type,
   cat as source_type,

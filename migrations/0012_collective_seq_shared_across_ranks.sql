@@ -8,6 +8,8 @@ comment on table device_ops is 'One row per device activity of a rank: a kernel,
 comment on column device_ops.source_type is 'The source''s own type of the row: Ascend Task Type (AI_CORE, PCIE_DMA_SQE, ...), kernel_details.csv''s Accelerator Core (AI_VECTOR_CORE, HCCL, ...), HCCL for an op row; the Kineto category (kernel, gpu_memcpy, gpu_memset, mtia_ccp_events).';
 comment on column device_ops."group" is 'For communication: the process group or HCCL group as the source names it (Kineto Process Group Name, db COMMUNICATION_OP.groupName, the trace''s HCCL thread such as Group 0, communication.json''s group after the @); NULL when the source names none.';
 update device_ops set seq_is_global = false where kind = 'communication';
+-- A DSA task (DSAGenBitMask) is a kernel, as kernel_details.csv lists it; text exports said memcpy.
+update device_ops set kind = 'compute' where kind = 'memcpy' and upper(source_type) like 'DSA%';
 
 -- Traces loaded before recorded no seq_is_global: the next ingest reads them again.
 update sources set fingerprint = 'reload: device_ops.seq_is_global added by migration 0012'

@@ -28,6 +28,8 @@ create or replace view collectives (
   "group",
   -- The source's sequence number of the collective in its group where every rank records one (device_ops.seq_is_global), else the instance's order among the step's collectives of this group and name (1 = first).
   seq,
+  -- True when seq is the source's own number, shared by the ranks (the instance was matched by it); false when it is the order within the step. With step, group, name and seq it names the instance.
+  seq_is_global,
   -- Global rank.
   rank_id,
   -- When the rank's collective started on the device, ns since the epoch; NULL when the rank never ran this instance.
@@ -39,12 +41,24 @@ create or replace view collectives (
   -- True for the rank that arrived last (every tied last arrival); false for others and for a rank that never ran it.
   is_last
 ) as
+-- A recorded seq is the key only where it is one: no point-to-point op, and no rank of the
+-- group holding a (group, seq) in two captures (a restarted process counts from 1 again);
+-- else the whole group is matched by order.
 with communication as (
   select
     run, role, rank_id, step, name, collective, "group", start_ns, end_ns, seq,
-    coalesce(seq_is_global, false) and coalesce(collective, '') not in ('send', 'recv', 'sendrecv') as by_seq,
+    coalesce(seq_is_global, false) and coalesce(collective, '') not in ('send', 'recv', 'sendrecv') as shared,
+    min(capture) over same_seq <> max(capture) over same_seq as restarted,
   from device_ops
   where kind = 'communication'
+  window same_seq as (partition by run, role, rank_id, "group", seq)
+),
+
+classified as (
+  select
+    *,
+    shared and not coalesce(bool_or(shared and restarted) over (partition by run, role, "group"), false) as by_seq,
+  from communication
 ),
 
 -- The instance key of each row: (group, seq) where the source's seq is shared by the
@@ -57,7 +71,7 @@ keyed as (
     case when by_seq then seq else row_number() over (
       partition by run, role, rank_id, step, "group", name, by_seq order by start_ns, end_ns
     ) end as key_seq,
-  from communication
+  from classified
 ),
 
 -- One row per (rank, instance): a recorded seq a rank ran as several kernels counts from the first start to the last end.
@@ -91,7 +105,7 @@ expected as (
 
 arrivals as (
   select
-    e.run, e.role, e.step, e.name, e.collective, e."group", e.key_seq as seq, e.rank_id,
+    e.run, e.role, e.step, e.name, e.collective, e."group", e.key_seq as seq, e.by_seq as seq_is_global, e.rank_id,
     o.start_ns as arrive_ns, o.end_ns,
   from expected as e
   left join ops as o
@@ -102,11 +116,11 @@ arrivals as (
 
 final as (
   select
-    run, role, step, name, collective, "group", seq, rank_id, arrive_ns, end_ns,
+    run, role, step, name, collective, "group", seq, seq_is_global, rank_id, arrive_ns, end_ns,
     max(arrive_ns) over instance - arrive_ns as wait_ns,
     coalesce(arrive_ns = max(arrive_ns) over instance, false) as is_last,
   from arrivals
-  window instance as (partition by run, role, step, "group", name, seq)
+  window instance as (partition by run, role, step, "group", name, seq, seq_is_global)
 )
 
 select * from final

@@ -35,12 +35,12 @@ create or replace view stragglers (
 ) as
 with instances as (
   select
-    run, role, step, "group", name, seq,
+    run, role, step, "group", name, seq, seq_is_global,
     sum(wait_ns) as waited_ns,
     arg_min(rank_id, struct_pack(neg := -arrive_ns, r := rank_id)) filter (where arrive_ns is not null) as last_rank,
     min(arrive_ns) as first_arrive_ns,
   from collectives
-  group by run, role, step, "group", name, seq
+  group by run, role, step, "group", name, seq, seq_is_global
 ),
 
 charged as (
@@ -57,7 +57,8 @@ steps as (
 ),
 
 first_instance as (
-  select run, role, step, arg_min(struct_pack(g := "group", n := name, s := seq), first_arrive_ns) as first,
+  select run, role, step,
+    arg_min(struct_pack(g := "group", n := name, s := seq, k := seq_is_global), first_arrive_ns) as first,
   from instances
   group by run, role, step
 ),
@@ -68,6 +69,7 @@ first_arrivals as (
   join first_instance as f
     on c.run = f.run and c.role = f.role and (c.step = f.step or (c.step is null and f.step is null))
     and (c."group" = f.first.g or (c."group" is null and f.first.g is null)) and c.name = f.first.n and c.seq = f.first.s
+    and c.seq_is_global = f.first.k
 ),
 
 step_ranks as (

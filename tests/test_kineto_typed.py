@@ -93,3 +93,25 @@ def test_a_trace_cut_mid_write_is_read_by_the_streaming_parser(tmp_path):
     outcome, tables = _read(trace, tmp_path / "out")
     assert outcome["status"] == "partial" and "kept the" in outcome["message"]
     assert 0 < len(tables["cpu_ops"]) < 200
+
+
+@pytest.mark.parametrize("damage", ["cut", "nan"])
+def test_a_damaged_file_leaves_the_typed_decoder_after_a_few_tries(tmp_path, monkeypatch, damage):
+    """A file cut mid-write, or a bad token mid-file, costs the typed decoder a few decodes
+    (not one per ']' or per candidate boundary) before the streaming parser reads it."""
+    text = json.dumps({"traceEvents": _events(3000)}, indent=2)
+    if damage == "cut":
+        text = text[: len(text) - 5000]
+    else:
+        text = text.replace('"ph": "X"', '"ph": NaN', 1500).replace('"ph": NaN', '"ph": "X"', 1499)
+    trace = tmp_path / "prof_rank-0.pt.trace.json"
+    trace.write_text(text)
+    calls = []
+    decode = kineto_events._decode
+    monkeypatch.setattr(kineto_events, "_decode", lambda piece: calls.append(len(piece)) or decode(piece))
+    monkeypatch.setattr(kineto_events, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
+    outcome, tables = _read(trace, tmp_path / "out")
+    assert len(calls) <= 2 * (len(text) // (64 << 10)) + 4
+    assert 0 < len(tables["cpu_ops"]) <= 3000
+    assert outcome["status"] == "partial"

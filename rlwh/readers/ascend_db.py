@@ -29,7 +29,8 @@ from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_s
 BATCH_ROWS = 65536
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # A rank dir holding these is a text export: it is loaded, and the db beside it is not.
-TEXT_EXPORT_FILES = ("operator_memory.csv", "trace_view.json", "memory_record.csv", "step_trace_time.csv")
+TEXT_EXPORT_FILES = ("operator_memory.csv", "trace_view.json", "memory_record.csv", "step_trace_time.csv",
+                     "kernel_details.csv")
 # ENUM_MODULE names the text export spells otherwise (msinsight fixture: ENUM_MODULE id 74
 # is AMP, npu_module_mem.csv of the same job writes AML, and ENUM_MODULE has no AML).
 TEXT_MODULE_NAMES = {"AMP": "AML"}

@@ -7,14 +7,15 @@ they stay exact (JSON numbers never pass through a float).
 
 How: the traceEvents array is cut into pieces of about PIECE_BYTES at event boundaries.
 A boundary is a '},' followed by '{'; one inside a string or a nested value leaves the
-piece unbalanced, which the decoder rejects, and the cut moves back to the previous
-candidate, so a piece that decodes is exactly a run of whole events. At the end the array's
-own ']' is the one after which the rest of the file reads as the trailing keys
-(rlwh.readers.torch_trace parses them). A piece that is valid JSON but has an event of
-another shape (a ts that is no number) is decoded event by event, and an event that still
-does not fit is None (malformed), as it is in the streaming parser's pass. Anything else (a file cut
-mid-write, damaged gzip, no '[' after "traceEvents") raises NotTyped: the caller reads
-the file with the streaming parser, which keeps every complete event before a cut.
+piece unbalanced, which the decoder rejects at the piece's very end, and the cut moves back
+to an earlier candidate (or, after a few, waits for more bytes), so a piece that decodes is
+exactly a run of whole events. At the end the array's own ']' is the one after which the
+rest of the file reads as the trailing keys (searched in the last TAIL_BYTES only). A piece
+that is valid JSON but has an event of another shape (a ts that is no number) is decoded
+event by event, and an event that still does not fit is None (malformed), as it is in the
+streaming parser's pass. Anything else (a bad byte mid-file, a file cut mid-write, damaged
+gzip, no '[' after "traceEvents") raises NotTyped at once: the caller reads the file with
+the streaming parser, which keeps every complete event before a cut.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any, Optional, Union
 import msgspec
 
 PIECE_BYTES = 16 << 20
-MAX_PIECE_BYTES = 512 << 20  # a single event (or run without a boundary) beyond this: not typed
+MAX_PIECE_BYTES = 64 << 20  # no boundary in this many bytes (one giant event?): not typed
+TAIL_BYTES = 4 << 20  # the keys after traceEvents must fit here, as for the streaming parser
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
@@ -36,6 +38,10 @@ _WS = b" \t\r\n"
 
 class NotTyped(Exception):
     """The file is not a run of whole events this decoder can cut; read it another way."""
+
+
+class _ArrayEnds(Exception):
+    """A piece ran past the end of the traceEvents array: what follows is the trailer."""
 
 
 def _arg(name: str) -> Any:
@@ -89,24 +95,28 @@ class Event(msgspec.Struct):
         return self.args if self.args.__class__ is Args else NO_ARGS
 
 
-_PIECE = msgspec.json.Decoder(list[Optional[Event]])
+# Non-integral numbers in the args kept as Any come as Decimal, as from the streaming parser.
+_PIECE = msgspec.json.Decoder(list[Optional[Event]], float_hook=Decimal)
+_ERROR_AT = re.compile(r"\(byte (\d+)\)")
 
 
-def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str], dict | None],
+def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | None],
                  out: dict) -> Iterator[list[Event | None]]:
     """The events of the trace whose uncompressed bytes `chunks` yields, a piece at a time,
     in file order; None stands for an event that does not fit Event (malformed).
 
-    parse_trailer reads the text after the array (', "key": value ... }'), None unless it
-    is exactly that; its result is left in out["trailer"] once the last piece is yielded."""
-    buf = b""
+    parse_trailer(text, i) reads text[i:] as the keys after the array (', "key": value
+    ... }'), None unless it is exactly that; its result is left in out["trailer"] once the
+    last piece is yielded."""
+    head = bytearray()
     for chunk in chunks:
-        buf += chunk
-        match = _EVENTS_KEY.search(buf)
+        searched = max(0, len(head) - 64)  # the key may straddle two chunks
+        head += chunk
+        match = _EVENTS_KEY.search(head, searched)
         if match:
-            buf = buf[match.end():]
+            buf = bytes(head[match.end():])
             break
-        if len(buf) > MAX_PIECE_BYTES:
+        if len(head) > MAX_PIECE_BYTES:
             raise NotTyped("no traceEvents array near the start")
     else:
         raise NotTyped("no traceEvents array")
@@ -117,7 +127,11 @@ def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str], dict | 
         if size < PIECE_BYTES:
             continue
         buf = b"".join(pending)
-        events, rest = _cut(buf)
+        try:
+            events, rest = _cut(buf)
+        except _ArrayEnds:  # the rest is the last events and the keys after them
+            pending = [buf, *chunks]
+            break
         if events is None:
             if len(buf) > MAX_PIECE_BYTES:
                 raise NotTyped(f"no event boundary in {len(buf)} bytes")
@@ -131,9 +145,9 @@ def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str], dict | 
 
 def _cut(buf: bytes) -> tuple[list[Event | None] | None, bytes]:
     """Whole events from the start of buf up to its last boundary that balances, and the
-    bytes after that boundary's ','."""
+    bytes after that boundary's ','; (None, buf) when none of the last few does."""
     end = len(buf)
-    for _ in range(64):
+    for _ in range(16):
         at = buf.rfind(b"}", 0, end)
         while at >= 0 and not _BOUNDARY.match(buf, at):
             at = buf.rfind(b"}", 0, at)
@@ -146,18 +160,24 @@ def _cut(buf: bytes) -> tuple[list[Event | None] | None, bytes]:
     return None, buf
 
 
-def _last(buf: bytes, parse_trailer: Callable[[str], dict | None]) -> tuple[list[Event | None], dict]:
-    """The last events, and the keys after the array's ']' (the first ']' from the end
-    after which the rest reads as trailing keys and the events before it decode)."""
-    end = len(buf)
-    while (at := buf.rfind(b"]", 0, end)) >= 0:
-        end = at
-        trailer = parse_trailer(buf[at + 1:].decode("utf-8", "replace"))
-        if trailer is None:
+def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]) -> tuple[list[Event | None], dict]:
+    """The last events, and the keys after the array's ']': the last ']' (within the
+    final TAIL_BYTES) after which the rest reads as trailing keys and before which the
+    events decode."""
+    start = max(0, len(buf) - TAIL_BYTES)
+    text = buf[start:].decode("utf-8", "surrogateescape")  # one char per undecodable byte: offsets map back
+    pos = len(text)
+    while (pos := text.rfind("]", 0, pos)) >= 0:
+        if parse_trailer(text, pos + 1) is None:
             continue
+        at = start + len(text[:pos].encode("utf-8", "surrogateescape"))
+        trailer = parse_trailer(buf[at + 1:].decode("utf-8", "replace"), 0)
         head = buf[:at].rstrip(_WS)
-        events = [] if not head else _decode(b"[" + head + b"]")
-        if events is not None:
+        try:
+            events = [] if not head else _decode(b"[" + head + b"]")
+        except _ArrayEnds:  # this ']' is in the trailer: the array ended before it
+            continue
+        if events is not None and trailer is not None:
             return events, trailer
     raise NotTyped("the traceEvents array does not end (a file cut mid-write?)")
 
@@ -169,7 +189,14 @@ def _decode(piece: bytes) -> list[Event | None] | None:
         return _PIECE.decode(piece)
     except msgspec.ValidationError:
         pass  # valid JSON, but an event of another shape: one by one below
-    except msgspec.DecodeError:
+    except msgspec.DecodeError as exc:
+        # A cut in the wrong place breaks the piece at its very end (an open string, a
+        # nested value left open); an error before that is in the file itself.
+        where = _ERROR_AT.search(str(exc))  # "truncated" says no byte: the end
+        if where is not None and int(where.group(1)) < len(piece) - 2:
+            if "trailing characters" in str(exc):
+                raise _ArrayEnds() from exc
+            raise NotTyped(f"not JSON the typed decoder reads ({exc})") from exc
         return None
     try:
         values = json.loads(piece, parse_float=Decimal)

@@ -10,10 +10,12 @@ Why it is built this way:
 - The pass decodes the events typed, 16 MB of the file at a time, in native code
   (rlwh.readers.kineto_events), and builds each run's rows kind by kind (_Scan.take); a
   file it cannot cut (damaged, cut mid-write) is read by ijson's streaming parser instead.
+  The typed pass reads the keys after traceEvents from its last piece.
 - Times stay exact: both decoders yield Decimal µs, turned into integer ns. Epoch ns =
   baseTimeNanoseconds + ts * 1000 (Kineto writes ts relative to that base).
-- Keys after traceEvents come from the last bytes of the stream (kept while reading), so
-  the file is read once; a full token scan is the fallback for a huge trailer.
+- Keys after traceEvents come from the last bytes of the stream (the typed pass's last
+  piece, or the tail the streaming parser keeps), so the file is read once; a full token
+  scan is the fallback for a huge trailer.
 - A trace cut mid-write (plain or gzip) keeps every complete event and says where the
   cut is, in uncompressed bytes.
 - user_annotation ranges land with domain 'default'; gpu_user_annotation (Kineto's copy of
@@ -247,12 +249,17 @@ def _scan_typed(path: Path, spill: _Spill) -> dict:
     scan = _Scan(spill)
     out: dict = {}
     with _Stream(path) as stream:
-        chunks = iter(lambda: stream.read(TYPED_READ_BYTES), b"")
-        for events in typed_events(chunks, lambda text: _members(text, 0), out):
+        for events in typed_events(_chunks(stream), _members, out):
             scan.take(events)
-        if stream.error:
-            raise NotTyped(stream.error)
     return scan.facts(None, out["trailer"])
+
+
+def _chunks(stream: _Stream):
+    """The stream's bytes; NotTyped when it ends on damage (the streaming parser says where)."""
+    while data := stream.read(TYPED_READ_BYTES):
+        yield data
+    if stream.error:
+        raise NotTyped(stream.error)
 
 
 def _scan_streaming(path: Path, spill: _Spill) -> dict:
@@ -407,7 +414,10 @@ class _Scan:
         if self.start != _NO_TS:
             self.spill.rows["ranges"].append(
                 ("recorded", "default", "recorded events", _ns(self.start), _ns(self.end), None, None))
-        return {"error": error, "bad": self.bad, "tail": tail, "devices": self.devices, "names": self.names,
+        for kind in _SPILLS:
+            self.spill.flush(kind)
+        return {"error": error, "bad": self.bad + self.spill.dropped, "tail": tail, "devices": self.devices,
+                "names": self.names,
                 "min_ts": None if self.min_ts == _NO_TS else self.min_ts}
 
     def name_id(self, name) -> int:
@@ -486,6 +496,7 @@ class _Spill:
     def __init__(self, root: Path):
         self.root = root
         self.rows: dict[str, list] = {k: [] for k in _SPILLS}
+        self.dropped = 0
         self._writers = {k: pq.ParquetWriter(root / f"{k}.parquet", s, compression="none")
                          for k, s in _SPILLS.items()}
 
@@ -493,11 +504,19 @@ class _Spill:
         return str(self.root / f"{kind}.parquet")
 
     def flush(self, kind: str) -> None:
+        """Write the buffered rows; a row with a value its column cannot hold (a time or id
+        beyond BIGINT) is dropped and counted in .dropped, never raised mid-run."""
         rows = self.rows[kind]
         if rows:
             schema = _SPILLS[kind]
-            cols = [pa.array(c, t) for c, t in zip(zip(*rows), schema.types)]
-            self._writers[kind].write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+            try:
+                cols = [pa.array(c, t) for c, t in zip(zip(*rows), schema.types)]
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                kept = [r for r in rows if _fits(r, schema)]
+                self.dropped += len(rows) - len(kept)
+                cols = [pa.array(c, t) for c, t in zip(zip(*kept), schema.types)] if kept else []
+            if cols:
+                self._writers[kind].write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
             rows.clear()
 
     def close(self) -> None:
@@ -511,6 +530,18 @@ class _Spill:
         for writer in self._writers.values():
             writer.close()
         self.__init__(self.root)  # type: ignore[misc]
+
+
+def _fits(row: tuple, schema: pa.Schema) -> bool:
+    """Whether every value of a spilled row fits its column (int64 or text)."""
+    for value, kind in zip(row, schema.types):
+        if value is None:
+            continue
+        if kind == _I and not (value.__class__ is int and -(2**63) <= value < 2**63):
+            return False
+        if kind != _I and not isinstance(value, str):
+            return False
+    return True
 
 
 def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, memory_limit: str) -> None:

@@ -16,18 +16,18 @@ RANK_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
 def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figure:
     instances = []
     for r in rows:
-        key = (r["step"], r["group"], r["name"], r["seq"])
+        key = (r["step"], r["group"], r["name"], r["seq"], r["seq_is_global"])
         if key not in instances:
             instances.append(key)
     x = [label(f"{k + 1}. {name}" + (f" #{seq}" if seq > 1 else "") + (f" (step {step})" if step is not None else ""))
-         for k, (step, _group, name, seq) in enumerate(instances)]
+         for k, (step, _group, name, seq, _shared) in enumerate(instances)]
     position = {key: k for k, key in enumerate(instances)}
     traces = []
     ranks = sorted({r["rank_id"] for r in rows})
     for n, rank in enumerate(ranks):
         mine = [r for r in rows if r["rank_id"] == rank]
         color = RANK_COLORS[n % len(RANK_COLORS)]
-        xs = [x[position[(r["step"], r["group"], r["name"], r["seq"])]] for r in mine]
+        xs = [x[position[(r["step"], r["group"], r["name"], r["seq"], r["seq_is_global"])]] for r in mine]
         hover = [f"rank {rank} at {label(r['name'])}<br>"
                  + ("never arrived" if r["arrive_ns"] is None else
                     f"late by {r['late_ns'] / 1e6:,.3f} ms, waited {r['wait_ns'] / 1e6:,.3f} ms"

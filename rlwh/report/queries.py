@@ -108,15 +108,15 @@ order by role, rank_id, lane, start_ns
 # how late it was (arrival minus the first arrival) and how long it waited (last minus its own).
 COLLECTIVE_ARRIVALS = """
 with arrivals as (
-  select role, step, name, "group", seq, rank_id, arrive_ns, wait_ns, is_last,
-    min(arrive_ns) over (partition by role, step, "group", name, seq) as first_arrive_ns,
+  select role, step, name, "group", seq, seq_is_global, rank_id, arrive_ns, wait_ns, is_last,
+    min(arrive_ns) over (partition by role, step, "group", name, seq, seq_is_global) as first_arrive_ns,
   from collectives
   where run = $run
 )
 select *, arrive_ns - first_arrive_ns as late_ns
 from arrivals
-qualify dense_rank() over (order by first_arrive_ns, role, step, "group", name, seq) <= $max_instances
-order by role, first_arrive_ns, step, "group", name, seq, rank_id
+qualify dense_rank() over (order by first_arrive_ns, role, step, "group", name, seq, seq_is_global) <= $max_instances
+order by role, first_arrive_ns, step, "group", name, seq, seq_is_global, rank_id
 """
 
 STRAGGLERS = """

@@ -120,3 +120,18 @@ def test_send_and_recv_never_meet_by_a_recorded_seq(fresh_db):
     ], **KEY)
     rows = fresh_db.execute("select seq, rank_id, wait_ns from collectives order by rank_id").fetchall()
     assert rows == [(1, 0, 20), (1, 1, 0)]
+
+
+def test_a_seq_a_rank_recorded_in_two_captures_is_matched_by_order(fresh_db):
+    """A restarted process numbers its collectives from 1 again: within one capture the
+    recorded seq is the key, across two of one rank it is not (order within the step is)."""
+    rows = [(0, 1, "nccl_ar", "communication", "allreduce", "0", 100, 200, 1, True, "a"),
+            (1, 1, "nccl_ar", "communication", "allreduce", "0", 130, 200, 1, True, "b"),
+            (0, 2, "nccl_ar", "communication", "allreduce", "0", 500, 600, 1, True, "a2"),  # rank 0 restarted
+            (1, 2, "nccl_ar", "communication", "allreduce", "0", 540, 600, 2, True, "b")]
+    for *row, capture in rows:
+        insert_rows(fresh_db, "device_ops", SEQ_COLUMNS, [tuple(row)], **{**KEY, "capture": capture})
+    got = fresh_db.execute("""select step, seq, seq_is_global, rank_id, arrive_ns, wait_ns from collectives
+                              order by step, rank_id""").fetchall()
+    assert got == [(1, 1, False, 0, 100, 30), (1, 1, False, 1, 130, 0),
+                   (2, 1, False, 0, 500, 40), (2, 1, False, 1, 540, 0)]
