@@ -4,8 +4,9 @@
 -- An instance is one collective run by every rank of its group. Where the source numbers
 -- a group's collectives alike on every rank (device_ops.seq_is_global: Kineto's Seq), an
 -- instance is its (group, seq) on every rank. Elsewhere (HCCL and older NCCL traces
--- number ops per rank only; point-to-point ops are never matched by a recorded seq) they
--- are matched by order: the k-th collective of a (group, name) in a step on one rank meets
+-- number ops per rank only; point-to-point ops are never matched by a recorded seq, nor a
+-- group where a rank's seq repeats in two captures: a restarted process) they are matched
+-- by order: the k-th collective of a (group, name) in a step on one rank meets
 -- the k-th on every other rank of the role. The group's ranks are the role's ranks that
 -- ran any collective of that group in the run; a rank that has no row for an instance (it
 -- never reached it, or its capture stopped) still gets a row, with arrive_ns NULL.
