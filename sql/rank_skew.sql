@@ -168,30 +168,28 @@ waited_for as (
 ),
 
 roles_with_collectives as (
-  select distinct run, role from stragglers
+  select distinct run, role, true as has_collectives from stragglers
 ),
 
 final as (
   select
-    run, role, rank_id, role_ranks, span_ns,
-    median_span_ns::bigint as median_span_ns,
-    span_ns / nullif(median_span_ns, 0) as span_vs_median,
+    m.run, m.role, m.rank_id, m.role_ranks, m.span_ns,
+    m.median_span_ns::bigint as median_span_ns,
+    m.span_ns / nullif(m.median_span_ns, 0) as span_vs_median,
     case
-      when (run, role) in (select (run, role) from roles_with_collectives)
-        then coalesce((select w.is_straggler from waited_for as w
-                       where w.run = with_medians.run and w.role = with_medians.role
-                         and w.rank_id = with_medians.rank_id), false)
-      else coalesce(span_ns / nullif(median_span_ns, 0) > 1.1, false)
+      when c.has_collectives then coalesce(w.is_straggler, false)
+      else coalesce(m.span_ns / nullif(m.median_span_ns, 0) > 1.1, false)
     end as is_straggler,
-    case when (run, role) in (select (run, role) from roles_with_collectives) then 'collectives' else 'span_vs_median' end
-      as straggler_rule,
-    peak_live_bytes,
-    median_peak_live_bytes::bigint as median_peak_live_bytes,
-    peak_live_bytes / nullif(median_peak_live_bytes, 0) as peak_vs_median,
-    coalesce(abs(peak_live_bytes / nullif(median_peak_live_bytes, 0) - 1) > 0.1, false) as is_memory_outlier,
-    span_source,
-    span_clock,
-  from with_medians
+    case when c.has_collectives then 'collectives' else 'span_vs_median' end as straggler_rule,
+    m.peak_live_bytes,
+    m.median_peak_live_bytes::bigint as median_peak_live_bytes,
+    m.peak_live_bytes / nullif(m.median_peak_live_bytes, 0) as peak_vs_median,
+    coalesce(abs(m.peak_live_bytes / nullif(m.median_peak_live_bytes, 0) - 1) > 0.1, false) as is_memory_outlier,
+    m.span_source,
+    m.span_clock,
+  from with_medians as m
+  left join roles_with_collectives as c on m.run = c.run and m.role = c.role
+  left join waited_for as w on m.run = w.run and m.role = w.role and m.rank_id = w.rank_id
 )
 
 select * from final

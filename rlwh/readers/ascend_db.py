@@ -23,7 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from rlwh.errors import SourceError
-from rlwh.readers.ascend_db_device import device_rows, empty_device_ops
+from rlwh.readers.ascend_db_device import SCHEMA as DEVICE_SCHEMA
+from rlwh.readers.ascend_db_device import device_rows
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack, scaled
 
 BATCH_ROWS = 65536
@@ -378,13 +379,10 @@ def _overlap_ranges(r: _Reader) -> None:
 
 def _device_ops(r: _Reader) -> None:
     """TASK, COMPUTE_TASK_INFO, COMMUNICATION_OP: rlwh.readers.ascend_db_device."""
-    written = 0
     for batch in device_rows(r.con, r.tables, r.problems):
         r.sink.write("device_ops", batch)
-        written += batch.num_rows
-    r.rows += written
-    if not written:  # the job's SQL reads these columns even when the db holds no device rows
-        empty_device_ops(r.sink)
+        r.rows += batch.num_rows
+    r.sink.ensure("device_ops", DEVICE_SCHEMA)  # a db with no device rows
 
 
 def text_export_beside(path: Path) -> list[str]:

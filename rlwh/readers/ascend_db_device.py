@@ -19,7 +19,6 @@ import re
 import sqlite3
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rlwh.readers.device_names import ASCEND_MEMCPY_TASK_TYPES, collective_of
 
@@ -30,9 +29,10 @@ SCHEMA = pa.schema([
     ("collective", _S), ("launchOp", _S), ("launchNs", _I), ("launchTid", _I), ("step", _I),
 ])
 BATCH_ROWS = 65536
+_MEMCPY = re.compile(ASCEND_MEMCPY_TASK_TYPES)
 
 
-def _launches(con: sqlite3.Connection, tables: set[str]) -> str:
+def _launches(tables: set[str]) -> str:
     """SQL subquery: connectionId -> the PYTORCH_API op that holds it, with its start and thread."""
     if not {"CONNECTION_IDS", "PYTORCH_API"} <= tables:
         return "(select null as connectionId, null as op, null as ns, null as tid where 0)"
@@ -49,7 +49,7 @@ def device_rows(con: sqlite3.Connection, tables: set[str], problems: list[str]):
     steps = con.execute("select id, startNs, endNs from STEP_TIME").fetchall() if "STEP_TIME" in tables else []
     data_types = (dict(con.execute("select id, name from ENUM_HCCL_DATA_TYPE"))
                   if "ENUM_HCCL_DATA_TYPE" in tables else {})
-    launches = _launches(con, tables)
+    launches = _launches(tables)
 
     def step_of(ns):
         if ns is None:
@@ -79,7 +79,7 @@ def device_rows(con: sqlite3.Connection, tables: set[str], problems: list[str]):
             for start, end, device, stream, name, task_type, is_kernel, conn, op, launch, tid in con.execute(sql):
                 task_type = strings.get(task_type, None if task_type is None else str(task_type))
                 kind = ("compute" if is_kernel else
-                        "memcpy" if task_type and re.match(ASCEND_MEMCPY_TASK_TYPES, task_type.upper()) else "other")
+                        "memcpy" if task_type and _MEMCPY.match(task_type.upper()) else "other")
                 rows.append({"startNs": start, "endNs": end, "deviceId": device, "streamId": stream,
                              "name": strings.get(name, task_type) if is_kernel else task_type,
                              "taskType": task_type, "kind": kind, "connectionId": conn, "launchOp": op,
@@ -90,13 +90,11 @@ def device_rows(con: sqlite3.Connection, tables: set[str], problems: list[str]):
         except sqlite3.DatabaseError as exc:
             problems.append(f"TASK: unreadable ({exc}); device_ops keep the rows read before")
     if "COMMUNICATION_OP" in tables:
+        device = "(select max(deviceId) from TASK)" if "TASK" in tables else "null"
         sql = f"""select o.startNs, o.endNs, o.opName, o.opType, o.connectionId, o.groupName, o.opId, o.count,
-                         o.dataType, l.op, l.ns, l.tid,
-                         (select max(deviceId) from TASK) as deviceId
+                         o.dataType, l.op, l.ns, l.tid, {device} as deviceId
                   from COMMUNICATION_OP o left join {launches} l on l.connectionId = o.connectionId
                   order by o.startNs, o.opId"""
-        if "TASK" not in tables:
-            sql = sql.replace("(select max(deviceId) from TASK)", "null")
         try:
             for (start, end, name, op_type, conn, group, op_id, count, data_type, op, launch, tid,
                  device) in con.execute(sql):
@@ -113,8 +111,3 @@ def device_rows(con: sqlite3.Connection, tables: set[str], problems: list[str]):
             problems.append(f"COMMUNICATION_OP: unreadable ({exc}); device_ops keep the rows read before")
     if rows:
         yield pa.RecordBatch.from_pylist(rows, SCHEMA)
-
-
-def empty_device_ops(sink) -> None:
-    """An empty staging file with SCHEMA's columns, which the job's SQL reads by name."""
-    pq.write_table(SCHEMA.empty_table(), sink.parquet_path("device_ops"))

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rlwh.readers.ascend_usage import Column, Format, read_csv
 from rlwh.readers.base import ReadOutcome, TableSink
@@ -87,18 +86,18 @@ def _stage_device_ops(parts: list[Path], groups: pa.Table, sink: TableSink) -> N
     """The kernels with their kind (an HCCL row is communication, every other row a
     kernel) and, for collectives, the collective and the group communication.json names."""
     if not parts:
-        pq.write_table(STAGED.empty_table(), sink.parquet_path("device_ops"))
+        sink.ensure("device_ops", STAGED)
         return
     con = duckdb.connect()
     try:
         con.execute("set threads = 1")
         con.register("groups", groups)
         files = "[" + ", ".join(sql_literal(p) for p in parts) + "]"
-        communication = (f"(upper(trim(k.accelerator_core)) = 'HCCL' "
+        communication = (f"(upper(k.accelerator_core) = 'HCCL' "
                          f"or coalesce({is_communication_sql('k.name')}, false))")
         con.execute(f"""copy (
           with kernels as (
-            select *, try_cast(trim(step_id) as bigint) as step, {communication} as is_communication,
+            select *, try_cast(step_id as bigint) as step, {communication} as is_communication,
             from read_parquet({files}) as k
           ),
           named as (
@@ -107,13 +106,13 @@ def _stage_device_ops(parts: list[Path], groups: pa.Table, sink: TableSink) -> N
           )
           select
             k.step as step_id, k.name, k.start_ns, k.start_ns + coalesce(k.duration_ns, 0) as end_ns,
-            try_cast(trim(k.stream_id) as bigint) as stream,
+            try_cast(k.stream_id as bigint) as stream,
             case when k.is_communication then 'communication' else 'compute' end as kind,
             case when k.is_communication then {collective_sql('k.name')} end as collective,
             case when k.is_communication then
               coalesce(g."group", (select any_value(n."group") from named n where n.name = k.name))
             end as "group",
-            nullif(trim(k.accelerator_core), 'N/A') as accelerator_core,
+            nullif(k.accelerator_core, 'N/A') as accelerator_core,
           from kernels as k
           left join named as g on g.name = k.name and g.step = k.step
           order by k.source_row

@@ -62,6 +62,13 @@ class TableSink:
             writer.write_table(batch)
         self._counts[table] = self._counts.get(table, 0) + batch.num_rows
 
+    def ensure(self, table: str, schema: pa.Schema) -> None:
+        """An empty part with `schema`'s columns when `table` has none: a job's SQL reads
+        its staged columns by name even when the reader found no rows."""
+        folder = self.root / table
+        if not (folder.is_dir() and any(folder.glob("*.parquet"))):
+            pq.write_table(schema.empty_table(), self.parquet_path(table))
+
     def finish(self, table: str) -> None:
         """Close `table`'s part, so the reader can read back what it wrote."""
         writer = self._writers.pop(table, None)

@@ -30,7 +30,7 @@ import msgspec
 
 PIECE_BYTES = 16 << 20
 MAX_PIECE_BYTES = 64 << 20  # no boundary in this many bytes (one giant event?): not typed
-TAIL_BYTES = 4 << 20  # the keys after traceEvents must fit here, as for the streaming parser
+TAIL_BYTES = 4 << 20  # the keys after traceEvents must fit here (both passes), else a slow rescan
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"

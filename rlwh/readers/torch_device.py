@@ -15,7 +15,6 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rlwh.readers.base import TableSink
 from rlwh.readers.device_names import collective_sql, is_communication_sql
@@ -116,11 +115,8 @@ def copy_device_ops(con, sink: TableSink, base: int, names: list, dev: str, laun
         from with_op w
     """
     params = {"base": base, "dev": dev, "launch": launch, "ops": ops, "ranges": ranges}
-    written = 0
     for batch in con.sql(sql, params=params).to_arrow_reader(65536):
         sink.write("device_ops", pa.RecordBatch.from_arrays(
             [c.cast(t) for c, t in zip(batch.columns, STAGED.types)], schema=STAGED))
-        written += batch.num_rows
     con.unregister("_names")
-    if not written:  # the job's SQL reads these columns even when a CPU-only trace has none
-        pq.write_table(STAGED.empty_table(), sink.parquet_path("device_ops"))
+    sink.ensure("device_ops", STAGED)  # a CPU-only trace has none

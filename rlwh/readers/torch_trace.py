@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
-from rlwh.readers.kineto_events import Event, NotTyped, event_or_none, typed_events
+from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, typed_events
 from rlwh.readers.torch_device import (
     DEVICE_CATEGORIES,
     DEVICE_SPILL,
@@ -58,7 +58,6 @@ from rlwh.readers.torch_device import (
 )
 
 BATCH_ROWS = 65536
-TAIL_BYTES = 4 << 20  # trailing keys after traceEvents must fit here, else a slow rescan
 READ_BYTES = 256 << 10
 TYPED_READ_BYTES = 4 << 20
 STREAMING_RUN = 4096  # events the streaming parser hands to _Scan.take at once
@@ -382,15 +381,13 @@ class _Scan:
         if ranges:
             rows["ranges"] = ranges
         if device := routed.get("device"):  # kernels, memcpy, memset, MTIA device events
-            for _, e, _ts in device:
-                if e.cat != "mtia_ccp_events":
-                    self._count_device(e, devices)
             rows["dev"] = [device_row(e, _ns(ts), name_id) for _, e, ts in device if e.ph in ("X", None)]
+            devices.update(("cuda", did) for _, e, _ts in device
+                           if e.cat != "mtia_ccp_events" and (did := ki(e.arguments.device)) is not None)
         if launch := routed.get("launch"):  # the runtime calls that launched them
-            for _, e, _ts in launch:
-                if e.cat == "mtia_runtime":
-                    self._count_device(e, devices)
             rows["launch"] = [row for _, e, ts in launch if (row := launch_row(e, _ns(ts))) is not None]
+            devices.update(("mtia", did) for _, e, _ts in launch
+                           if e.cat == "mtia_runtime" and (did := ki(e.arguments.device)) is not None)
         for kind, kept in rows.items():
             self.spill.rows[kind].extend(kept)
             if len(self.spill.rows[kind]) >= BATCH_ROWS:
@@ -402,12 +399,6 @@ class _Scan:
     def _own_stack(self, stack) -> int | None:
         """PyTorch 1.8 wrote the stack on the op, innermost first: its name id."""
         return self.name_id(stack) if stack.__class__ is str and stack else None
-
-    @staticmethod
-    def _count_device(ev: Event, devices: Counter) -> None:
-        did = kineto_int(ev.arguments.device)
-        if did is not None:
-            devices[("mtia" if str(ev.cat).startswith("mtia") else "cuda", did)] += 1
 
     def facts(self, error: str | None, tail: dict | None) -> dict:
         """What the pass found beside the spilled rows; the 'recorded' range joins them."""

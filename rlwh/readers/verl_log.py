@@ -137,13 +137,18 @@ def physical_lines(f, limit: int = MAX_LINE_BYTES):
             over = True
             chunk += more
             if len(chunk) > 2 * limit:
-                cr = chunk.rfind(b"\r", 0, len(chunk) - 1)
-                chunk = chunk[cr + 1:] if 0 <= cr and len(chunk) - cr <= limit else chunk[:limit]
+                chunk = _fit(chunk, limit)
         ended = chunk.endswith(b"\n")
         if over and len(chunk) > limit:
-            cr = chunk.rfind(b"\r", 0, len(chunk) - 1)
-            chunk = chunk[cr + 1:] if 0 <= cr and len(chunk) - cr <= limit else chunk[:limit]
+            chunk = _fit(chunk, limit)
         yield number, chunk.rstrip(b"\n").decode("utf-8", "replace"), ended, over
+
+
+def _fit(chunk: bytes, limit: int) -> bytes:
+    """A line over `limit` bytes cut to size: its last carriage-return segment (what a
+    redrawn progress bar shows) when that fits, else its first `limit` bytes."""
+    cr = chunk.rfind(b"\r", 0, len(chunk) - 1)
+    return chunk[cr + 1:] if 0 <= cr and len(chunk) - cr <= limit else chunk[:limit]
 
 
 def _at_cap(raw: str) -> bool:

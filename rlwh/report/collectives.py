@@ -13,21 +13,23 @@ MAX_INSTANCES = 400  # collective instances drawn per run: the first ones in tim
 RANK_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
+def _instance(r: dict) -> tuple:
+    """What names a collective instance (collectives' key columns)."""
+    return (r["step"], r["group"], r["name"], r["seq"], r["seq_is_global"])
+
+
 def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figure:
-    instances = []
+    position: dict[tuple, int] = {}  # each instance, in the order of its first row
     for r in rows:
-        key = (r["step"], r["group"], r["name"], r["seq"], r["seq_is_global"])
-        if key not in instances:
-            instances.append(key)
+        position.setdefault(_instance(r), len(position))
     x = [label(f"{k + 1}. {name}" + (f" #{seq}" if seq > 1 else "") + (f" (step {step})" if step is not None else ""))
-         for k, (step, _group, name, seq, _shared) in enumerate(instances)]
-    position = {key: k for k, key in enumerate(instances)}
+         for k, (step, _group, name, seq, _shared) in enumerate(position)]
     traces = []
     ranks = sorted({r["rank_id"] for r in rows})
     for n, rank in enumerate(ranks):
         mine = [r for r in rows if r["rank_id"] == rank]
         color = RANK_COLORS[n % len(RANK_COLORS)]
-        xs = [x[position[(r["step"], r["group"], r["name"], r["seq"], r["seq_is_global"])]] for r in mine]
+        xs = [x[position[_instance(r)]] for r in mine]
         hover = [f"rank {rank} at {label(r['name'])}<br>"
                  + ("never arrived" if r["arrive_ns"] is None else
                     f"late by {r['late_ns'] / 1e6:,.3f} ms, waited {r['wait_ns'] / 1e6:,.3f} ms"
@@ -49,7 +51,7 @@ def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figur
         "yaxis2": {"title": {"text": "waited (ms)"}, "domain": [0.0, 0.45], "anchor": "x2"},
         "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
     }
-    note = (f"{len(instances):,} collective instances, {len(ranks)} ranks. Late by: the rank's arrival minus the "
+    note = (f"{len(position):,} collective instances, {len(ranks)} ranks. Late by: the rank's arrival minus the "
             "first arrival; waited: the last arrival minus the rank's own (time it sat in the collective).")
     return Figure(f"collectives-{index}", label(role), note, script_json({"data": traces, "layout": layout}),
                   [query_text(Q.COLLECTIVE_ARRIVALS, params)])

@@ -169,7 +169,7 @@ def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
         if run not in known:
             raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
     result = query(config, SIDE_BY_SIDE, {"a": run_a, "b": run_b})
-    rows = [dict(zip(result.columns, row)) for row in result.rows]
+    rows = _rows(result)
     regressions = find_regressions(_metrics(rows, "b"), _metrics(rows, "a"), config.peak_memory_pct,
                                    config.role_span_pct)
     logs = {run: train_figures(_rows(query(config, TRAIN_FIGURES, {"run": run})), config.train_metrics)

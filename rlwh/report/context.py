@@ -151,6 +151,14 @@ class CollectivesPage(Page):
     queries: list[QueryText] = _help("The SQL behind the straggler table.")
 
 
+@dataclass(kw_only=True)
+class TrainMetricsPage(Page):
+    run: str = _help("Run name.")
+    metrics: list[str] = _help("The chosen log metrics ([verl_log] regression_metrics), in config order.")
+    profiled_steps: list[int] = _help("Steps the profile captured (step_metrics.is_profiled), marked on every chart.")
+    figures: list[Figure] = _help("One chart per chosen metric the run's logs hold: value over step, one line per log.")
+
+
 @dataclass
 class ImbalanceRow:
     layer: int

@@ -34,13 +34,14 @@ from rlwh.report.context import (
     RunSummaryPage,
     SourceGroup,
     SourceRow,
+    TrainMetricsPage,
     num,
     query_text,
 )
 from rlwh.report.gmm import gmm_heatmaps
 from rlwh.report.memory import memory_panels
 from rlwh.report.timeline import role_timeline_figures
-from rlwh.report.train_metrics import TrainMetricsPage, train_metric_figures
+from rlwh.report.train_metrics import train_metric_figures
 
 
 def memory_page_name(role: str, rank_id: int) -> str:

@@ -131,8 +131,8 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
     epoch = clock == "epoch"
     axis = _Axis(epoch, [(r["start_ns"], r["start_ns"] + r["dur_ns"]) for r in spans + lanes])
     ranks = sorted({r["rank_id"] for r in spans + lanes})
-    lane_names = {r["rank_id"]: [lane for lane in LANES if any(x["lane"] == lane and x["rank_id"] == r["rank_id"]
-                                                               for x in lanes)] for r in spans + lanes}
+    present = {(x["rank_id"], x["lane"]) for x in lanes}
+    lane_names = {k: [lane for lane in LANES if (k, lane) in present] for k in ranks}
     span_row = {k: label(f"{role} · rank {k}") for k in ranks}
     rows = [row for k in ranks for row in [span_row[k]] + [label(f"rank {k} · {lane}") for lane in lane_names[k]]]
 

@@ -10,9 +10,8 @@ values are left out of the lines (JSON has no such numbers) and counted in the n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
-from rlwh.report.context import Figure, Page, ReportSession, label, query_text, script_json
+from rlwh.report.context import Figure, ReportSession, label, query_text, script_json
 
 # The chosen metrics come as one text, joined by newlines: a bound list would go element by element.
 TRAIN_SERIES = """
@@ -30,18 +29,6 @@ order by step
 """
 
 LOG_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
-
-
-def _help(text: str):
-    return field(metadata={"help": text})
-
-
-@dataclass(kw_only=True)
-class TrainMetricsPage(Page):
-    run: str = _help("Run name.")
-    metrics: list[str] = _help("The chosen log metrics ([verl_log] regression_metrics), in config order.")
-    profiled_steps: list[int] = _help("Steps the profile captured (step_metrics.is_profiled), marked on every chart.")
-    figures: list[Figure] = _help("One chart per chosen metric the run's logs hold: value over step, one line per log.")
 
 
 def _figure(index: int, metric: str, rows: list[dict], profiled: list[dict], params: dict) -> Figure:

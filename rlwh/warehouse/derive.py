@@ -19,7 +19,6 @@ import duckdb
 from rlwh import stacks
 from rlwh.assets import asset_dir
 from rlwh.sqltext import one_value
-from rlwh.stacks import library_pattern
 
 # The tables whose rows feed ingest/derived/memory.sql.
 SOURCE_TABLES = ("memory_records", "cpu_ops", "torch_memory_events", "snapshot_trace_blocks")
@@ -122,10 +121,9 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     Returns how many stacks were (re)computed.
     """
     row = con.execute("select max(value) from internal.settings where name = 'library_frames'").fetchone()
-    rule = row[0] if row and row[0] else library_pattern()
+    rule = row[0] if row and row[0] else stacks.library_pattern()
     recorded = f"{rule}\n-- native frames: {stacks.LINE_FRAME} unless {stacks.PYTHON_LINE_FRAME}"
-    stale = one_value(con.execute("select count(*) from internal.stack_user_frames where rule <> ?", [recorded]))
-    con.execute("delete from internal.stack_user_frames where rule <> ?", [recorded])
+    stale = one_value(con.execute("delete from internal.stack_user_frames where rule <> ?", [recorded]))
     before = one_value(con.execute("select count(*) from internal.stack_user_frames"))
     con.execute(
         f"""insert into internal.stack_user_frames
@@ -145,8 +143,9 @@ def catch_up(con: duckdb.DuckDBPyConnection, migrations_added_derived: bool) -> 
     just added, and recompute user frames under a new [stacks] rule. True when anything
     changed (the warehouse must then be published)."""
     if migrations_added_derived:
-        refresh_all(con)
-    return bool(refresh_user_frames(con)) or migrations_added_derived
+        refresh_all(con)  # its refresh recomputes the user frames too
+        return True
+    return bool(refresh_user_frames(con))
 
 
 def _is_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:

@@ -22,7 +22,7 @@ import duckdb
 
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
-from rlwh.sqltext import one_value, sql_literal
+from rlwh.sqltext import one_value, sql_ident, sql_literal
 
 # rlwh's private objects: everything a BI user should not have to list.
 PRIVATE_SCHEMA = "internal"
@@ -178,15 +178,13 @@ def parse_view_file(path: Path) -> ViewFile:
     label = _file_label(path)
     private = path.parent.name == PRIVATE_SCHEMA
     match = _CREATE_VIEW.search(sql)
-    macros = _CREATE_MACRO.findall(sql)
+    macros = list(_CREATE_MACRO.finditer(sql))
     if not match and private and macros:
-        outside = [m for m in macros if not m.startswith(f"{PRIVATE_SCHEMA}.")]
+        outside = [m.group(1) for m in macros if not m.group(1).startswith(f"{PRIVATE_SCHEMA}.")]
         if outside:
             raise RlwhError(f"{label}: macro {outside[0]} must be created in schema {PRIVATE_SCHEMA} "
                             f"({PRIVATE_SCHEMA}.{outside[0].split('.')[-1].lstrip('_')})")
-        first_macro = _CREATE_MACRO.search(sql)
-        assert first_macro is not None  # findall found one
-        depends, comment = _head(sql[: first_macro.start()])
+        depends, comment = _head(sql[: macros[0].start()])
         return ViewFile(f"{PRIVATE_SCHEMA}.{path.stem}", path, sql, depends, comment, kind="macros")
     if not match:
         raise RlwhError(f"{label}: no CREATE OR REPLACE VIEW statement")
@@ -284,7 +282,8 @@ def comment_key_columns(con: duckdb.DuckDBPyConnection) -> None:
         {"keys": list(KEY_COLUMN_COMMENTS)},
     ).fetchall()
     for table, column in rows:
-        con.execute(f'comment on column {table}."{column}" is {sql_literal(KEY_COLUMN_COMMENTS[column])}')
+        con.execute(f"comment on column {sql_ident(table)}.{sql_ident(column)} is "
+                    f"{sql_literal(KEY_COLUMN_COMMENTS[column])}")
 
 
 def install_views(con: duckdb.DuckDBPyConnection) -> None:
