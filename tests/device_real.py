@@ -163,19 +163,24 @@ def kineto_step_of(rank: int, event: dict) -> int | None:
 
 
 def arrival_order(per_rank: dict[int, list[tuple[str, int, int]]]) -> list[dict]:
-    """Instances matched by (name, k-th occurrence): each rank's arrival, the last rank and the waiting."""
-    by_key: dict[tuple, dict[int, int]] = {}
+    """Instances matched by (name, k-th occurrence): each rank's arrival and duration, the last
+    rank and the waiting: the last arrival minus the rank's, never more than the rank's own
+    collective lasted (capped: the ones where the arrivals asked for more)."""
+    by_key: dict[tuple, dict[int, tuple[int, int]]] = {}
     for rank, rows in per_rank.items():
         seen: dict[str, int] = {}
-        for name, start, _end in sorted(rows, key=lambda r: r[1]):
+        for name, start, end in sorted(rows, key=lambda r: r[1]):
             seen[name] = seen.get(name, 0) + 1
-            by_key.setdefault((name, seen[name]), {})[rank] = start
+            by_key.setdefault((name, seen[name]), {})[rank] = (start, end)
     out = []
-    for (name, k), arrivals in by_key.items():
+    for (name, k), times in by_key.items():
+        arrivals = {r: s for r, (s, _) in times.items()}
+        durations = {r: e - s for r, (s, e) in times.items()}
         last = max(arrivals.values())
         last_rank = min(r for r, a in arrivals.items() if a == last)
-        out.append({"name": name, "k": k, "arrivals": arrivals, "last_rank": last_rank,
-                    "waits": {r: last - a for r, a in arrivals.items()}})
+        out.append({"name": name, "k": k, "arrivals": arrivals, "durations": durations, "last_rank": last_rank,
+                    "waits": {r: min(last - a, durations[r]) for r, a in arrivals.items()},
+                    "capped": {r for r, a in arrivals.items() if last - a > durations[r]}})
     return sorted(out, key=lambda i: min(i["arrivals"].values()))
 
 

@@ -33,3 +33,26 @@ def test_summary_names_the_rank_waited_for_and_who_waited(config):
     assert row["who_waited"] == "rank 0 7.0 ms, rank 1 4.0 ms" and row["flag"] == "straggler"
     device = sections["Where the device time went, per rank (summed over steps; device_time)"]
     assert [r[1] for r in device.rows] == [0, 1, 2]
+
+
+def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
+    """Rank 1's clock reads a second ahead: the summary shows the second as its offset, and the
+    waits are the milliseconds rank 0 sat in the allreduces, not the second between the clocks."""
+    config.db_path.parent.mkdir(parents=True)
+    con = duckdb.connect(str(config.db_path))
+    migrate(con)
+    con.execute("insert into runs values ('r', '/p', now(), now())")
+    skew = 1_000_000_000
+    rows = []
+    for k in range(3):  # rank 1 arrives 2 ms late at each; both leave together, 1 ms after it joined
+        t = k * 100_000_000
+        rows += [(0, 1, "cuda:0", "ncclKernel_AllReduce", "communication", "allreduce", "0", t, t + 3_000_000),
+                 (1, 1, "cuda:1", "ncclKernel_AllReduce", "communication", "allreduce", "0",
+                  t + 2_000_000 + skew, t + 3_000_000 + skew)]
+    insert_rows(con, "device_ops", COLUMNS, rows, **KEY)
+    con.close()
+    sections = {s.title.split(":")[0]: s.result for s in summarize(config, "r").sections}
+    clocks = sections["Clocks across ranks"]
+    assert [(r[1], r[4], r[7]) for r in clocks.rows] == [(0, 0.0, "aligned"), (1, 1000.0, "aligned")]
+    waits = dict(zip(sections["Who waits for whom"].columns, sections["Who waits for whom"].rows[0]))
+    assert (waits["waited_for_rank"], waits["others_waited_ms"], waits["who_waited"]) == (1, 6.0, "rank 0 6.0 ms")

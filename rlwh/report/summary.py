@@ -2,7 +2,8 @@
 
 Per role and rank: peak live memory and time in the role against the role's median
 (stragglers and memory outliers flagged, from rank_skew), who waited for whom at each
-step's collectives (stragglers) and where the device time went (device_time), the call stacks holding the
+step's collectives (stragglers), each rank's clock offset (clock_offsets) and where the device time
+went (device_time), the call stacks holding the
 most memory at each rank's peak (memory_peak_breakdown), and every file that failed or
 loaded only in part. Each section is one query over the public views, so what it
 prints can be reproduced with `rlwh query`.
@@ -55,7 +56,7 @@ order by role, rank_id, live_bytes desc, name
 # stragglers view), and what each rank's device did (device_time).
 WAITS = """
 with waiting as (
-  select role, step, rank_id, sum(wait_ns) as wait_ns
+  select role, step, rank_id, sum(wait_ns) as wait_ns, count(*) filter (where wait_capped) as capped
   from collectives where run = $run and wait_ns > 0
   group by role, step, rank_id
 ),
@@ -63,15 +64,27 @@ who as (
   select role, step,
     string_agg('rank ' || rank_id || ' ' || round(wait_ns / 1e6, 3) || ' ms', ', ' order by wait_ns desc)
       as who_waited,
+    sum(capped) as capped,
   from waiting group by role, step
 )
 select s.role, s.step, s.rank_id as waited_for_rank, round(s.waited_for_ns / 1e6, 3) as others_waited_ms,
   round(s.late_ns / 1e6, 3) as late_at_first_ms, s.last_at || ' of ' || s.collectives as arrived_last_at,
-  w.who_waited, case when s.is_straggler then 'straggler' end as flag
+  w.who_waited, nullif(w.capped, 0) as capped_waits, case when s.is_straggler then 'straggler' end as flag
 from stragglers s
 left join who w on s.role = w.role and (s.step = w.step or (s.step is null and w.step is null))
 where s.run = $run
 order by s.role, s.step
+"""
+
+# Each rank's clock against its role's reference rank (clock_offsets): the offset the
+# collectives' end times measure, and whether the arrivals above were shifted by it.
+CLOCKS = """
+select role, rank_id, reference_rank, instances as collectives_shared, round(offset_ns / 1e6, 3) as offset_ms,
+  round(end_spread_ns / 1e6, 3) as spread_ms, impossible_instances || ' / ' || impossible_after_shift
+    as impossible_before_after_shift,
+  case when aligned then 'aligned' end as flag
+from clock_offsets where run = $run
+order by role, rank_id
 """
 
 DEVICE_TIME = """
@@ -132,6 +145,9 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
         Section("Who waits for whom: per step, the rank the others waited for at the collectives "
                 "(each collective's waiting charged to its last arriver)",
                 query(config, WAITS, params), "no collectives recorded for this run"),
+        Section("Clocks across ranks: each rank's offset from its role's reference rank, from the collectives' "
+                "end times (clock_offsets; aligned: the waits above are on the reference clock)",
+                query(config, CLOCKS, params), "no collectives recorded for this run"),
         Section("Where the device time went, per rank (summed over steps; device_time)",
                 query(config, DEVICE_TIME, params), "no device activity recorded for this run"),
         Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, "
