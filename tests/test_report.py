@@ -604,7 +604,7 @@ def test_unknown_run_is_an_error(demo):
 def test_queries_read_only_public_views():
     allowed = {"memory_timeline", "memory_peak", "memory_peak_breakdown", "memory_blocks", "role_timeline",
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
-               "collectives", "stragglers",  # who waits for whom
+               "collectives", "stragglers", "clock_offsets",  # who waits for whom, on whose clock
                "memory_usage", "npu_module_memory",  # public base tables no view adds to
                "device_ops",  # the device lanes: kernels as they ran (device_time sums them away)
                "duckdb_tables", "information_schema",  # the catalog: does this warehouse have those tables yet
