@@ -33,6 +33,10 @@ def test_summary_names_the_rank_waited_for_and_who_waited(config):
     assert row["who_waited"] == "rank 0 7.0 ms, rank 1 4.0 ms" and row["flag"] == "straggler"
     device = sections["Where the device time went, per rank (summed over steps; device_time)"]
     assert [r[1] for r in device.rows] == [0, 1, 2]
+    # rank 0's device idled nowhere between its kernels (gemm ends as its allreduce starts); why the
+    # others idled: device_idle's columns beside device_time's
+    assert device.columns[-3:] == ["host_wait_ms", "kernel_wait_ms", "other_wait_ms"]
+    assert dict(zip(device.columns, device.rows[0]))["idle_ms"] == 0.0
 
 
 def test_summary_shows_the_clock_offsets_and_the_true_waits(config):

@@ -87,16 +87,32 @@ from clock_offsets where run = $run
 order by role, rank_id
 """
 
+# device_time beside why the device idled (device_idle: host wait, kernel wait, other).
 DEVICE_TIME = """
-select role, rank_id, count(*) as steps,
-  round(sum(window_ns) / 1e6, 3) as window_ms,
-  round(sum(compute_ns) / 1e6, 3) as compute_ms,
-  round(sum(exposed_communication_ns) / 1e6, 3) as exposed_comm_ms,
-  round(sum(overlapped_ns) / 1e6, 3) as overlapped_ms,
-  round(sum(idle_ns) / 1e6, 3) as idle_ms
-from device_time where run = $run
-group by role, rank_id
-order by role, rank_id
+with idle as (
+  select role, rank_id, sum(host_wait_ns) as host_wait_ns, sum(kernel_wait_ns) as kernel_wait_ns,
+    sum(other_wait_ns) as other_wait_ns
+  from device_idle where run = $run
+  group by role, rank_id
+),
+device as (
+  select role, rank_id, count(*) as steps, sum(window_ns) as window_ns, sum(compute_ns) as compute_ns,
+    sum(exposed_communication_ns) as exposed_ns, sum(overlapped_ns) as overlapped_ns, sum(idle_ns) as idle_ns
+  from device_time where run = $run
+  group by role, rank_id
+)
+select d.role, d.rank_id, d.steps,
+  round(d.window_ns / 1e6, 3) as window_ms,
+  round(d.compute_ns / 1e6, 3) as compute_ms,
+  round(d.exposed_ns / 1e6, 3) as exposed_comm_ms,
+  round(d.overlapped_ns / 1e6, 3) as overlapped_ms,
+  round(d.idle_ns / 1e6, 3) as idle_ms,
+  round(i.host_wait_ns / 1e6, 3) as host_wait_ms,
+  round(i.kernel_wait_ns / 1e6, 3) as kernel_wait_ms,
+  round(i.other_wait_ns / 1e6, 3) as other_wait_ms
+from device as d
+left join idle as i on d.role = i.role and d.rank_id = i.rank_id
+order by d.role, d.rank_id
 """
 
 BAD_FILES = """
