@@ -60,3 +60,22 @@ def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
     assert [(r[1], r[4], r[7]) for r in clocks.rows] == [(0, 0.0, "aligned"), (1, 1000.0, "aligned")]
     waits = dict(zip(sections["Who waits for whom"].columns, sections["Who waits for whom"].rows[0]))
     assert (waits["waited_for_rank"], waits["others_waited_ms"], waits["who_waited"]) == (1, 6.0, "rank 0 6.0 ms")
+
+
+def test_summary_shows_device_time_per_phase(config):
+    config.db_path.parent.mkdir(parents=True)
+    con = duckdb.connect(str(config.db_path))
+    migrate(con)
+    con.execute("insert into runs values ('r', '/p', now(), now())")
+    insert_rows(con, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
+                [(5, "nvtx", "default", "update_actor", 0, 2_000_000)], **KEY)
+    insert_rows(con, "device_ops", COLUMNS + ["launch_ts_ns"], [
+        (5, None, "cuda:5", "gemm", "compute", None, None, 1_000_000, 3_000_000, 10),
+        (5, None, "cuda:5", "ncclKernel_AllReduce", "communication", "allreduce", "0", 2_000_000, 4_000_000, 20),
+    ], **KEY)
+    con.close()
+    sections = {s.title.split(" (")[0]: s.result for s in summarize(config, "r").sections}
+    phases = sections["Device time per phase range"]
+    row = dict(zip(phases.columns, phases.rows[0]))
+    assert (row["phase"], row["rank_id"], row["compute_ms"], row["communication_ms"], row["exposed_comm_ms"]) == (
+        "update_actor", 5, 2.0, 2.0, 1.0)

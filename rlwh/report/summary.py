@@ -115,6 +115,20 @@ left join idle as i on d.role = i.role and d.rank_id = i.rank_id
 order by d.role, d.rank_id
 """
 
+# What the device did for each RL phase range (NVTX / MSTX / user annotation), per rank.
+PHASES = """
+select role, phase, rank_id, count(*) as ranges,
+  round(sum(window_ns) / 1e6, 3) as device_window_ms,
+  round(sum(compute_ns) / 1e6, 3) as compute_ms,
+  round(sum(communication_ns) / 1e6, 3) as communication_ms,
+  round(sum(exposed_communication_ns) / 1e6, 3) as exposed_comm_ms,
+  round(sum(memcpy_ns) / 1e6, 3) as memcpy_ms,
+  round(sum(idle_ns) / 1e6, 3) as idle_ms
+from phase_device_time where run = $run
+group by role, phase, rank_id
+order by role, phase, rank_id
+"""
+
 BAD_FILES = """
 select status, role, rank_id, path, rows, message
 from sources where run = $run and status in ('failed', 'partial')
@@ -166,6 +180,9 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
                 query(config, CLOCKS, params), "no collectives recorded for this run"),
         Section("Where the device time went, per rank (summed over steps; device_time)",
                 query(config, DEVICE_TIME, params), "no device activity recorded for this run"),
+        Section("Device time per phase range (the work launched inside each NVTX, MSTX or user-annotation "
+                "range; phase_device_time)",
+                query(config, PHASES, params), "no phase range launched device work in this run"),
         Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, "
                 "user_frame first)",
                 query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),
