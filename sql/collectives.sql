@@ -22,7 +22,11 @@
 -- A wait is never longer than the collective the rank waited in: wait_ns is the last
 -- arrival minus this one, at most this rank's own duration (end_ns - arrive_ns), and
 -- wait_capped says where the arrivals asked for more (the clocks or the match are wrong
--- there: never blame a rank for it).
+-- there: never blame a rank for it). An instance whose ranks left it further apart than
+-- its largest wait and than its shortest stay (max end_ns - min end_ns above both the last
+-- arrival minus the first and the least end_ns - arrive_ns) is not one operation (ops
+-- paired wrongly, e.g. sends and receives matched by order): mismatched says so, and
+-- stragglers charges no rank for it.
 -- depends: internal.collective_arrivals, clock_offsets
 create or replace view collectives (
   -- Run name.
@@ -54,7 +58,9 @@ create or replace view collectives (
   -- What was subtracted from this rank's times to align its clock (clock_offsets.applied_offset_ns); 0 where the role is not aligned.
   clock_offset_ns,
   -- True where the last arrival minus this one was longer than this rank's collective lasted: wait_ns is capped at the duration, and the instance says nothing about who was late.
-  wait_capped
+  wait_capped,
+  -- True when the instance's ranks ended further apart than its largest wait and than its shortest stay: not one operation, never charged to a rank (stragglers).
+  mismatched
 ) as
 with raw as (
   select * from internal.collective_arrivals
@@ -75,6 +81,9 @@ waits as (
     *,
     max(arrive_ns) over instance - arrive_ns as full_wait_ns,
     coalesce(arrive_ns = max(arrive_ns) over instance, false) as is_last,
+    coalesce(max(end_ns) over instance - min(end_ns) over instance
+      > greatest(max(arrive_ns) over instance - min(arrive_ns) over instance, min(end_ns - arrive_ns) over instance),
+      false) as mismatched,
   from aligned
   window instance as (partition by run, role, step, "group", name, seq, seq_is_global)
 ),
@@ -85,6 +94,7 @@ final as (
     least(full_wait_ns, end_ns - arrive_ns) as wait_ns,
     is_last, clock_offset_ns,
     coalesce(full_wait_ns > end_ns - arrive_ns, false) as wait_capped,
+    mismatched,
   from waits
 )
 

@@ -165,7 +165,8 @@ def kineto_step_of(rank: int, event: dict) -> int | None:
 def arrival_order(per_rank: dict[int, list[tuple[str, int, int]]]) -> list[dict]:
     """Instances matched by (name, k-th occurrence): each rank's arrival and duration, the last
     rank and the waiting: the last arrival minus the rank's, never more than the rank's own
-    collective lasted (capped: the ones where the arrivals asked for more)."""
+    collective lasted (capped: the ones where the arrivals asked for more); mismatched: the ranks
+    left it further apart than its largest wait and its shortest stay."""
     by_key: dict[tuple, dict[int, tuple[int, int]]] = {}
     for rank, rows in per_rank.items():
         seen: dict[str, int] = {}
@@ -178,7 +179,10 @@ def arrival_order(per_rank: dict[int, list[tuple[str, int, int]]]) -> list[dict]
         durations = {r: e - s for r, (s, e) in times.items()}
         last = max(arrivals.values())
         last_rank = min(r for r, a in arrivals.items() if a == last)
+        ends = [e for _, e in times.values()]
+        mismatched = max(ends) - min(ends) > max(last - min(arrivals.values()), min(durations.values()))
         out.append({"name": name, "k": k, "arrivals": arrivals, "durations": durations, "last_rank": last_rank,
+                    "mismatched": mismatched,
                     "waits": {r: min(last - a, durations[r]) for r, a in arrivals.items()},
                     "capped": {r for r, a in arrivals.items() if last - a > durations[r]}})
     return sorted(out, key=lambda i: min(i["arrivals"].values()))

@@ -36,7 +36,9 @@ def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figur
                     f"late by {r['late_ns'] / 1e6:,.3f} ms, waited {r['wait_ns'] / 1e6:,.3f} ms"
                     + (" (last to arrive)" if r["is_last"] else "")
                     + (" (capped at its collective's duration: the arrivals asked for more)"
-                       if r["wait_capped"] else ""))
+                       if r["wait_capped"] else "")
+                    + (" (mismatched: the ranks ended too far apart to have run one operation; charged to no rank)"
+                       if r["mismatched"] else ""))
                  for r in mine]
         for xaxis, axis, field in (("x", "y", "late_ns"), ("x2", "y2", "wait_ns")):
             traces.append({

@@ -109,7 +109,7 @@ order by role, rank_id, lane, start_ns
 COLLECTIVE_ARRIVALS = """
 with arrivals as (
   select role, step, name, "group", seq, seq_is_global, rank_id, arrive_ns, wait_ns, is_last, wait_capped,
-    clock_offset_ns,
+    clock_offset_ns, mismatched,
     min(arrive_ns) over (partition by role, step, "group", name, seq, seq_is_global) as first_arrive_ns,
   from collectives
   where run = $run
