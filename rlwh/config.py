@@ -47,6 +47,7 @@ class Config:
     peak_memory_pct: float = 10.0
     role_span_pct: float = 10.0
     straggler_wait_ms: float = 1.0  # stragglers.is_straggler: others waited for the rank longer than this
+    kernel_wait_ns: int = 30  # device_idle: a gap shorter than this after a queued kernel is launch overhead (HTA's)
     ops_per_layer: int = 3
     usage_component: str = "PTA+GE"
     library_frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES
@@ -66,7 +67,8 @@ class Config:
         """The settings the views read, as stored in internal.settings (name -> text): a warehouse
         and a dataset's thin file alike."""
         return {"gmm_ops_per_layer": str(self.ops_per_layer), "library_frames": self.library_pattern,
-                "straggler_wait_ns": str(round(self.straggler_wait_ms * 1_000_000))}
+                "straggler_wait_ns": str(round(self.straggler_wait_ms * 1_000_000)),
+                "kernel_wait_ns": str(self.kernel_wait_ns)}
 
     def with_db(self, db: str | os.PathLike | None) -> "Config":
         """This config with another warehouse file (a --db flag), when one is given."""
@@ -120,6 +122,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Callable[[Any], Any]]] = {
     ("thresholds", "peak_memory_pct"): ("peak_memory_pct", float),
     ("thresholds", "role_span_pct"): ("role_span_pct", float),
     ("thresholds", "straggler_wait_ms"): ("straggler_wait_ms", float),
+    ("thresholds", "kernel_wait_ns"): ("kernel_wait_ns", int),
     ("gmm", "ops_per_layer"): ("ops_per_layer", int),
     ("stacks", "library_frames"): ("library_frames", _patterns),
     ("stacks", "stdlib_is_library"): ("stdlib_is_library", _boolean),

@@ -33,8 +33,11 @@ def write_demo_profile(root: Path) -> Path:
     from rlwh.synth.step_trace import write_step_trace_time
 
     # with_stack on, as a user who asks "which line" profiles: every forward op has a stack.
-    # with_collectives: HCCL allreduces (rank 1 starts a second later, so the others wait for
-    # it) and kernels on two streams, for the device lanes and the collectives page.
+    # with_collectives: HCCL allreduces and kernels on two streams, for the device lanes and the
+    # collectives page. Each rank's clock starts at its capture time, a second after the rank
+    # before it (two hosts whose clocks disagree): the collectives' end times show the second
+    # (clock_offsets) and collectives puts the arrivals on rank 0's clock, so the waits are
+    # the milliseconds the ranks really sat in them, not the second between their clocks.
     synth.write_ascend_profile(root / "ascend", roles=ROLES, ranks=RANKS, stacked_fraction=0.55,
                                capture_time=CAPTURE_TIME, with_collectives=True)
     for rank_dir in sorted((root / "ascend").rglob("*_ascend_pt")):
@@ -94,6 +97,11 @@ order by role, rank_id, capture, live_mb desc
 """
 
 
+CLOCKS_SQL = """
+select role, rank_id, round(offset_ns / 1e6, 3) as offset_ms, round(end_spread_ns / 1e6, 3) as spread_ms, aligned
+from clock_offsets order by role, rank_id
+"""
+
 STEPS_SQL = """
 select step, is_profiled, round(timing_step_s, 3) as log_step_s, round(timing_gen_s, 3) as log_gen_s,
        round(profile_gen_s, 3) as profile_gen_s, round(timing_update_actor_s, 3) as log_update_actor_s,
@@ -117,6 +125,8 @@ def run_demo(out: Path) -> int:
     print(as_table(query(config, PEAKS_SQL)))
     print("\nTop call stacks live at each rank's peak (memory_peak_breakdown):")
     print(as_table(query(config, TOP_STACKS_SQL)))
+    print("\nEach rank's clock against rank 0's, from the collectives' end times (clock_offsets):")
+    print(as_table(query(config, CLOCKS_SQL)))
     print("\nThe training log's steps beside the profile's (step_metrics):")
     print(as_table(query(config, STEPS_SQL)))
     try:

@@ -14,6 +14,20 @@
 -- arrive_ns is the start of the rank's collective on the device: a collective op cannot
 -- finish before every rank has joined, so the early ranks sit in it until the last one
 -- arrives, and their ends line up.
+--
+-- Clocks: ranks on different hosts disagree by milliseconds. Where clock_offsets found the
+-- role's raw times impossible (a collective ended on one rank before another rank had
+-- arrived), every rank's arrive_ns and end_ns are shifted onto the reference rank's clock
+-- by its offset (clock_offset_ns, subtracted); elsewhere they are the rank's own, unshifted.
+-- A wait is never longer than the collective the rank waited in: wait_ns is the last
+-- arrival minus this one, at most this rank's own duration (end_ns - arrive_ns), and
+-- wait_capped says where the arrivals asked for more (the clocks or the match are wrong
+-- there: never blame a rank for it). An instance whose ranks left it further apart than
+-- its largest wait and than its shortest stay (max end_ns - min end_ns above both the last
+-- arrival minus the first and the least end_ns - arrive_ns) is not one operation (ops
+-- paired wrongly, e.g. sends and receives matched by order): mismatched says so, and
+-- stragglers charges no rank for it.
+-- depends: internal.collective_arrivals, clock_offsets
 create or replace view collectives (
   -- Run name.
   run,
@@ -33,95 +47,55 @@ create or replace view collectives (
   seq_is_global,
   -- Global rank.
   rank_id,
-  -- When the rank's collective started on the device, ns since the epoch; NULL when the rank never ran this instance.
+  -- When the rank's collective started on the device, ns since the epoch (on the reference rank's clock where the role's clocks are aligned); NULL when the rank never ran this instance.
   arrive_ns,
-  -- When the rank's collective ended on the device, ns since the epoch; NULL when never run.
+  -- When the rank's collective ended on the device, ns since the epoch (aligned like arrive_ns); NULL when never run.
   end_ns,
-  -- How long this rank waited for the last arrival: the last arrive_ns of the instance minus this one, ns.
+  -- How long this rank waited for the last arrival: the last arrive_ns of the instance minus this one, at most this rank's own duration, ns.
   wait_ns,
   -- True for the rank that arrived last (every tied last arrival); false for others and for a rank that never ran it.
-  is_last
+  is_last,
+  -- What was subtracted from this rank's times to align its clock (clock_offsets.applied_offset_ns); 0 where the role is not aligned.
+  clock_offset_ns,
+  -- True where the last arrival minus this one was longer than this rank's collective lasted: wait_ns is capped at the duration, and the instance says nothing about who was late.
+  wait_capped,
+  -- True when the instance's ranks ended further apart than its largest wait and than its shortest stay: not one operation, never charged to a rank (stragglers).
+  mismatched
 ) as
--- A recorded seq is the key only where it is one: no point-to-point op, and no rank of the
--- group holding a (group, seq) in two captures (a restarted process counts from 1 again);
--- else the whole group is matched by order.
-with communication as (
-  select
-    run, role, rank_id, step, name, collective, "group", start_ns, end_ns, seq,
-    coalesce(seq_is_global, false) and coalesce(collective, '') not in ('send', 'recv', 'sendrecv') as shared,
-    min(capture) over same_seq <> max(capture) over same_seq as restarted,
-  from device_ops
-  where kind = 'communication'
-  window same_seq as (partition by run, role, rank_id, "group", seq)
+with raw as (
+  select * from internal.collective_arrivals
 ),
 
-classified as (
+aligned as (
+  select
+    r.* exclude (arrive_ns, end_ns),
+    coalesce(o.applied_offset_ns, 0) as clock_offset_ns,
+    r.arrive_ns - coalesce(o.applied_offset_ns, 0) as arrive_ns,
+    r.end_ns - coalesce(o.applied_offset_ns, 0) as end_ns,
+  from raw as r
+  left join clock_offsets as o on r.run = o.run and r.role = o.role and r.rank_id = o.rank_id
+),
+
+waits as (
   select
     *,
-    shared and not coalesce(bool_or(shared and restarted) over (partition by run, role, "group"), false) as by_seq,
-  from communication
-),
-
--- The instance key of each row: (group, seq) where the source's seq is shared by the
--- ranks; else (step, group, name, order in them). key_step and key_name are NULL in the first case.
-keyed as (
-  select
-    run, role, rank_id, step, name, collective, "group", start_ns, end_ns, by_seq,
-    case when by_seq then null else step end as key_step,
-    case when by_seq then null else name end as key_name,
-    case when by_seq then seq else row_number() over (
-      partition by run, role, rank_id, step, "group", name, by_seq order by start_ns, end_ns
-    ) end as key_seq,
-  from classified
-),
-
--- One row per (rank, instance): a recorded seq a rank ran as several kernels counts from the first start to the last end.
-ops as (
-  select
-    run, role, rank_id, "group", by_seq, key_step, key_name, key_seq,
-    min(step) as step, min(name) as name, any_value(collective) as collective,
-    min(start_ns) as start_ns, max(end_ns) as end_ns,
-  from keyed
-  group by run, role, rank_id, "group", by_seq, key_step, key_name, key_seq
-),
-
-instances as (
-  select
-    run, role, "group", by_seq, key_step, key_name, key_seq,
-    min(step) as step, min(name) as name, any_value(collective) as collective,
-  from ops
-  group by run, role, "group", by_seq, key_step, key_name, key_seq
-),
-
-members as (
-  select distinct run, role, "group", rank_id from ops
-),
-
-expected as (
-  select i.*, m.rank_id
-  from instances as i
-  join members as m
-    on i.run = m.run and i.role = m.role and (i."group" = m."group" or (i."group" is null and m."group" is null))
-),
-
-arrivals as (
-  select
-    e.run, e.role, e.step, e.name, e.collective, e."group", e.key_seq as seq, e.by_seq as seq_is_global, e.rank_id,
-    o.start_ns as arrive_ns, o.end_ns,
-  from expected as e
-  left join ops as o
-    on e.run = o.run and e.role = o.role and e.rank_id = o.rank_id and (e."group" = o."group" or (e."group" is null and o."group" is null))
-    and e.by_seq = o.by_seq and (e.key_step = o.key_step or (e.key_step is null and o.key_step is null))
-    and (e.key_name = o.key_name or (e.key_name is null and o.key_name is null)) and e.key_seq = o.key_seq
+    max(arrive_ns) over instance - arrive_ns as full_wait_ns,
+    coalesce(arrive_ns = max(arrive_ns) over instance, false) as is_last,
+    coalesce(max(end_ns) over instance - min(end_ns) over instance
+      > greatest(max(arrive_ns) over instance - min(arrive_ns) over instance, min(end_ns - arrive_ns) over instance),
+      false) as mismatched,
+  from aligned
+  window instance as (partition by run, role, step, "group", name, seq, seq_is_global)
 ),
 
 final as (
   select
     run, role, step, name, collective, "group", seq, seq_is_global, rank_id, arrive_ns, end_ns,
-    max(arrive_ns) over instance - arrive_ns as wait_ns,
-    coalesce(arrive_ns = max(arrive_ns) over instance, false) as is_last,
-  from arrivals
-  window instance as (partition by run, role, step, "group", name, seq, seq_is_global)
+    least(full_wait_ns, end_ns - arrive_ns) as wait_ns,
+    is_last, clock_offset_ns,
+    coalesce(full_wait_ns > end_ns - arrive_ns, false) as wait_capped,
+    mismatched,
+  from waits
 )
 
 select * from final

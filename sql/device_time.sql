@@ -29,11 +29,18 @@
 -- ascend_tasks; the text export rounds each row to the ns, so these figures may differ
 -- from the profiler's by tens of ns).
 --
--- Elsewhere (Kineto): the window is the step's ProfilerStep#n range (profiler_steps), else
--- the span of the step's device activity; activity is clipped to the window; busy is the
--- union of all device activity (memcpy and memset count as busy, as HTA counts them) and
--- idle the window less busy (method intervals).
--- depends: profiler_steps
+-- Elsewhere (Kineto): the step's window is on the device's clock, the span of the device
+-- activity the step launched (device_ops.step: the ProfilerStep#n its launch falls in),
+-- from its first start to its last end, as HTA measures an iteration from its first kernel
+-- to its last. The CPU-side ProfilerStep range is not the window: where the GPU runs
+-- behind the CPU (no sync inside the step), a step's kernels run after the CPU has moved
+-- on, and clipping them to the CPU range counted them nowhere and their time as idle.
+-- Each activity is counted whole, in the step that launched it, so no device work is
+-- dropped; where two steps' spans overlap on the device (step n's last kernels still run
+-- when step n + 1's first one starts on another stream) each step's figures are those of
+-- its own activity. Activity launched outside every ProfilerStep has the row with a NULL
+-- step. Busy is the union of all device activity (memcpy and memset count as busy, as HTA
+-- counts them) and idle the window less busy (method intervals).
 create or replace view device_time (
   -- Run name.
   run,
@@ -47,7 +54,7 @@ create or replace view device_time (
   step,
   -- Device, e.g. NPU:0, cuda:3 (Ascend text exports: ranks.device).
   device,
-  -- The step's window on the device, ns (Ascend: span of the Overlap Analysis rows; Kineto: the ProfilerStep range).
+  -- The step's window on the device, ns (Ascend: span of the Overlap Analysis rows; Kineto: first start to last end of the device activity the step launched).
   window_ns,
   -- Time some compute kernel ran (union over streams), ns; Ascend: step_trace_time Computing.
   compute_ns,
@@ -61,7 +68,7 @@ create or replace view device_time (
   memcpy_ns,
   -- The window less all device activity (union of every kind), ns; Ascend: step_trace_time Free.
   idle_ns,
-  -- How the figures were computed: 'overlap_analysis' (the Ascend profiler's own rows), 'step_trace_time' (an Ascend capture without them: the profiler's figures from step_times), 'ascend_tasks' (an Ascend capture with neither: unions of its kernels and collectives) or 'intervals' (Kineto: unions of device_ops in the ProfilerStep).
+  -- How the figures were computed: 'overlap_analysis' (the Ascend profiler's own rows), 'step_trace_time' (an Ascend capture without them: the profiler's figures from step_times), 'ascend_tasks' (an Ascend capture with neither: unions of its kernels and collectives) or 'intervals' (Kineto: unions of the device_ops the step launched, in their own span).
   method
 ) as
 with overlap_rows as (
@@ -112,25 +119,14 @@ ascend as (
   group by o.run, o.role, o.rank_id, o.capture, o.step
 ),
 
-windows as (
-  select run, role, rank_id, capture, profiler_step as step, min(start_ns) as start_ns, max(end_ns) as end_ns
-  from profiler_steps
-  group by all
-),
-
-clipped as (
+activity as (
   select
     d.run, d.role, d.rank_id, d.capture, d.step, coalesce(d.device, r.device) as device, d.kind,
-    greatest(d.start_ns, coalesce(w.start_ns, d.start_ns)) as s,
-    least(d.end_ns, coalesce(w.end_ns, d.end_ns)) as e,
-    w.end_ns - w.start_ns as window_ns,
+    d.start_ns as s, d.end_ns as e,
     starts_with(coalesce(d.device, r.device), 'NPU') as is_ascend,
   from device_ops as d
   left join rank_devices as r
     on d.run = r.run and d.role = r.role and d.rank_id = r.rank_id and d.capture = r.capture
-  left join windows as w
-    on d.run = w.run and d.role = w.role and d.rank_id = w.rank_id and d.capture = w.capture and d.step = w.step
-    and not starts_with(coalesce(d.device, r.device), 'NPU')
 ),
 
 -- Each activity under the sets it belongs to: busy (all), compute, communication, memcpy,
@@ -143,7 +139,7 @@ labelled as (
       when 'communication' then ['communication', 'compute_or_communication']
       when 'memcpy' then ['memcpy']
       else [] end) as label,
-  from clipped
+  from activity
   where e > s
 ),
 
@@ -167,11 +163,11 @@ islands as (
 
 unions as (
   select run, role, rank_id, capture, step, device, label, sum(island_ns) as union_ns,
-    min(island_start) as first_ns, max(island_end) as last_ns, any_value(window_ns) as window_ns,
+    min(island_start) as first_ns, max(island_end) as last_ns,
     bool_or(is_ascend) as is_ascend,
   from (
     select run, role, rank_id, capture, step, device, label, island, max(e) - min(s) as island_ns,
-      min(s) as island_start, max(e) as island_end, any_value(window_ns) as window_ns,
+      min(s) as island_start, max(e) as island_end,
       bool_or(is_ascend) as is_ascend,
     from islands
     group by all
@@ -185,7 +181,7 @@ intervals as (
     case
       when bool_or(is_ascend) then max(last_ns) filter (where label = 'compute_or_communication')
                                  - min(first_ns) filter (where label = 'compute_or_communication')
-      else coalesce(any_value(window_ns), max(last_ns) - min(first_ns))
+      else max(last_ns) - min(first_ns)
     end as window_ns,
     bool_or(is_ascend) as is_ascend,
     coalesce(sum(union_ns) filter (where label = 'compute'), 0) as compute_ns,

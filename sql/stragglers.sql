@@ -1,6 +1,7 @@
 -- One row per (run, role, step) with collectives: the rank the others waited for.
 --
--- The rule: at each collective instance (see collectives) the last rank to arrive is
+-- The rule: at each collective instance (see collectives; not a mismatched one, whose ranks
+-- did not run one operation) the last rank to arrive is
 -- charged with the time every other rank waited for it (the last arrival minus theirs,
 -- summed over the other ranks); ties for last go to the lowest rank_id. The straggler is
 -- the rank charged the most in the step (ties: lowest rank_id). A rule on lateness alone
@@ -40,6 +41,7 @@ with instances as (
     arg_min(rank_id, struct_pack(neg := -arrive_ns, r := rank_id)) filter (where arrive_ns is not null) as last_rank,
     min(arrive_ns) as first_arrive_ns,
   from collectives
+  where not mismatched
   group by run, role, step, "group", name, seq, seq_is_global
 ),
 

@@ -163,17 +163,127 @@ def kineto_step_of(rank: int, event: dict) -> int | None:
 
 
 def arrival_order(per_rank: dict[int, list[tuple[str, int, int]]]) -> list[dict]:
-    """Instances matched by (name, k-th occurrence): each rank's arrival, the last rank and the waiting."""
-    by_key: dict[tuple, dict[int, int]] = {}
+    """Instances matched by (name, k-th occurrence): each rank's arrival and duration, the last
+    rank and the waiting: the last arrival minus the rank's, never more than the rank's own
+    collective lasted (capped: the ones where the arrivals asked for more); mismatched: the ranks
+    left it further apart than its largest wait and its shortest stay."""
+    by_key: dict[tuple, dict[int, tuple[int, int]]] = {}
     for rank, rows in per_rank.items():
         seen: dict[str, int] = {}
-        for name, start, _end in sorted(rows, key=lambda r: r[1]):
+        for name, start, end in sorted(rows, key=lambda r: r[1]):
             seen[name] = seen.get(name, 0) + 1
-            by_key.setdefault((name, seen[name]), {})[rank] = start
+            by_key.setdefault((name, seen[name]), {})[rank] = (start, end)
     out = []
-    for (name, k), arrivals in by_key.items():
+    for (name, k), times in by_key.items():
+        arrivals = {r: s for r, (s, _) in times.items()}
+        durations = {r: e - s for r, (s, e) in times.items()}
         last = max(arrivals.values())
         last_rank = min(r for r, a in arrivals.items() if a == last)
-        out.append({"name": name, "k": k, "arrivals": arrivals, "last_rank": last_rank,
-                    "waits": {r: last - a for r, a in arrivals.items()}})
+        ends = [e for _, e in times.values()]
+        mismatched = max(ends) - min(ends) > max(last - min(arrivals.values()), min(durations.values()))
+        out.append({"name": name, "k": k, "arrivals": arrivals, "durations": durations, "last_rank": last_rank,
+                    "mismatched": mismatched,
+                    "waits": {r: min(last - a, durations[r]) for r, a in arrivals.items()},
+                    "capped": {r for r, a in arrivals.items() if last - a > durations[r]}})
     return sorted(out, key=lambda i: min(i["arrivals"].values()))
+
+
+# ---------------------------------------------------------------- any Kineto trace, on the device's clock
+KINETO_TRACES = {  # run name -> fixture: the real GPU traces the device-clock tests read
+    "ns_resolution": "real/kineto/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "amd": "real/kineto/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "tb_resnet": "real/kineto/kineto-tb-samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "index_resolver": "real/kineto/hta/df_index_resolver/df_index_resolver.json.gz",
+    "trace_diff": "real/kineto/hta/trace_diff/control/control.json.gz",
+}
+_OLD_CATEGORIES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime"}
+
+
+@lru_cache(maxsize=None)
+def trace_events(relative: str) -> tuple[dict, ...]:
+    path = FIXTURES / relative
+    with (gzip.open(path) if path.suffix == ".gz" else open(path, "rb")) as f:
+        return tuple(json.load(f, parse_float=Decimal)["traceEvents"])  # ns-resolution ts do not fit a float
+
+
+def _cat(e: dict) -> str:
+    return _OLD_CATEGORIES.get(e.get("cat", ""), e.get("cat", ""))
+
+
+@lru_cache(maxsize=None)
+def device_activity(relative: str) -> tuple[dict, ...]:
+    """Every kernel, copy and set (and MTIA device event) as {device, stream, kind, s, e, launch, step},
+    in ns; launch is the ts of the runtime call of the same correlation, step the ProfilerStep#n
+    whose range holds the launch (the start when unlinked)."""
+    events = trace_events(relative)
+    launches = {}
+    for e in events:
+        if _cat(e) in ("cuda_runtime", "cuda_driver", "mtia_runtime") and "correlation" in (e.get("args") or {}):
+            launches[e["args"]["correlation"]] = ns(e["ts"])
+    steps = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), int(e["name"].split("#")[1])) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+                   and e.get("cat") == "user_annotation" and e["name"].split("#")[1].isdigit())
+    out = []
+    for e in events:
+        cat = _cat(e)
+        if e.get("ph") != "X" or cat not in ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events"):
+            continue
+        args = e.get("args") or {}
+        s = ns(e["ts"])
+        launch = launches.get(args.get("correlation"))
+        at = s if launch is None else launch
+        step = max((n for start, end, n in steps if start <= at < end), default=None)
+        kind = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}.get(cat, "compute")
+        if cat == "kernel" and str(e["name"]).lower().startswith(("nccl", "rccl")):
+            kind = "communication"
+        out.append({"device": args.get("device", e.get("pid")), "stream": args.get("stream"), "kind": kind,
+                    "s": s, "e": s + ns(e.get("dur", 0)), "launch": launch, "step": step})
+    return tuple(out)
+
+
+def union(intervals) -> int:
+    """Length of a union of (start, end) intervals."""
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def kineto_warehouse(tmp_path_factory) -> Path:
+    """One warehouse holding each of KINETO_TRACES as its own run (one rank each)."""
+    if "kineto" in _built:
+        return _built["kineto"]
+    from rlwh.config import Config
+    from rlwh.ingest.runner import ingest
+
+    root = tmp_path_factory.mktemp("kineto_real")
+    db = root / "w.duckdb"
+    for run, relative in KINETO_TRACES.items():
+        (root / run / "rank0").mkdir(parents=True)
+        copy_fixture(relative, root / run / "rank0")
+        ingest(root / run, Config(db_path=db, workers=1), run=run)
+    _built["kineto"] = db
+    return db
+
+
+def device_clock_steps(relative: str) -> dict[tuple, tuple]:
+    """(step, device) -> (window, compute, communication, overlapped, exposed, memcpy, idle) ns:
+    each step's own activity, in its own span from first start to last end."""
+    groups: dict[tuple, list[dict]] = {}
+    for a in device_activity(relative):
+        if a["e"] > a["s"]:
+            groups.setdefault((a["step"], a["device"]), []).append(a)
+    out = {}
+    for key, acts in groups.items():
+        window = max(a["e"] for a in acts) - min(a["s"] for a in acts)
+        sets = {k: [(a["s"], a["e"]) for a in acts if a["kind"] == k] for k in ("compute", "communication", "memcpy")}
+        compute, comm = union(sets["compute"]), union(sets["communication"])
+        overlapped = compute + comm - union(sets["compute"] + sets["communication"])
+        out[key] = (window, compute, comm, overlapped, comm - overlapped, union(sets["memcpy"]),
+                    window - union((a["s"], a["e"]) for a in acts))
+    return out

@@ -353,9 +353,12 @@ def test_collectives_page_per_role_names_the_late_rank(demo):
         figure, = _figures(page)
         late = {t["name"]: t["y"] for t in figure["data"] if t["yaxis"] == "y"}
         waited = {t["name"]: t["y"] for t in figure["data"] if t["yaxis"] == "y2"}
-        # The demo's rank 1 starts a second after rank 0: late at every collective, rank 0 waits.
-        assert all(v > 900 for v in late["rank 1"]) and all(v == 0 for v in late["rank 0"])
-        assert all(v > 900 for v in waited["rank 0"]) and all(v == 0 for v in waited["rank 1"])
+        # The demo's rank 1's clock reads a second ahead of rank 0's: the page shows the second as
+        # its clock offset, and the lateness and waits on rank 0's clock are milliseconds.
+        assert all(v < 10 for v in late["rank 1"] + late["rank 0"]) and any(v > 0 for v in late["rank 1"])
+        assert all(v < 10 for v in waited["rank 0"] + waited["rank 1"]) and any(v > 0 for v in waited["rank 0"])
+        offset = re.search(r"<tr><td>1</td><td>0</td><td>4</td><td>([0-9,.]+)</td>", page)
+        assert offset and 1000 < float(offset.group(1).replace(",", "")) < 1010
         assert "<td>1</td>" in page  # the stragglers table names rank 1
     index = (demo["out"] / "demo-run" / "index.html").read_text(encoding="utf-8")
     assert "collectives/actor_update.html" in index
@@ -601,7 +604,7 @@ def test_unknown_run_is_an_error(demo):
 def test_queries_read_only_public_views():
     allowed = {"memory_timeline", "memory_peak", "memory_peak_breakdown", "memory_blocks", "role_timeline",
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
-               "collectives", "stragglers",  # who waits for whom
+               "collectives", "stragglers", "clock_offsets",  # who waits for whom, on whose clock
                "memory_usage", "npu_module_memory",  # public base tables no view adds to
                "device_ops",  # the device lanes: kernels as they ran (device_time sums them away)
                "duckdb_tables", "information_schema",  # the catalog: does this warehouse have those tables yet

@@ -33,3 +33,49 @@ def test_summary_names_the_rank_waited_for_and_who_waited(config):
     assert row["who_waited"] == "rank 0 7.0 ms, rank 1 4.0 ms" and row["flag"] == "straggler"
     device = sections["Where the device time went, per rank (summed over steps; device_time)"]
     assert [r[1] for r in device.rows] == [0, 1, 2]
+    # rank 0's device idled nowhere between its kernels (gemm ends as its allreduce starts); why the
+    # others idled: device_idle's columns beside device_time's
+    assert device.columns[-3:] == ["host_wait_ms", "kernel_wait_ms", "other_wait_ms"]
+    assert dict(zip(device.columns, device.rows[0]))["idle_ms"] == 0.0
+
+
+def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
+    """Rank 1's clock reads a second ahead: the summary shows the second as its offset, and the
+    waits are the milliseconds rank 0 sat in the allreduces, not the second between the clocks."""
+    config.db_path.parent.mkdir(parents=True)
+    con = duckdb.connect(str(config.db_path))
+    migrate(con)
+    con.execute("insert into runs values ('r', '/p', now(), now())")
+    skew = 1_000_000_000
+    rows = []
+    for k in range(3):  # rank 1 arrives 2 ms late at each; both leave together, 1 ms after it joined
+        t = k * 100_000_000
+        rows += [(0, 1, "cuda:0", "ncclKernel_AllReduce", "communication", "allreduce", "0", t, t + 3_000_000),
+                 (1, 1, "cuda:1", "ncclKernel_AllReduce", "communication", "allreduce", "0",
+                  t + 2_000_000 + skew, t + 3_000_000 + skew)]
+    insert_rows(con, "device_ops", COLUMNS, rows, **KEY)
+    con.close()
+    sections = {s.title.split(":")[0]: s.result for s in summarize(config, "r").sections}
+    clocks = sections["Clocks across ranks"]
+    assert [(r[1], r[4], r[7]) for r in clocks.rows] == [(0, 0.0, "aligned"), (1, 1000.0, "aligned")]
+    waits = dict(zip(sections["Who waits for whom"].columns, sections["Who waits for whom"].rows[0]))
+    assert (waits["waited_for_rank"], waits["others_waited_ms"], waits["who_waited"]) == (1, 6.0, "rank 0 6.0 ms")
+
+
+def test_summary_shows_device_time_per_phase(config):
+    config.db_path.parent.mkdir(parents=True)
+    con = duckdb.connect(str(config.db_path))
+    migrate(con)
+    con.execute("insert into runs values ('r', '/p', now(), now())")
+    insert_rows(con, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
+                [(5, "nvtx", "default", "update_actor", 0, 2_000_000)], **KEY)
+    insert_rows(con, "device_ops", COLUMNS + ["launch_ts_ns"], [
+        (5, None, "cuda:5", "gemm", "compute", None, None, 1_000_000, 3_000_000, 10),
+        (5, None, "cuda:5", "ncclKernel_AllReduce", "communication", "allreduce", "0", 2_000_000, 4_000_000, 20),
+    ], **KEY)
+    con.close()
+    sections = {s.title.split(" (")[0]: s.result for s in summarize(config, "r").sections}
+    phases = sections["Device time per phase range"]
+    row = dict(zip(phases.columns, phases.rows[0]))
+    assert (row["phase"], row["rank_id"], row["compute_ms"], row["communication_ms"], row["exposed_comm_ms"]) == (
+        "update_actor", 5, 2.0, 2.0, 1.0)

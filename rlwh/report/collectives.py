@@ -1,7 +1,8 @@
 """The collectives pages of a run, one per role: each rank's lateness and wait at every
-collective instance (the collectives view), and the rank the others waited for in each
-step (the stragglers view). Who waits for whom, at a glance: a rank whose bars are tall
-in "late by" and near zero in "waited" is the one holding the others back.
+collective instance (the collectives view), the rank the others waited for in each
+step (the stragglers view), and each rank's clock offset (clock_offsets). Who waits for
+whom, at a glance: a rank whose bars are tall in "late by" and near zero in "waited" is
+the one holding the others back.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figur
         hover = [f"rank {rank} at {label(r['name'])}<br>"
                  + ("never arrived" if r["arrive_ns"] is None else
                     f"late by {r['late_ns'] / 1e6:,.3f} ms, waited {r['wait_ns'] / 1e6:,.3f} ms"
-                    + (" (last to arrive)" if r["is_last"] else ""))
+                    + (" (last to arrive)" if r["is_last"] else "")
+                    + (" (capped at its collective's duration: the arrivals asked for more)"
+                       if r["wait_capped"] else "")
+                    + (" (mismatched: the ranks ended too far apart to have run one operation; charged to no rank)"
+                       if r["mismatched"] else ""))
                  for r in mine]
         for xaxis, axis, field in (("x", "y", "late_ns"), ("x2", "y2", "wait_ns")):
             traces.append({
@@ -52,13 +57,14 @@ def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figur
         "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
     }
     note = (f"{len(position):,} collective instances, {len(ranks)} ranks. Late by: the rank's arrival minus the "
-            "first arrival; waited: the last arrival minus the rank's own (time it sat in the collective).")
+            "first arrival; waited: the last arrival minus the rank's own (time it sat in the collective), "
+            "never more than its collective lasted.")
     return Figure(f"collectives-{index}", label(role), note, script_json({"data": traces, "layout": layout}),
                   [query_text(Q.COLLECTIVE_ARRIVALS, params)])
 
 
 def collectives_pages(s: ReportSession, run: str) -> list[dict]:
-    """Per role with collectives: {role, figure, stragglers (rows with ms text), queries}."""
+    """Per role with collectives: {role, figure, stragglers (rows with ms text), clocks, capped, queries}."""
     params = {"run": run, "max_instances": MAX_INSTANCES}
     rows = s.rows(Q.COLLECTIVE_ARRIVALS, params)
     if not rows:
@@ -66,8 +72,13 @@ def collectives_pages(s: ReportSession, run: str) -> list[dict]:
     stragglers = [{**r, "waited_for_ms": f"{r['waited_for_ns'] / 1e6:,.3f}",
                    "late_ms": "" if r["late_ns"] is None else f"{r['late_ns'] / 1e6:,.3f}"}
                   for r in s.rows(Q.STRAGGLERS, {"run": run})]
+    clocks = [{**r, "offset_ms": f"{r['offset_ns'] / 1e6:,.3f}", "spread_ms": f"{r['end_spread_ns'] / 1e6:,.3f}",
+               "applied_ms": f"{r['applied_offset_ns'] / 1e6:,.3f}"}
+              for r in s.rows(Q.CLOCK_OFFSETS, {"run": run})]
     return [{"role": role,
              "figure": _role_figure(k, role, [r for r in rows if r["role"] == role], params),
              "stragglers": [r for r in stragglers if r["role"] == role],
-             "queries": [query_text(Q.STRAGGLERS, {"run": run})]}
+             "clocks": [r for r in clocks if r["role"] == role],
+             "capped": sum(1 for r in rows if r["role"] == role and r["wait_capped"]),
+             "queries": [query_text(Q.STRAGGLERS, {"run": run}), query_text(Q.CLOCK_OFFSETS, {"run": run})]}
             for k, role in enumerate(sorted({r["role"] for r in rows}))]

@@ -148,7 +148,9 @@ class CollectivesPage(Page):
     role: str = _help("The role the page is about.")
     figures: list[Figure] = _help("Each rank's lateness and wait at every collective of the role (collectives).")
     stragglers: list[dict] = _help("Rows of the stragglers view: per step, the rank the others waited for.")
-    queries: list[QueryText] = _help("The SQL behind the straggler table.")
+    clocks: list[dict] = _help("Rows of clock_offsets for the role: each rank's clock against the reference rank.")
+    capped: int = _help("Waits capped at their collective's duration (collectives.wait_capped) in the role.")
+    queries: list[QueryText] = _help("The SQL behind the straggler and clock tables.")
 
 
 @dataclass(kw_only=True)

@@ -108,7 +108,8 @@ order by role, rank_id, lane, start_ns
 # how late it was (arrival minus the first arrival) and how long it waited (last minus its own).
 COLLECTIVE_ARRIVALS = """
 with arrivals as (
-  select role, step, name, "group", seq, seq_is_global, rank_id, arrive_ns, wait_ns, is_last,
+  select role, step, name, "group", seq, seq_is_global, rank_id, arrive_ns, wait_ns, is_last, wait_capped,
+    clock_offset_ns, mismatched,
     min(arrive_ns) over (partition by role, step, "group", name, seq, seq_is_global) as first_arrive_ns,
   from collectives
   where run = $run
@@ -117,6 +118,15 @@ select *, arrive_ns - first_arrive_ns as late_ns
 from arrivals
 qualify dense_rank() over (order by first_arrive_ns, role, step, "group", name, seq, seq_is_global) <= $max_instances
 order by role, first_arrive_ns, step, "group", name, seq, seq_is_global, rank_id
+"""
+
+# Each rank's clock against its role's reference rank, from the collectives' end times.
+CLOCK_OFFSETS = """
+select role, rank_id, reference_rank, instances, offset_ns, end_spread_ns, impossible_instances,
+  impossible_after_shift, aligned, applied_offset_ns
+from clock_offsets
+where run = $run
+order by role, rank_id
 """
 
 STRAGGLERS = """

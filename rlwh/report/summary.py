@@ -2,7 +2,8 @@
 
 Per role and rank: peak live memory and time in the role against the role's median
 (stragglers and memory outliers flagged, from rank_skew), who waited for whom at each
-step's collectives (stragglers) and where the device time went (device_time), the call stacks holding the
+step's collectives (stragglers), each rank's clock offset (clock_offsets) and where the device time
+went (device_time), the call stacks holding the
 most memory at each rank's peak (memory_peak_breakdown), and every file that failed or
 loaded only in part. Each section is one query over the public views, so what it
 prints can be reproduced with `rlwh query`.
@@ -55,7 +56,7 @@ order by role, rank_id, live_bytes desc, name
 # stragglers view), and what each rank's device did (device_time).
 WAITS = """
 with waiting as (
-  select role, step, rank_id, sum(wait_ns) as wait_ns
+  select role, step, rank_id, sum(wait_ns) as wait_ns, count(*) filter (where wait_capped) as capped
   from collectives where run = $run and wait_ns > 0
   group by role, step, rank_id
 ),
@@ -63,27 +64,69 @@ who as (
   select role, step,
     string_agg('rank ' || rank_id || ' ' || round(wait_ns / 1e6, 3) || ' ms', ', ' order by wait_ns desc)
       as who_waited,
+    sum(capped) as capped,
   from waiting group by role, step
 )
 select s.role, s.step, s.rank_id as waited_for_rank, round(s.waited_for_ns / 1e6, 3) as others_waited_ms,
   round(s.late_ns / 1e6, 3) as late_at_first_ms, s.last_at || ' of ' || s.collectives as arrived_last_at,
-  w.who_waited, case when s.is_straggler then 'straggler' end as flag
+  w.who_waited, nullif(w.capped, 0) as capped_waits, case when s.is_straggler then 'straggler' end as flag
 from stragglers s
 left join who w on s.role = w.role and (s.step = w.step or (s.step is null and w.step is null))
 where s.run = $run
 order by s.role, s.step
 """
 
-DEVICE_TIME = """
-select role, rank_id, count(*) as steps,
-  round(sum(window_ns) / 1e6, 3) as window_ms,
-  round(sum(compute_ns) / 1e6, 3) as compute_ms,
-  round(sum(exposed_communication_ns) / 1e6, 3) as exposed_comm_ms,
-  round(sum(overlapped_ns) / 1e6, 3) as overlapped_ms,
-  round(sum(idle_ns) / 1e6, 3) as idle_ms
-from device_time where run = $run
-group by role, rank_id
+# Each rank's clock against its role's reference rank (clock_offsets): the offset the
+# collectives' end times measure, and whether the arrivals above were shifted by it.
+CLOCKS = """
+select role, rank_id, reference_rank, instances as collectives_shared, round(offset_ns / 1e6, 3) as offset_ms,
+  round(end_spread_ns / 1e6, 3) as spread_ms, impossible_instances || ' / ' || impossible_after_shift
+    as impossible_before_after_shift,
+  case when aligned then 'aligned' end as flag
+from clock_offsets where run = $run
 order by role, rank_id
+"""
+
+# device_time beside why the device idled (device_idle: host wait, kernel wait, other).
+DEVICE_TIME = """
+with idle as (
+  select role, rank_id, sum(host_wait_ns) as host_wait_ns, sum(kernel_wait_ns) as kernel_wait_ns,
+    sum(other_wait_ns) as other_wait_ns
+  from device_idle where run = $run
+  group by role, rank_id
+),
+device as (
+  select role, rank_id, count(*) as steps, sum(window_ns) as window_ns, sum(compute_ns) as compute_ns,
+    sum(exposed_communication_ns) as exposed_ns, sum(overlapped_ns) as overlapped_ns, sum(idle_ns) as idle_ns
+  from device_time where run = $run
+  group by role, rank_id
+)
+select d.role, d.rank_id, d.steps,
+  round(d.window_ns / 1e6, 3) as window_ms,
+  round(d.compute_ns / 1e6, 3) as compute_ms,
+  round(d.exposed_ns / 1e6, 3) as exposed_comm_ms,
+  round(d.overlapped_ns / 1e6, 3) as overlapped_ms,
+  round(d.idle_ns / 1e6, 3) as idle_ms,
+  round(i.host_wait_ns / 1e6, 3) as host_wait_ms,
+  round(i.kernel_wait_ns / 1e6, 3) as kernel_wait_ms,
+  round(i.other_wait_ns / 1e6, 3) as other_wait_ms
+from device as d
+left join idle as i on d.role = i.role and d.rank_id = i.rank_id
+order by d.role, d.rank_id
+"""
+
+# What the device did for each RL phase range (NVTX / MSTX / user annotation), per rank.
+PHASES = """
+select role, phase, rank_id, count(*) as ranges,
+  round(sum(window_ns) / 1e6, 3) as device_window_ms,
+  round(sum(compute_ns) / 1e6, 3) as compute_ms,
+  round(sum(communication_ns) / 1e6, 3) as communication_ms,
+  round(sum(exposed_communication_ns) / 1e6, 3) as exposed_comm_ms,
+  round(sum(memcpy_ns) / 1e6, 3) as memcpy_ms,
+  round(sum(idle_ns) / 1e6, 3) as idle_ms
+from phase_device_time where run = $run
+group by role, phase, rank_id
+order by role, phase, rank_id
 """
 
 BAD_FILES = """
@@ -132,8 +175,14 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
         Section("Who waits for whom: per step, the rank the others waited for at the collectives "
                 "(each collective's waiting charged to its last arriver)",
                 query(config, WAITS, params), "no collectives recorded for this run"),
+        Section("Clocks across ranks: each rank's offset from its role's reference rank, from the collectives' "
+                "end times (clock_offsets; aligned: the waits above are on the reference clock)",
+                query(config, CLOCKS, params), "no collectives recorded for this run"),
         Section("Where the device time went, per rank (summed over steps; device_time)",
                 query(config, DEVICE_TIME, params), "no device activity recorded for this run"),
+        Section("Device time per phase range (the work launched inside each NVTX, MSTX or user-annotation "
+                "range; phase_device_time)",
+                query(config, PHASES, params), "no phase range launched device work in this run"),
         Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, "
                 "user_frame first)",
                 query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),

@@ -66,20 +66,26 @@ def test_groups_never_mix_and_a_missing_rank_is_a_null_row(fresh_db):
 ])
 def test_real_arrival_order(tmp_path_factory, run, per_rank):
     con = duckdb.connect(str(warehouse(tmp_path_factory)), read_only=True)
-    rows = con.execute("""select name, seq, rank_id, arrive_ns, wait_ns, is_last from collectives
-                          where run = ? order by arrive_ns""", [run]).fetchall()
+    rows = con.execute("""select name, seq, rank_id, arrive_ns, wait_ns, is_last, wait_capped, clock_offset_ns
+                          from collectives where run = ? order by arrive_ns""", [run]).fetchall()
+    mismatched = con.execute("""select arrive_ns, rank_id from collectives where run = ? and mismatched
+                                order by all""", [run]).fetchall()
     con.close()
     instances = arrival_order(per_rank())
-    # The Kineto pair spans two ProfilerSteps: occurrences count within the step.
+    # The Kineto pair spans two ProfilerSteps: occurrences count within the step. Its sends and
+    # receives paired by order end before the other rank began: capped, never aligned.
+    assert {offset for *_, offset in rows} == {0}
     got = {}
-    for name, _seq, rank, arrive, wait, _last in rows:
-        got.setdefault(name, []).append((arrive, rank, wait))
+    for name, _seq, rank, arrive, wait, _last, capped, _offset in rows:
+        got.setdefault(name, []).append((arrive, rank, wait, capped))
     want = {}
     for i in instances:
         for rank, arrive in i["arrivals"].items():
-            want.setdefault(i["name"], []).append((arrive, rank, i["waits"][rank]))
+            want.setdefault(i["name"], []).append((arrive, rank, i["waits"][rank], rank in i["capped"]))
     assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
-    last = sorted((a, r) for _n, _s, r, a, _w, is_last in rows if is_last)
+    assert sum(len(i["capped"]) for i in instances) == (6 if run == "hta_pair" else 0)
+    assert mismatched == sorted((a, r) for i in instances if i["mismatched"] for r, a in i["arrivals"].items())
+    last = sorted((a, r) for _n, _s, r, a, _w, is_last, _c, _o in rows if is_last)
     assert last == sorted((i["arrivals"][i["last_rank"]], i["last_rank"]) for i in instances)
 
 

@@ -1,6 +1,8 @@
 """device_time: on Ascend equal to the profiler's step_trace_time to the ns (text: the CSV;
 db: analysis.db's StepTraceTime), on Kineto equal to an interval computation written here
-from the raw trace; on made-up rows, kernels overlapping on two streams count once."""
+from the raw trace on the device's clock (each step's own activity in its own span), with no
+device work dropped where the GPU runs behind the CPU; on made-up rows, kernels overlapping
+on two streams count once."""
 
 from __future__ import annotations
 
@@ -8,30 +10,23 @@ import duckdb
 import pytest
 from conftest import insert_rows
 from device_real import (
+    KINETO_TRACES,
     db_query,
+    device_activity,
+    device_clock_steps,
     kineto,
     kineto_device_events,
     kineto_step_of,
     kineto_steps,
+    kineto_warehouse,
     ns,
     step_trace_time,
+    union,
     warehouse,
 )
 
 COLUMNS = ["rank_id", "step", "device", "stream", "name", "kind", "start_ns", "end_ns"]
 KEY = dict(run="r", role="actor", capture="c", source_id=1)
-
-
-def _union(intervals) -> int:
-    total, end = 0, None
-    for s, e in sorted(intervals):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def test_overlapping_streams_count_once(fresh_db):
@@ -45,7 +40,23 @@ def test_overlapping_streams_count_once(fresh_db):
                 [(0, "torch_annotation", "default", "ProfilerStep#1", 0, 1000)], **KEY)
     row = fresh_db.execute("""select window_ns, compute_ns, communication_ns, overlapped_ns, exposed_communication_ns,
                               memcpy_ns, idle_ns, method from device_time""").fetchall()
-    assert row == [(1000, 300, 250, 50, 200, 50, 1000 - 550, "intervals")]
+    # the window is the step's device span, 100..700, not the CPU's ProfilerStep range
+    assert row == [(600, 300, 250, 50, 200, 50, 600 - 550, "intervals")]
+
+
+def test_a_kernel_running_after_the_cpu_step_ended_counts_in_its_step(fresh_db):
+    """The GPU behind the CPU: step 1's CPU range ends at 100, its kernels run 150..400 (launched
+    inside it), step 2's CPU range is 100..200 and its kernel runs 450..500."""
+    insert_rows(fresh_db, "device_ops", COLUMNS + ["launch_ts_ns"], [
+        (0, 1, "cuda:0", 7, "gemm", "compute", 150, 300, 10),
+        (0, 1, "cuda:0", 7, "gemm", "compute", 320, 400, 20),
+        (0, 2, "cuda:0", 7, "gemm", "compute", 450, 500, 120),
+    ], **KEY)
+    insert_rows(fresh_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
+                [(0, "torch_annotation", "default", "ProfilerStep#1", 0, 100),
+                 (0, "torch_annotation", "default", "ProfilerStep#2", 100, 200)], **KEY)
+    rows = fresh_db.execute("select step, window_ns, compute_ns, idle_ns from device_time order by step").fetchall()
+    assert rows == [(1, 250, 230, 20), (2, 50, 50, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -85,25 +96,59 @@ def test_ascend_db_equals_step_trace_time(con, rank):
 def test_kineto_equals_an_interval_computation(con, rank):
     assert kineto(rank)["distributedInfo"]["rank"] == rank
     expected = []
-    for n, start, end in kineto_steps(rank):
-        sets = {"compute": [], "communication": [], "memcpy": [], "busy": []}
+    for n, _start, _end in kineto_steps(rank):
+        spans = []
+        sets = {"compute": [], "communication": [], "memcpy": []}
         for e in kineto_device_events(rank):
-            if kineto_step_of(rank, e) != n:
-                continue
-            s, t = max(ns(e["ts"]), start), min(ns(e["ts"]) + ns(e["dur"]), end)
-            if t <= s:
+            s, t = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
+            if kineto_step_of(rank, e) != n or t <= s:
                 continue
             kind = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}.get(
                 e["cat"], "communication" if e["name"].startswith("nccl") else "compute")
-            sets["busy"].append((s, t))
+            spans.append((s, t))
             if kind in sets:
                 sets[kind].append((s, t))
-        compute, comm = _union(sets["compute"]), _union(sets["communication"])
-        overlapped = compute + comm - _union(sets["compute"] + sets["communication"])
-        expected.append((n, end - start, compute, comm, overlapped, comm - overlapped, _union(sets["memcpy"]),
-                         end - start - _union(sets["busy"])))
+        window = max(t for _, t in spans) - min(s for s, _ in spans)
+        compute, comm = union(sets["compute"]), union(sets["communication"])
+        overlapped = compute + comm - union(sets["compute"] + sets["communication"])
+        expected.append((n, window, compute, comm, overlapped, comm - overlapped, union(sets["memcpy"]),
+                         window - union(spans)))
     rows = con.execute("""select step, window_ns, compute_ns, communication_ns, overlapped_ns, exposed_communication_ns,
                           memcpy_ns, idle_ns from device_time
                           where run = 'hta_pair' and rank_id = ? and step is not null order by step""",
                        [rank]).fetchall()
     assert rows == expected
+
+
+@pytest.fixture(scope="module")
+def kineto_con(tmp_path_factory):
+    c = duckdb.connect(str(kineto_warehouse(tmp_path_factory)), read_only=True)
+    yield c
+    c.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", sorted(KINETO_TRACES))
+def test_kineto_steps_on_the_device_clock(kineto_con, run):
+    """Every real GPU trace: each (step, device) row equals its own activity in its own span."""
+    rows = kineto_con.execute("""select step, device, window_ns, compute_ns, communication_ns, overlapped_ns,
+                                 exposed_communication_ns, memcpy_ns, idle_ns from device_time where run = ?""",
+                              [run]).fetchall()
+    expected = device_clock_steps(KINETO_TRACES[run])
+    assert {(step, int(device.split(":")[1])): tuple(figures) for step, device, *figures in rows} == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", sorted(KINETO_TRACES))
+def test_no_device_work_is_dropped(kineto_con, run):
+    """The busy time device_time keeps equals the union of every kernel, copy and set on the device
+    (the ns-resolution trace, whose GPU runs a step behind its CPU, kept 11% of it on the CPU's steps)."""
+    acts = [a for a in device_activity(KINETO_TRACES[run]) if a["e"] > a["s"]]
+    spans = {}
+    for a in acts:
+        lo, hi = spans.get(a["step"], (a["s"], a["e"]))
+        spans[a["step"]] = (min(lo, a["s"]), max(hi, a["e"]))
+    ordered = sorted(spans.values())
+    assert all(b[0] >= a[1] for a, b in zip(ordered, ordered[1:])), "steps overlap on the device: not this case"
+    kept, = kineto_con.execute("select sum(window_ns - idle_ns) from device_time where run = ?", [run]).fetchone()
+    assert kept == union((a["s"], a["e"]) for a in acts)

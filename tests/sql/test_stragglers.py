@@ -26,14 +26,15 @@ COLUMNS = ["rank_id", "step", "name", "kind", "collective", "group", "start_ns",
 KEY = dict(run="r", role="actor", capture="c", source_id=1)
 
 
-def _charge(instances: list[dict]) -> dict:
-    """The rule, written independently: the last arriver (lowest rank on a tie) is charged the others' waiting."""
+def _charge(instances: list[dict], durations: list[dict] | None = None) -> dict:
+    """The rule, written independently: the last arriver (lowest rank on a tie) is charged the others'
+    waiting, each rank's wait at most its own collective's duration."""
     charged: dict[int, list[int]] = {}
-    for arrivals in instances:
+    for i, arrivals in enumerate(instances):
         last = max(arrivals.values())
         last_rank = min(r for r, a in arrivals.items() if a == last)
         entry = charged.setdefault(last_rank, [0, 0])
-        entry[0] += sum(last - a for a in arrivals.values())
+        entry[0] += sum(min(last - a, durations[i][r]) if durations else last - a for r, a in arrivals.items())
         entry[1] += 1
     rank = min(charged, key=lambda r: (-charged[r][0], r))
     first = min(instances, key=lambda a: min(a.values()))
@@ -51,7 +52,9 @@ def test_random_steps_match_an_independent_charging(fresh_db):
             if k == 1:
                 arrivals[step % 4] += 5_000_000  # one late rank at the first collective (ops stay in order)
             instances.append(arrivals)
-            rows += [(r, step, "ar", "communication", "allreduce", "dp", a, a + 5) for r, a in arrivals.items()]
+            # every rank leaves the collective soon after the last one joined, as a collective does
+            ends = {r: max(arrivals.values()) + rng.randrange(5, 2_000) for r in arrivals}
+            rows += [(r, step, "ar", "communication", "allreduce", "dp", a, ends[r]) for r, a in arrivals.items()]
         by_step[step] = _charge(instances)
     insert_rows(fresh_db, "device_ops", COLUMNS, rows, **KEY)
     got = {s: dict(zip(("rank_id", "waited_for_ns", "last_at", "late_ns", "collectives"), rest))
@@ -97,7 +100,7 @@ def test_alexnet_names_the_rank_late_at_the_first_allreduce(tmp_path_factory, ru
     skew = con.execute("select rank_id from rank_skew where run = ? and is_straggler", [run]).fetchall()
     con.close()
     instances = arrival_order(per_rank())
-    expected = _charge([i["arrivals"] for i in instances])
+    expected = _charge([i["arrivals"] for i in instances], [i["durations"] for i in instances])
     first = instances[0]
     late_rank = max(first["arrivals"], key=first["arrivals"].get)
     assert expected["rank_id"] == late_rank  # the rank that held the first allreduce back
@@ -117,7 +120,8 @@ def test_nccl_pair_per_profiler_step(tmp_path_factory):
     for n, _start, _end in steps:
         # The NCCL kernels of a step on both ranks, matched by order (the launch of each lies in the step).
         per_rank = {r: [k for k in kineto_nccl(r) if _in_step(r, k, n)] for r in (0, 1)}
-        charge = _charge([i["arrivals"] for i in arrival_order(per_rank)])
+        instances = [i for i in arrival_order(per_rank) if not i["mismatched"]]  # never charged
+        charge = _charge([i["arrivals"] for i in instances], [i["durations"] for i in instances])
         expected.append((n, charge["rank_id"], charge["waited_for_ns"], charge["last_at"], charge["collectives"]))
     assert rows == expected
 
