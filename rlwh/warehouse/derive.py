@@ -207,12 +207,12 @@ def mark_all(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"insert into _rlwh_dirty select distinct run, role, rank_id, capture from {table}")
 
 
-def refresh_all(con: duckdb.DuckDBPyConnection) -> int:
+def refresh_all(con: duckdb.DuckDBPyConnection, group_rows: int = GROUP_ROWS) -> int:
     """Recompute every key's derived rows, in one transaction."""
     con.execute("begin transaction")
     try:
         mark_all(con)
-        count = refresh(con)
+        count = refresh(con, group_rows=group_rows)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")
