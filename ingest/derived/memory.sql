@@ -82,9 +82,6 @@ from ops_in_nodes
 -- together the longer is outer). Ops of no duration enclose nothing.
 -- _key_depths: depth(t) after every edge at or before t, one row per (thread, time);
 -- _key_stack_levels: each such op's level, the count right after its own start.
--- One sort: the running count in edge order; depth(t) is the count after the last edge at
--- t, and within one time the count falls through the ends, then rises through the starts,
--- so it is the highest count of t's starts, or the lowest of its ends where none starts.
 create or replace temp table _key_edges as
 with stacked as (
   select key_id, tid, ts_ns, ts_ns + dur_ns as end_ns, attributed_stack_id
@@ -101,6 +98,7 @@ edges as (
 select
   key_id, tid, t, delta, attributed_stack_id,
   sum(delta) over (partition by key_id, tid order by t, delta, end_ns desc rows unbounded preceding) as depth,
+  sum(delta) over (partition by key_id, tid order by t range unbounded preceding) as depth_at_t,
 from edges
 ;
 
@@ -109,11 +107,7 @@ select key_id, tid, t as ts_ns, depth, attributed_stack_id from _key_edges where
 ;
 
 create or replace temp table _key_depths as
-select
-  key_id, tid, t,
-  case when max(delta) = 1 then max(depth) filter (where delta = 1) else min(depth) end as depth,
-from _key_edges
-group by key_id, tid, t
+select distinct key_id, tid, t, depth_at_t as depth from _key_edges
 ;
 
 drop table _key_edges
@@ -163,7 +157,7 @@ where d.run = k.run and d.role = k.role and d.rank_id = k.rank_id and d.capture 
 -- lowest tid).
 insert into internal.memory_record_ops by name
 with records as (
-  select r.run, r.role, r.rank_id, r.capture, k.key_id, r.source_id, r.source_row, r.name, r.alloc_ns
+  select k.key_id, r.source_id, r.source_row, r.name, r.alloc_ns
   from memory_records as r
   join _derive_keys as k using (run, role, rank_id, capture)
 ),
@@ -190,7 +184,7 @@ ops as (
 
 matched as (
   select
-    r.run, r.role, r.rank_id, r.capture, r.key_id, r.source_id, r.source_row, r.name, r.alloc_ns,
+    r.key_id, r.source_id, r.source_row, r.name, r.alloc_ns,
     o.ts_ns as op_ts_ns, o.dur_ns as op_dur_ns, o.tid as op_tid, o.stack_id, o.stacked_stack_id,
     o.attributed_stack_id, o.stack_source,
   from records as r
@@ -238,11 +232,12 @@ enclosing as (
 )
 
 select
-  m.run, m.role, m.rank_id, m.capture,
+  k.run, k.role, k.rank_id, k.capture,
   m.source_id, m.source_row, m.name, m.op_ts_ns, m.op_dur_ns, m.op_tid, m.stack_id, m.stacked_stack_id,
   coalesce(m.attributed_stack_id, e.stack_id) as attributed_stack_id,
   coalesce(m.stack_source, if(e.stack_id is not null, 'enclosing_op', null)) as stack_source,
 from matched as m
+join _derive_keys as k using (key_id)
 left join enclosing as e using (source_id, source_row)
 ;
 

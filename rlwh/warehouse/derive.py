@@ -43,7 +43,7 @@ class Statement:
         """Run over the group of keys in _derive_keys (`keys`, its rows)."""
         lists = {"runs": sorted({k[0] for k in keys}), "captures": sorted({k[3] for k in keys})}
         code = re.sub(r"--.*", "", self.sql)
-        con.execute(self.sql, {name: value for name, value in lists.items() if f"${name}" in code})
+        con.execute(self.sql, {name: value for name, value in lists.items() if re.search(rf"\${name}\b", code)})
 
 
 @lru_cache(maxsize=None)
