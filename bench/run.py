@@ -73,30 +73,60 @@ EVERY_VIEW = ["memory_alloc_stack", "memory_blocks", "memory_timeline", "memory_
               "memory_unreleased", "memory_event_rows", "role_timeline", "rank_skew"]
 
 
+# The floor of one rank: what DuckDB alone takes to read its two files, one statement each
+# (the JSON array counted, the CSV read typed into memory), in a fresh process.
+FLOOR = """
+import sys, duckdb
+con = duckdb.connect()
+con.execute("select count(*) from read_json(?, format = 'array')", [sys.argv[1]]).fetchall()
+con.execute("create table m as select * from read_csv(?, header = true, delim = ',', quote = '\\"', "
+            "columns = {'Name': 'VARCHAR', 'Size(KB)': 'DOUBLE', 'Allocation Time(us)': 'DECIMAL(20,3)', "
+            "'Release Time(us)': 'DECIMAL(20,3)', 'Active Release Time(us)': 'DECIMAL(20,3)', "
+            "'Duration(us)': 'DECIMAL(20,3)', 'Active Duration(us)': 'DECIMAL(20,3)', "
+            "'Allocation Total Allocated(MB)': 'DOUBLE', 'Allocation Total Reserved(MB)': 'DOUBLE', "
+            "'Allocation Total Active(MB)': 'DOUBLE', 'Release Total Allocated(MB)': 'DOUBLE', "
+            "'Release Total Reserved(MB)': 'DOUBLE', 'Release Total Active(MB)': 'DOUBLE', "
+            "'Stream Ptr': 'VARCHAR', 'Device Type': 'VARCHAR'})", [sys.argv[2]])
+"""
+
+
 def bench_one_rank(tmp: Path, scale: float) -> None:
-    """One rank, 1 GB trace + 1.5 M memory rows: baseline vs rlwh ingest + every view answering."""
-    profile = make_rank_profile(tmp / "one_rank", 1000 * scale, int(1_500_000 * scale))
-    rank_dir = next(profile.rglob("*_ascend_pt"))
-    mb = trace_mb(profile)
-    base = measure([PY, str(HERE / "baseline.py"), str(rank_dir)])
-    record("baseline (ijson + bisect + csv.DictReader), 1 rank", trace_mb=mb, wall_s=base.wall_s,
-           peak_rss_mb=base.peak_process_rss_mb)
-    db = tmp / "one_rank.duckdb"
-    m = ingest(profile, db)
-    # One rlwh query process counts every memory view (one process start, not seven).
-    views = query_seconds(db, "select " + ", ".join(f"(select count(*) from {v})" for v in EVERY_VIEW[:7]))
-    record("rlwh ingest, 1 rank", trace_mb=mb, wall_s=m.wall_s, cpu_s=m.cpu_s,
-           peak_tree_rss_mb=m.peak_tree_rss_mb, peak_process_rss_mb=m.peak_process_rss_mb)
-    record("rlwh: count(*) of every memory view, 1 rank", wall_s=views)
-    record("rlwh ingest + every memory view vs baseline", speedup=base.wall_s / (m.wall_s + views),
-           total_s=m.wall_s + views)
-    record("query memory_alloc_stack in full", wall_s=query_seconds(
-        db, "select count(*), count(call_stack), sum(gap_ns) from memory_alloc_stack"))
-    record("query memory_timeline in full", wall_s=query_seconds(
-        db, "select count(*), max(live_bytes), sum(delta_bytes) from memory_timeline"))
-    record("query memory_peak_breakdown", wall_s=query_seconds(db, "select * from memory_peak_breakdown"))
-    again = ingest(profile, db)
-    record("rlwh re-ingest of the unchanged rank", wall_s=again.wall_s)
+    """One rank at 300 MB + 450 k memory rows and at 1 GB + 1.5 M rows: the seed's
+    algorithm (bench/baseline.py), rlwh ingest + every memory view answering, and the
+    floor (DuckDB reading the two files), in the same run."""
+    for size_mb, rows in ((300, 450_000), (1000, 1_500_000)):
+        label = f"{size_mb * scale:.0f} MB"
+        profile = make_rank_profile(tmp / f"one_rank_{size_mb}", size_mb * scale, int(rows * scale))
+        rank_dir = next(profile.rglob("*_ascend_pt"))
+        out = rank_dir / "ASCEND_PROFILER_OUTPUT"
+        mb = trace_mb(profile)
+        base = measure([PY, str(HERE / "baseline.py"), str(rank_dir)])
+        record(f"baseline (ijson + bisect + csv.DictReader), 1 rank, {label}", trace_mb=mb, wall_s=base.wall_s,
+               peak_rss_mb=base.peak_process_rss_mb)
+        floor = measure([PY, "-c", FLOOR, str(out / "trace_view.json"), str(out / "operator_memory.csv")])
+        if floor.returncode != 0:
+            raise SystemExit(f"floor failed: {floor.stderr}")
+        record(f"floor (DuckDB read_json count + typed read_csv), 1 rank, {label}", wall_s=floor.wall_s,
+               cpu_s=floor.cpu_s)
+        db = tmp / f"one_rank_{size_mb}.duckdb"
+        m = ingest(profile, db)
+        # One rlwh query process counts every memory view (one process start, not seven).
+        views = query_seconds(db, "select " + ", ".join(f"(select count(*) from {v})" for v in EVERY_VIEW[:7]))
+        record(f"rlwh ingest, 1 rank, {label}", trace_mb=mb, wall_s=m.wall_s, cpu_s=m.cpu_s,
+               peak_tree_rss_mb=m.peak_tree_rss_mb, peak_process_rss_mb=m.peak_process_rss_mb)
+        record(f"rlwh: count(*) of every memory view, 1 rank, {label}", wall_s=views)
+        record(f"rlwh ingest + every memory view vs baseline, {label}", speedup=base.wall_s / (m.wall_s + views),
+               total_s=m.wall_s + views, vs_floor=(m.wall_s + views) / floor.wall_s)
+        if size_mb == 1000:
+            record("query memory_alloc_stack in full", wall_s=query_seconds(
+                db, "select count(*), count(call_stack), sum(gap_ns) from memory_alloc_stack"))
+            record("query memory_timeline in full", wall_s=query_seconds(
+                db, "select count(*), max(live_bytes), sum(delta_bytes) from memory_timeline"))
+            record("query memory_peak_breakdown", wall_s=query_seconds(db, "select * from memory_peak_breakdown"))
+            again = ingest(profile, db)
+            record("rlwh re-ingest of the unchanged rank", wall_s=again.wall_s)
+        shutil.rmtree(profile)
+        db.unlink()
 
 
 def bench_rss_flat(tmp: Path, scale: float) -> None:

@@ -206,3 +206,39 @@ def test_good_files_read_ok(tmp_path):
     (tmp_path / "empty.csv").write_bytes(b"")
     with pytest.raises(SourceError, match="empty file"):
         read(tmp_path / "empty.csv", tmp_path / "e")
+
+
+def _decimal_ns(text: str) -> int | None:
+    """µs text as exact ns by Python's Decimal, half away from zero; None where the result
+    leaves BIGINT (the row is then bad)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    ns = int((Decimal(text.strip()) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
+    return ns if -(2**63) <= ns < 2**63 else None
+
+
+EDGE_TIMES = ["1779785515596661", "1779785515596661.4", "1779785515596661.42", "1779785515596661.420",
+              "1779785515596661.4205", "1779785515596661.4204999", "1779785515596661.99951", "-1779785515596661.4205",
+              "-0.0015", "-0.0014", "0", "-0", "0.5", "12.3456789", "9223372036854775.807", "-9223372036854775.808",
+              "99999999999999999.999", "9223372036854775.808", "123456789012345678901"]
+
+
+@pytest.mark.parametrize("text", EDGE_TIMES)
+def test_edge_times_are_exact_to_the_ns(tmp_path, text):
+    """No fraction, 1-2 fraction digits, more than 3, negative, huge: every time column
+    reads as Decimal's exact ns (ROUND_HALF_UP), the SQL read or the row-by-row one; a
+    time beyond BIGINT makes its row bad, named, and the others stay."""
+    cell = f'"{text}\t"'
+    path = write_csv(tmp_path / "operator_memory.csv",
+                     [row("a"), row("b", alloc=cell, release=cell, dur=cell), row("c")])
+    outcome, rows = read(path, tmp_path)
+    expected = _decimal_ns(text)
+    if expected is None:
+        assert outcome.status == "partial" and "row 2:" in outcome.message
+        assert [r["name"] for r in rows] == ["a", "c"]
+        return
+    assert outcome.status == "ok", outcome.message
+    got = rows[1]
+    assert [got[c] for c in ("alloc_ns", "release_ns", "active_release_ns", "duration_ns", "active_duration_ns")] \
+        == [expected] * 5
+    assert rows[0]["alloc_ns"] == 1779785515596661420

@@ -1,12 +1,17 @@
--- Derived memory tables, refreshed by rlwh ingest for one (run, role, rank_id, capture)
--- at a time: $run, $role, $rank_id and $capture are bound to that key, and each statement
--- filters its inputs on the key itself, so a refresh reads only that rank's rows.
+-- Derived memory tables, refreshed by rlwh ingest for a group of (run, role, rank_id,
+-- capture) keys at once (rlwh.warehouse.derive): the temp table _derive_keys holds the
+-- group, one key_id per key, and each statement reads only the rows of those keys, joined
+-- to their key_id (an INTEGER: sorts and joins carry it instead of four key columns, which
+-- come back from _derive_keys for the rows written). $runs and $captures list the group's
+-- runs and captures: a filter on them reaches into a view's window (which a join does not),
+-- so a view reads only those ranks. Every window, ASOF join and group is per key_id.
 -- Statements are separated by a line holding only ';'. They run once every file of an
--- ingest is loaded and the parse workers have exited (the window sorts take ~500 MB).
+-- ingest is loaded and the parse workers have exited (the window sorts take ~500 MB a
+-- large rank; they spill to disk beyond the memory limit).
 --
--- Order: the rank's ops and the stack each one justifies (_key_op_stacks), their nesting
+-- Order: the keys' ops and the stack each one justifies (_key_op_stacks), their nesting
 -- (_key_stack_levels, _key_depths) and their starts (_key_op_starts), temp tables dropped
--- at the end; the rank's device; the Ascend match and timeline; then the PyTorch blocks
+-- at the end; the ranks' devices; the Ascend match and timeline; then the PyTorch blocks
 -- and the PyTorch and snapshot timelines.
 
 -- Every cpu_op of the key with the stack its allocations get. An autograd node is a
@@ -19,31 +24,33 @@
 -- backward threads). Otherwise its own stack: 'op'.
 create or replace temp table _key_op_stacks as
 with ops as (
-  select pid, tid, name, ts_ns, dur_ns, stack_id, seq_no, fwd_tid
-  from cpu_ops
-  where ts_ns is not null
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  select k.key_id, o.pid, o.tid, o.name, o.ts_ns, o.dur_ns, o.stack_id, o.seq_no, o.fwd_tid
+  from cpu_ops as o
+  join _derive_keys as k using (run, role, rank_id, capture)
+  where o.ts_ns is not null
 ),
 
 nodes as (
   -- One node per (thread, start): the longest, then the lowest seq_no.
-  select tid, ts_ns, arg_max(seq_no, [coalesce(dur_ns, 0), -seq_no]) as seq_no, max(coalesce(dur_ns, 0)) as dur_ns
+  select key_id, tid, ts_ns, arg_max(seq_no, [coalesce(dur_ns, 0), -seq_no]) as seq_no,
+    max(coalesce(dur_ns, 0)) as dur_ns
   from ops where seq_no >= 0 and fwd_tid > 0
-  group by tid, ts_ns
+  group by key_id, tid, ts_ns
 ),
 
 forward_ops as (
   -- One forward op per (seq_no, start): one with a stack, then the lowest stack_id.
-  select seq_no, ts_ns, min(stack_id) as stack_id
+  select key_id, seq_no, ts_ns, min(stack_id) as stack_id
   from ops where seq_no >= 0 and coalesce(fwd_tid, 0) = 0
-  group by seq_no, ts_ns
+  group by key_id, seq_no, ts_ns
 ),
 
 node_stacks as (
-  select n.tid, n.ts_ns, n.dur_ns, f.stack_id as forward_stack_id
+  select n.key_id, n.tid, n.ts_ns, n.dur_ns, f.stack_id as forward_stack_id
   from nodes as n
   asof join forward_ops as f
-    on n.seq_no = f.seq_no
+    on n.key_id = f.key_id
+    and n.seq_no = f.seq_no
     and n.ts_ns >= f.ts_ns
 ),
 
@@ -54,12 +61,13 @@ ops_in_nodes as (
     if(o.ts_ns + coalesce(o.dur_ns, 0) <= n.ts_ns + n.dur_ns, n.forward_stack_id, null) as forward_stack_id,
   from ops as o
   asof left join node_stacks as n
-    on o.tid = n.tid
+    on o.key_id = n.key_id
+    and o.tid = n.tid
     and o.ts_ns >= n.ts_ns
 )
 
 select
-  pid, tid, name, ts_ns, dur_ns, stack_id, seq_no, fwd_tid,
+  key_id, pid, tid, name, ts_ns, dur_ns, stack_id, seq_no, fwd_tid,
   coalesce(forward_stack_id, stack_id) as attributed_stack_id,
   case when forward_stack_id is not null then 'forward_op' when stack_id is not null then 'op' end
     as stack_source,
@@ -76,30 +84,30 @@ from ops_in_nodes
 -- _key_stack_levels: each such op's level, the count right after its own start.
 create or replace temp table _key_edges as
 with stacked as (
-  select tid, ts_ns, ts_ns + dur_ns as end_ns, attributed_stack_id
+  select key_id, tid, ts_ns, ts_ns + dur_ns as end_ns, attributed_stack_id
   from _key_op_stacks
   where attributed_stack_id is not null and tid is not null and dur_ns > 0
 ),
 
 edges as (
-  select tid, ts_ns as t, 1 as delta, end_ns, attributed_stack_id from stacked
+  select key_id, tid, ts_ns as t, 1 as delta, end_ns, attributed_stack_id from stacked
   union all
-  select tid, end_ns, -1, end_ns, null from stacked
+  select key_id, tid, end_ns, -1, end_ns, null from stacked
 )
 
 select
-  tid, t, delta, attributed_stack_id,
-  sum(delta) over (partition by tid order by t, delta, end_ns desc rows unbounded preceding) as depth,
-  sum(delta) over (partition by tid order by t range unbounded preceding) as depth_at_t,
+  key_id, tid, t, delta, attributed_stack_id,
+  sum(delta) over (partition by key_id, tid order by t, delta, end_ns desc rows unbounded preceding) as depth,
+  sum(delta) over (partition by key_id, tid order by t range unbounded preceding) as depth_at_t,
 from edges
 ;
 
 create or replace temp table _key_stack_levels as
-select tid, t as ts_ns, depth, attributed_stack_id from _key_edges where delta = 1
+select key_id, tid, t as ts_ns, depth, attributed_stack_id from _key_edges where delta = 1
 ;
 
 create or replace temp table _key_depths as
-select distinct tid, t, depth_at_t as depth from _key_edges
+select distinct key_id, tid, t, depth_at_t as depth from _key_edges
 ;
 
 drop table _key_edges
@@ -109,24 +117,30 @@ drop table _key_edges
 -- event (which names its enclosing op by thread, start and name) finds it.
 create or replace temp table _key_op_starts as
 select
-  tid, ts_ns, name, any_value(attributed_stack_id) as attributed_stack_id, any_value(stack_source) as stack_source,
+  key_id, tid, ts_ns, name,
+  any_value(attributed_stack_id) as attributed_stack_id, any_value(stack_source) as stack_source,
 from _key_op_stacks
-group by tid, ts_ns, name
+group by key_id, tid, ts_ns, name
 ;
 
 -- A rank's device as its data names it (operator_memory.csv's Device Type, e.g. NPU:3)
 -- where profiler_info did not say: the device most of its memory rows name.
-update ranks set device = (
-  select mode(device) from memory_records
+update ranks set device = named.device
+from (
+  select run, role, rank_id, capture, mode(device) as device
+  from memory_records
+  semi join _derive_keys using (run, role, rank_id, capture)
   where device is not null
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
-)
-where device is null
-  and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  group by run, role, rank_id, capture
+) as named
+where ranks.device is null
+  and ranks.run = named.run and ranks.role = named.role and ranks.rank_id = named.rank_id
+  and ranks.capture = named.capture
 ;
 
-delete from internal.memory_record_ops
-where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+delete from internal.memory_record_ops as d
+using _derive_keys as k
+where d.run = k.run and d.role = k.role and d.rank_id = k.rank_id and d.capture = k.capture
 ;
 
 -- Each memory_records row and the cpu_op of the same name that started last at or before
@@ -143,20 +157,20 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 -- lowest tid).
 insert into internal.memory_record_ops by name
 with records as (
-  select source_id, source_row, name, alloc_ns
-  from memory_records
-  where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  select k.key_id, r.source_id, r.source_row, r.name, r.alloc_ns
+  from memory_records as r
+  join _derive_keys as k using (run, role, rank_id, capture)
 ),
 
 ordered_ops as (
   select
-    name, ts_ns, dur_ns, tid, stack_id, attributed_stack_id, stack_source,
+    key_id, name, ts_ns, dur_ns, tid, stack_id, attributed_stack_id, stack_source,
     lead(ts_ns) over same_name as next_ts_ns,
     last_value(stack_id ignore nulls) over (same_name rows between unbounded preceding and current row)
       as stacked_stack_id,
   from _key_op_stacks
   window same_name as (
-    partition by name
+    partition by key_id, name
     -- ts_ns, then has a stack, then the duration, as one HUGEINT (a fast sort key)
     order by ts_ns::hugeint * 18446744073709551616 + (stack_id is not null)::hugeint * 9223372036854775808
         + greatest(coalesce(dur_ns, -1), -1) + 1,
@@ -170,29 +184,33 @@ ops as (
 
 matched as (
   select
-    r.source_id, r.source_row, r.name, r.alloc_ns,
+    r.key_id, r.source_id, r.source_row, r.name, r.alloc_ns,
     o.ts_ns as op_ts_ns, o.dur_ns as op_dur_ns, o.tid as op_tid, o.stack_id, o.stacked_stack_id,
     o.attributed_stack_id, o.stack_source,
   from records as r
   asof left join ops as o
-    on r.name = o.name
+    on r.key_id = o.key_id
+    and r.name = o.name
     and r.alloc_ns >= o.ts_ns
 ),
 
 unattributed as (
-  select source_id, source_row, alloc_ns from matched where attributed_stack_id is null and alloc_ns is not null
+  select key_id, source_id, source_row, alloc_ns
+  from matched
+  where attributed_stack_id is null and alloc_ns is not null
 ),
 
 threads as (
-  select distinct tid from _key_depths
+  select distinct key_id, tid from _key_depths
 ),
 
 depth_at as (
-  select u.source_id, u.source_row, u.alloc_ns, l.tid, l.depth
+  select u.source_id, u.source_row, u.alloc_ns, l.key_id, l.tid, l.depth
   from unattributed as u
-  cross join threads as th
+  join threads as th on u.key_id = th.key_id
   asof join _key_depths as l
-    on l.tid = th.tid
+    on l.key_id = th.key_id
+    and l.tid = th.tid
     and u.alloc_ns >= l.t
   where l.depth > 0
 ),
@@ -201,7 +219,8 @@ innermost as (
   select d.source_id, d.source_row, l.ts_ns, l.tid, l.attributed_stack_id
   from depth_at as d
   asof join _key_stack_levels as l
-    on l.tid = d.tid
+    on l.key_id = d.key_id
+    and l.tid = d.tid
     and l.depth = d.depth
     and d.alloc_ns >= l.ts_ns
 ),
@@ -213,16 +232,19 @@ enclosing as (
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture,
+  k.run, k.role, k.rank_id, k.capture,
   m.source_id, m.source_row, m.name, m.op_ts_ns, m.op_dur_ns, m.op_tid, m.stack_id, m.stacked_stack_id,
   coalesce(m.attributed_stack_id, e.stack_id) as attributed_stack_id,
   coalesce(m.stack_source, if(e.stack_id is not null, 'enclosing_op', null)) as stack_source,
 from matched as m
+join _derive_keys as k using (key_id)
 left join enclosing as e using (source_id, source_row)
 ;
 
-delete from internal.memory_timeline_rows
-where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+delete from internal.memory_timeline_rows as d
+using _derive_keys as k
+where d.source = 'ascend'
+  and d.run = k.run and d.role = k.role and d.rank_id = k.rank_id and d.capture = k.capture
 ;
 
 -- The Ascend live-memory timeline: +size at each allocation row's alloc, -size at its
@@ -236,19 +258,19 @@ where source = 'ascend' and run = $run and role = $role and rank_id = $rank_id a
 insert into internal.memory_timeline_rows by name
 with blocks as (
   select
-    source_id, device, alloc_ns, release_ns, size_bytes, source_row,
-    internal.ascend_allocator(name) as allocator,
-    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
-    release_total_allocated_bytes, release_total_reserved_bytes,
-  from memory_records
-  where size_bytes > 0
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+    k.key_id, r.source_id, r.device, r.alloc_ns, r.release_ns, r.size_bytes, r.source_row,
+    internal.ascend_allocator(r.name) as allocator,
+    r.alloc_total_allocated_bytes, r.alloc_total_reserved_bytes,
+    r.release_total_allocated_bytes, r.release_total_reserved_bytes,
+  from memory_records as r
+  join _derive_keys as k using (run, role, rank_id, capture)
+  where r.size_bytes > 0
 ),
 
 events as (
   -- One scan of the blocks, two rows per released block: its alloc and its release.
   select
-    b.source_id, b.device, b.allocator,
+    b.key_id, b.source_id, b.device, b.allocator,
     if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
     e.event,
     if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
@@ -264,22 +286,24 @@ events as (
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'ascend' as source,
-  source_id, device, allocator, ts_ns, event, delta_bytes, live_bytes,
-  if(allocator = 'GE', ge_live_bytes, live_bytes - ge_live_bytes) as allocator_live_bytes,
-  allocator_allocated_bytes, allocator_reserved_bytes, size_bytes, origin_row,
+  k.run, k.role, k.rank_id, k.capture, 'ascend' as source,
+  t.source_id, t.device, t.allocator, t.ts_ns, t.event, t.delta_bytes, t.live_bytes,
+  if(t.allocator = 'GE', t.ge_live_bytes, t.live_bytes - t.ge_live_bytes) as allocator_live_bytes,
+  t.allocator_allocated_bytes, t.allocator_reserved_bytes, t.size_bytes, t.origin_row,
 from (
   select
     *,
     (sum(delta_bytes) over in_order)::bigint as live_bytes,
     (sum(if(allocator = 'GE', delta_bytes, 0)) over in_order)::bigint as ge_live_bytes,
   from events
-  window in_order as (partition by device order by sort_key rows unbounded preceding)
-)
+  window in_order as (partition by key_id, device order by sort_key rows unbounded preceding)
+) as t
+join _derive_keys as k using (key_id)
 ;
 
-delete from internal.torch_memory_blocks
-where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+delete from internal.torch_memory_blocks as d
+using _derive_keys as k
+where d.run = k.run and d.role = k.role and d.rank_id = k.rank_id and d.capture = k.capture
 ;
 
 -- The PyTorch blocks: each allocation event with an address, paired with the next event
@@ -288,32 +312,36 @@ where run = $run and role = $role and rank_id = $rank_id and capture = $capture
 -- innermost op with a stack whose [ts, ts + dur) holds it on its own thread ('enclosing_op').
 insert into internal.torch_memory_blocks by name
 with allocations as (
-  select * from internal.torch_memory_pairs
-  where bytes > 0 and addr is not null
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  select k.key_id, p.*
+  from internal.torch_memory_pairs as p
+  join _derive_keys as k using (run, role, rank_id, capture)
+  where p.bytes > 0 and p.addr is not null
+    and list_contains($runs, p.run) and list_contains($captures, p.capture)
 ),
 
 matched as (
   select a.*, o.attributed_stack_id, o.stack_source
   from allocations as a
   left join _key_op_starts as o
-    on a.tid = o.tid and a.op_ts_ns = o.ts_ns and a.op_name = o.name
+    on a.key_id = o.key_id and a.tid = o.tid and a.op_ts_ns = o.ts_ns and a.op_name = o.name
 ),
 
 depth_at as (
-  select m.event_index, m.ts_ns, l.tid, l.depth
+  select m.source_id, m.event_index, m.ts_ns, l.key_id, l.tid, l.depth
   from matched as m
   asof join _key_depths as l
-    on l.tid = m.tid
+    on l.key_id = m.key_id
+    and l.tid = m.tid
     and m.ts_ns >= l.t
   where m.attributed_stack_id is null and l.depth > 0
 ),
 
 enclosing as (
-  select d.event_index, l.attributed_stack_id
+  select d.source_id, d.event_index, l.attributed_stack_id
   from depth_at as d
   asof join _key_stack_levels as l
-    on l.tid = d.tid
+    on l.key_id = d.key_id
+    and l.tid = d.tid
     and l.depth = d.depth
     and d.ts_ns >= l.ts_ns
 )
@@ -331,12 +359,13 @@ select
   case when m.next_bytes < 0 then m.next_total_allocated_bytes end as release_total_allocated_bytes,
   case when m.next_bytes < 0 then m.next_total_reserved_bytes end as release_total_reserved_bytes,
 from matched as m
-left join enclosing as e using (event_index)
+left join enclosing as e using (source_id, event_index)
 ;
 
-delete from internal.memory_timeline_rows
-where source in ('torch', 'snapshot')
-  and run = $run and role = $role and rank_id = $rank_id and capture = $capture
+delete from internal.memory_timeline_rows as d
+using _derive_keys as k
+where d.source in ('torch', 'snapshot')
+  and d.run = k.run and d.role = k.role and d.rank_id = k.rank_id and d.capture = k.capture
 ;
 
 -- The PyTorch timeline, one allocator per device (so allocator_live_bytes = live_bytes),
@@ -349,17 +378,17 @@ where source in ('torch', 'snapshot')
 insert into internal.memory_timeline_rows by name
 with blocks as (
   select
-    source_id, device, alloc_ns, release_ns, release_inferred, size_bytes,
-    alloc_total_allocated_bytes, alloc_total_reserved_bytes,
-    release_total_allocated_bytes, release_total_reserved_bytes,
-    name, stack_id, stack_source, origin_row,
-  from internal.torch_memory_blocks
-  where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+    k.key_id, b.source_id, b.device, b.alloc_ns, b.release_ns, b.release_inferred, b.size_bytes,
+    b.alloc_total_allocated_bytes, b.alloc_total_reserved_bytes,
+    b.release_total_allocated_bytes, b.release_total_reserved_bytes,
+    b.name, b.stack_id, b.stack_source, b.origin_row,
+  from internal.torch_memory_blocks as b
+  join _derive_keys as k using (run, role, rank_id, capture)
 ),
 
 block_events as (
   select
-    b.source_id, b.device,
+    b.key_id, b.source_id, b.device,
     if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
     e.event,
     if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
@@ -376,14 +405,15 @@ block_events as (
 
 addressless as (
   select
-    p.source_id, p.device, p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event,
+    k.key_id, p.source_id, p.device, p.ts_ns, if(p.bytes > 0, 'alloc', 'release') as event,
     p.bytes as delta_bytes, p.total_allocated_bytes, p.total_reserved_bytes, p.op_name, abs(p.bytes) as size_bytes,
     o.attributed_stack_id, o.stack_source, p.event_index, false,
   from internal.torch_memory_pairs as p
+  join _derive_keys as k using (run, role, rank_id, capture)
   left join _key_op_starts as o
-    on p.tid = o.tid and p.op_ts_ns = o.ts_ns and p.op_name = o.name
+    on k.key_id = o.key_id and p.tid = o.tid and p.op_ts_ns = o.ts_ns and p.op_name = o.name
   where p.addr is null and p.bytes <> 0 and p.ts_ns is not null
-    and p.run = $run and p.role = $role and p.rank_id = $rank_id and p.capture = $capture
+    and list_contains($runs, p.run) and list_contains($captures, p.capture)
 ),
 
 events as (
@@ -393,21 +423,22 @@ events as (
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'torch' as source, 'epoch' as clock,
-  source_id, device, 'torch' as allocator, ts_ns, event, delta_bytes,
-  live_bytes, live_bytes as allocator_live_bytes,
-  allocator_allocated_bytes, allocator_reserved_bytes, name, size_bytes, stack_id, stack_source, origin_row,
-  release_inferred,
+  k.run, k.role, k.rank_id, k.capture, 'torch' as source, 'epoch' as clock,
+  t.source_id, t.device, 'torch' as allocator, t.ts_ns, t.event, t.delta_bytes,
+  t.live_bytes, t.live_bytes as allocator_live_bytes,
+  t.allocator_allocated_bytes, t.allocator_reserved_bytes, t.name, t.size_bytes, t.stack_id, t.stack_source,
+  t.origin_row, t.release_inferred,
 from (
   select
     *,
     (sum(delta_bytes) over (
-      partition by device
+      partition by key_id, device
       order by internal.memory_event_order(ts_ns, event, origin_row)
       rows between unbounded preceding and current row
     ))::bigint as live_bytes,
   from events
-)
+) as t
+join _derive_keys as k using (key_id)
 ;
 
 -- A memory snapshot's timeline: one row per alloc and release of a block its device_traces
@@ -423,21 +454,23 @@ from (
 -- reader says so in sources.
 insert into internal.memory_timeline_rows by name
 with blocks as (
-  select * from internal.snapshot_held_blocks
-  where run = $run and role = $role and rank_id = $rank_id and capture = $capture
+  select k.key_id, b.*
+  from internal.snapshot_held_blocks as b
+  join _derive_keys as k using (run, role, rank_id, capture)
+  where list_contains($runs, b.run) and list_contains($captures, b.capture)
 ),
 
 held_at_snapshot as (
-  select device, sum(size_bytes)::bigint as held_bytes
-  from snapshot_blocks
-  where internal.snapshot_held(state)
-    and run = $run and role = $role and rank_id = $rank_id and capture = $capture
-  group by device
+  select k.key_id, s.device, sum(s.size_bytes)::bigint as held_bytes
+  from snapshot_blocks as s
+  join _derive_keys as k using (run, role, rank_id, capture)
+  where internal.snapshot_held(s.state)
+  group by k.key_id, s.device
 ),
 
 events as (
   select
-    b.source_id, b.device, b.clock,
+    b.key_id, b.source_id, b.device, b.clock,
     if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
     e.event,
     if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
@@ -455,22 +488,24 @@ replayed as (
   select
     *,
     sum(if(traced, delta_bytes, 0)) over in_order as live_bytes,
-    sum(delta_bytes) over in_order - sum(delta_bytes) over (partition by device) as change_to_snapshot,
+    sum(delta_bytes) over in_order - sum(delta_bytes) over (partition by key_id, device) as change_to_snapshot,
   from events
   window in_order as (
-    partition by device order by internal.memory_event_order(ts_ns, event, trace_position) rows unbounded preceding
+    partition by key_id, device
+    order by internal.memory_event_order(ts_ns, event, trace_position) rows unbounded preceding
   )
 )
 
 select
-  $run as run, $role as role, $rank_id as rank_id, $capture as capture, 'snapshot' as source, r.clock,
+  k.run, k.role, k.rank_id, k.capture, 'snapshot' as source, r.clock,
   r.source_id, r.device, 'snapshot' as allocator, r.ts_ns, r.event, r.delta_bytes,
   r.live_bytes::bigint as live_bytes,
   (coalesce(h.held_bytes, 0) + r.change_to_snapshot)::bigint as allocator_live_bytes,
   null::bigint as allocator_allocated_bytes, null::bigint as allocator_reserved_bytes, null::varchar as name,
   r.size_bytes, r.stack_id, r.stack_source, r.origin_row, r.release_inferred,
 from replayed as r
-left join held_at_snapshot as h using (device)
+join _derive_keys as k using (key_id)
+left join held_at_snapshot as h using (key_id, device)
 where r.traced
 ;
 

@@ -28,13 +28,22 @@ KEY_MATCH = ("run = ? and role is not distinct from ? and rank_id is not distinc
              "and capture is not distinct from ?")
 
 
+# A refresh's group of keys holds at most this many source rows (memory_records, cpu_ops,
+# PyTorch and snapshot events), or one key: a group is one statement per derived table and
+# one transaction, whose sorts spill beyond the memory limit but whose changed blocks stay
+# pinned until it commits (1,000 ranks in one transaction ran out of the loader's 384 MB).
+GROUP_ROWS = 4_000_000
+
+
 @dataclass(frozen=True)
 class Statement:
     sql: str
 
-    def run(self, con: duckdb.DuckDBPyConnection, key: tuple) -> None:
-        params = {name: value for name, value in zip(KEY, key) if f"${name}" in self.sql}
-        con.execute(self.sql, params)
+    def run(self, con: duckdb.DuckDBPyConnection, keys: list[tuple]) -> None:
+        """Run over the group of keys in _derive_keys (`keys`, its rows)."""
+        lists = {"runs": sorted({k[0] for k in keys}), "captures": sorted({k[3] for k in keys})}
+        code = re.sub(r"--.*", "", self.sql)
+        con.execute(self.sql, {name: value for name, value in lists.items() if re.search(rf"\${name}\b", code)})
 
 
 @lru_cache(maxsize=None)
@@ -81,33 +90,71 @@ def clear_marks(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] | None = None,
-            transaction_per_key: bool = False) -> int:
-    """Recompute the derived rows of every marked key; return how many keys. `on_key(i, n)`
-    is told before the i-th of n keys (seconds each on a large rank: progress output).
+            transaction_per_key: bool = False, group_rows: int = GROUP_ROWS) -> int:
+    """Recompute the derived rows of every marked key; return how many keys. The keys go
+    in groups of at most `group_rows` source rows (or one key), each group one statement
+    per derived table (ingest/derived/memory.sql). `on_key(i, n)` is told before a group
+    whose first key is the i-th of n (seconds each on a large rank: progress output).
 
-    transaction_per_key: commit after each key, for a connection in autocommit mode. One
-    transaction over 1,000 ranks keeps every changed block pinned and runs out of memory
-    at the loader's 384 MB; the ingest's working copy is private until it is published, so
-    no reader sees the keys done so far.
+    transaction_per_key: commit after each group, for a connection in autocommit mode:
+    one transaction over 1,000 ranks keeps every changed block pinned and runs out of
+    memory at the loader's 384 MB; the ingest's working copy is private until it is
+    published, so no reader sees the groups done so far.
     """
     keys = marked_keys(con)
-    for i, key in enumerate(keys, start=1):
+    done = 0
+    for group in key_groups(con, keys, group_rows):
         if on_key:
-            on_key(i, len(keys))
+            on_key(done + 1, len(keys))
         if transaction_per_key:
             con.execute("begin transaction")
         try:
+            _set_group(con, group)
             for statement in statements():
-                statement.run(con, key)
+                statement.run(con, group)
+            con.execute("drop table _derive_keys")
             if transaction_per_key:
                 con.execute("commit")
         except BaseException:
             if transaction_per_key:
                 con.execute("rollback")
             raise
+        done += len(group)
     clear_marks(con)
     refresh_user_frames(con)
     return len(keys)
+
+
+def key_groups(con: duckdb.DuckDBPyConnection, keys: list[tuple], group_rows: int = GROUP_ROWS) -> list[list[tuple]]:
+    """`keys` in order, cut into groups of at most `group_rows` source rows (a larger key
+    alone): what one refresh statement reads."""
+    if not keys:
+        return []
+    counts = " union all ".join(
+        f"select run, role, rank_id, capture, count(*) as n from {table} "
+        f"semi join _rlwh_dirty using (run, role, rank_id, capture) group by all"
+        for table in SOURCE_TABLES
+    )
+    rows = {tuple(r[:4]): r[4] for r in con.execute(
+        f"select run, role, rank_id, capture, sum(n) from ({counts}) group by all").fetchall()}
+    groups: list[list[tuple]] = []
+    size = 0
+    for key in keys:
+        n = rows.get(key, 0)
+        if not groups or size + n > group_rows:
+            groups.append([])
+            size = 0
+        groups[-1].append(key)
+        size += n
+    return groups
+
+
+def _set_group(con: duckdb.DuckDBPyConnection, group: list[tuple]) -> None:
+    """The group's keys as the temp table the refresh statements join, each with a key_id."""
+    con.execute("create or replace temp table _derive_keys "
+                "(key_id integer, run varchar, role varchar, rank_id integer, capture varchar)")
+    con.executemany("insert into _derive_keys values (?, ?, ?, ?, ?)",
+                    [(i, *key) for i, key in enumerate(group)])
 
 
 def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
@@ -160,12 +207,12 @@ def mark_all(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"insert into _rlwh_dirty select distinct run, role, rank_id, capture from {table}")
 
 
-def refresh_all(con: duckdb.DuckDBPyConnection) -> int:
+def refresh_all(con: duckdb.DuckDBPyConnection, group_rows: int = GROUP_ROWS) -> int:
     """Recompute every key's derived rows, in one transaction."""
     con.execute("begin transaction")
     try:
         mark_all(con)
-        count = refresh(con)
+        count = refresh(con, group_rows=group_rows)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")
