@@ -36,7 +36,7 @@ def _ingest_with(tree: Path, profile: Path, db: Path, run: str) -> None:
                            "--db", str(db), "--config", str(config)], env=env, cwd=db.parent,
                           capture_output=True, text=True)
     assert done.returncode in (0, 1, 5), done.stderr  # 1 and 5: a file failed or loaded in part, as before
-    probe = subprocess.run([sys.executable, "-c", "import rlwh; print(rlwh.__file__)"], env=env,
+    probe = subprocess.run([sys.executable, "-c", "import rlwh; print(rlwh.__file__)"], env=env, cwd=db.parent,
                            capture_output=True, text=True, check=True)
     assert probe.stdout.strip().startswith(str(tree))  # it was the previous release that ran
 
