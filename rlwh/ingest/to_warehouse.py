@@ -1,6 +1,7 @@
 """The DuckDB-file target of `rlwh ingest`: parse the plan's changed files in the
-executors and land each in the working copy, in its own transaction; derive after the
-last; publish once.
+executors (Ascend traces in batches read by one statement, rlwh.ingest.batches) and land
+them in the working copy, LAND_FILES files per transaction, each whole with its sources
+row (rlwh.ingest.load.load_batch); derive after the last; publish once.
 
 With Ray or [ingest] derive_in_workers a worker builds each capture whole, its derived
 tables included (rlwh.ingest.build), and the loader only appends it; otherwise the loader
