@@ -7,7 +7,10 @@ bisect the nearest preceding same-name op (ts <= allocation time), attach its st
 keep the row (the parser returns all rows as dicts). Times are parsed as floats, as
 that parser does; rlwh keeps exact ns (rlwh.synth keeps ops >= 2 us apart so both agree).
 
-Usage: python bench/baseline.py RANK_DIR
+With several rank dirs it matches them rank after rank in one process, as a user's
+script over a run would (the multi-rank bench, bench/run.py many_ranks).
+
+Usage: python bench/baseline.py RANK_DIR [RANK_DIR ...]
 """
 
 from __future__ import annotations
@@ -84,10 +87,17 @@ def run_baseline(rank_dir: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if not argv:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    print(json.dumps(run_baseline(Path(argv[0]))))
+    if len(argv) == 1:
+        print(json.dumps(run_baseline(Path(argv[0]))))
+        return 0
+    start = time.perf_counter()
+    each = [run_baseline(Path(a)) for a in argv]
+    print(json.dumps({"ranks": len(each), "rows": sum(r["rows"] for r in each),
+                      "matched": sum(r["matched"] for r in each), "wall_s": round(time.perf_counter() - start, 2),
+                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
     return 0
 
 

@@ -192,8 +192,67 @@ def bench_scale_out(tmp: Path, scale: float) -> None:
                task_cpu_s_per_rank=m["task_cpu_s_per_rank"])
 
 
+# Many modest ranks, as a real RL run leaves them (issue 31): 2 roles, an 8 MB trace and
+# 12,000 memory rows per rank at scale 1.0 (64 ranks: ~656 MB).
+MANY_RANKS = (8, 64, 256)
+RANK_TRACE_MB, RANK_ROWS = 8.0, 12_000
+
+BARE_SCAN = """
+import sys, time, duckdb
+traces, csvs = sys.argv[1].split("\\n"), sys.argv[2].split("\\n")
+con = duckdb.connect()
+con.execute("set threads = 2")
+t = time.perf_counter()
+con.execute("select count(*), count(args.\\"Call stack\\") from read_json(?, format = 'array', filename = true, "
+            "columns = {cat: 'VARCHAR', name: 'VARCHAR', ts: 'VARCHAR', args: 'STRUCT(\\"Call stack\\" VARCHAR)'})"
+            " where cat = 'cpu_op'", [traces]).fetchall()
+con.execute("select count(*), sum(\\"Size(KB)\\") from read_csv(?, header = true, filename = true)", [csvs]).fetchall()
+print(time.perf_counter() - t)
+"""
+
+
+def bench_many_ranks(tmp: Path, scale: float) -> None:
+    """8, 64 and 256 Ascend ranks: the seed's algorithm over every rank (one process, rank
+    after rank), rlwh into a normal warehouse and in dataset mode, and DuckDB's bare scan
+    of the same files (one read_json + one read_csv: the floor), all in this one run;
+    MB/s of input per size, so the cost per MB can be seen flat or not."""
+    for ranks in MANY_RANKS:
+        root = tmp / f"ranks_{ranks}"
+        n_ops = synth.ops_for_trace_mb(RANK_TRACE_MB * scale, "compact", 0.27)
+        synth.write_ascend_profile(root, roles=("actor_update", "rollout"), ranks=ranks // 2, seed=ranks,
+                                   n_ops=n_ops, n_allocs=max(1, int(RANK_ROWS * scale)), n_stacks=1300,
+                                   stacked_fraction=0.27, trace_format="compact")
+        rank_dirs = sorted(str(d) for d in root.rglob("*_ascend_pt"))
+        traces = sorted(str(p) for p in root.rglob("trace_view.json"))
+        csvs = sorted(str(p) for p in root.rglob("operator_memory.csv"))
+        mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6
+        load = os.getloadavg()[0]
+        seed = measure([PY, str(HERE / "baseline.py"), *rank_dirs])
+        if seed.returncode != 0:
+            raise SystemExit(f"baseline failed: {seed.stderr}")
+        bare = measure([PY, "-c", BARE_SCAN, "\n".join(traces), "\n".join(csvs)])
+        normal = ingest(root, tmp / f"ranks_{ranks}.duckdb")
+        dataset = measure(rlwh("ingest", str(root), "-q", "--dataset", str(tmp / f"ranks_{ranks}.dataset"),
+                               db=tmp / f"ranks_{ranks}_thin.duckdb"))
+        if dataset.returncode != 0:
+            raise SystemExit(f"dataset ingest failed: {dataset.stdout}\n{dataset.stderr}")
+        again = ingest(root, tmp / f"ranks_{ranks}.duckdb")
+        label = f"{ranks} ranks, {mb:.0f} MB"
+        record(f"many ranks: seed's algorithm, {label}", wall_s=seed.wall_s, mb_per_s=mb / seed.wall_s,
+               cpu_s=seed.cpu_s, load_before=load)
+        record(f"many ranks: DuckDB bare scan (floor), {label}", wall_s=bare.wall_s, mb_per_s=mb / bare.wall_s,
+               cpu_s=bare.cpu_s)
+        for mode, m in (("normal", normal), ("dataset", dataset)):
+            record(f"many ranks: rlwh {mode}, {label}", wall_s=m.wall_s, mb_per_s=mb / m.wall_s, cpu_s=m.cpu_s,
+                   vs_seed=seed.wall_s / m.wall_s, vs_floor=m.wall_s / bare.wall_s,
+                   peak_tree_rss_mb=m.peak_tree_rss_mb)
+        record(f"many ranks: rlwh re-ingest unchanged, {label}", wall_s=again.wall_s, load_after=os.getloadavg()[0])
+        shutil.rmtree(root, ignore_errors=True)
+
+
 BENCHES = {"one_rank": bench_one_rank, "rss": bench_rss_flat, "four_ranks": bench_four_ranks,
-           "torch": bench_torch_trace, "report": bench_reports, "scale_out": bench_scale_out}
+           "torch": bench_torch_trace, "report": bench_reports, "scale_out": bench_scale_out,
+           "many_ranks": bench_many_ranks}
 
 
 def main() -> int:

@@ -270,6 +270,38 @@ def test_stack_normalization_is_the_same_in_sql_and_python():
             assert sql[1] == stack_id(python)
 
 
+def _frames_by_the_rule(raw: str) -> str | None:
+    """Ascend's stack text as rlwh stores it, by the documented rule (standard library only):
+    each line trimmed of spaces, tabs and CRs, then of trailing ';', then of spaces again;
+    empty lines dropped; frames joined by a newline."""
+    frames = [line.strip(" \t\r").rstrip(";").strip(" \t\r") for line in raw.split("\n")]
+    return "\n".join(f for f in frames if f) or None
+
+
+def test_stack_normalization_on_every_real_ascend_trace():
+    """Every distinct stack text of every Ascend trace in ../shared/fixtures, normalized by the
+    reader's SQL, is byte for byte the text the rule gives."""
+    import json
+
+    import duckdb
+    from conftest import FIXTURES
+
+    from rlwh.readers.ascend_trace import _NORMALIZED_STACK
+
+    texts = set()
+    traces = sorted(FIXTURES.rglob("trace_view.json"))
+    assert len(traces) >= 8
+    for trace in traces:
+        events = json.loads(trace.read_text(encoding="utf-8"))
+        texts |= {e["args"]["Call stack"] for e in events
+                  if isinstance(e.get("args"), dict) and isinstance(e["args"].get("Call stack"), str)}
+    assert len(texts) >= 45  # the alexnet ranks' and the memory sample's stacks
+    con = duckdb.connect()
+    for text in sorted(texts):
+        got = con.execute(f"select {_NORMALIZED_STACK} from (select ? as stack)", [text]).fetchone()[0]
+        assert got == _frames_by_the_rule(text), repr(text)
+
+
 def test_progress_reports_the_derive_step(memory_profile, config):
     """After the last file, progress says the derived memory tables are being computed."""
     calls = []

@@ -6,6 +6,7 @@ row's file is compared by its path instead), timings and timestamps.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -96,6 +97,52 @@ def every_table_differences(got: Path, want: Path) -> dict[str, tuple[int, int]]
                                                   f"select {select} from want.{table}")
             if extra or lacking:
                 found[table] = (extra, lacking)
+        return found
+    finally:
+        con.close()
+
+
+def every_public_difference(got: Path, want: Path) -> dict[str, tuple[int, int]]:
+    """{table or view of main: (rows only in got, rows only in want)}, duplicates counted;
+    {} when equal. Views are answered by each warehouse's own connection (a view's SQL
+    names its tables without a catalog) and compared as Parquet; a fact row's source_id
+    becomes its file's path and volatile columns are left out. A name on one side only
+    is (-1, -1)."""
+    with tempfile.TemporaryDirectory(prefix="rlwh-compare-") as out:
+        names = {tag: _dump_public(db, Path(out), tag) for tag, db in (("got", got), ("want", want))}
+        con = duckdb.connect()
+        try:
+            found = {n: (-1, -1) for n in set(names["got"]) ^ set(names["want"])}
+            for name in sorted(set(names["got"]) & set(names["want"])):
+                files = [f"read_parquet('{Path(out) / f'{tag}-{i}.parquet'}')" for tag, i in
+                         (("got", names["got"][name]), ("want", names["want"][name]))]
+                extra, lacking = _multiset_difference(con, f"select * from {files[0]}", f"select * from {files[1]}")
+                if extra or lacking:
+                    found[name] = (extra, lacking)
+            return found
+        finally:
+            con.close()
+
+
+def _dump_public(db: Path, out: Path, tag: str) -> dict[str, int]:
+    """Every public table and view of `db` as Parquet under `out`: name -> its file's index."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        names = [r[0] for r in con.execute(
+            "select table_name from duckdb_tables() where schema_name = 'main' union all "
+            "select view_name from duckdb_views() where schema_name = 'main' and not internal").fetchall()]
+        found: dict[str, int] = {}
+        for i, name in enumerate(sorted(names)):
+            columns = [c for (c,) in con.execute("select column_name from duckdb_columns() where schema_name = 'main' "
+                                                 "and table_name = ? order by column_index", [name]).fetchall()]
+            picked = [f'r."{c}"' for c in columns if c != "source_id" and c not in VOLATILE | IGNORED.get(name, set())]
+            joined = ""
+            if "source_id" in columns and name != "sources":
+                picked.append("f.path as source_path")
+                joined = " left join sources f using (source_id)"
+            con.execute(f'copy (select {", ".join(picked)} from "{name}" r{joined}) '
+                        f"to '{out / f'{tag}-{i}.parquet'}' (format parquet)")
+            found[name] = i
         return found
     finally:
         con.close()

@@ -43,13 +43,24 @@ class Job:
     def read_function(self):
         # "module" or "module:function": one reader module may serve several formats.
         module_name, _, function = self.reader.partition(":")
+        return self._function(module_name, function or "read")
+
+    def batch_function(self):
+        """The reader's `read_batch(paths, sinks, context, staging)`, which reads many files
+        of the kind in one statement; None for a reader that reads one file at a time."""
+        module_name, _, function = self.reader.partition(":")
+        if function:
+            return None
+        return getattr(importlib.import_module(module_name), "read_batch", None)
+
+    def _function(self, module_name: str, function: str):
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} cannot be imported: {exc}") from exc
-        read = getattr(module, function or "read", None)
+        read = getattr(module, function, None)
         if not callable(read):
-            raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} has no {function or 'read'}() function")
+            raise RlwhError(f"ingest/{self.path.name}: reader {self.reader} has no {function}() function")
         return read
 
 

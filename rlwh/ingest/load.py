@@ -118,6 +118,48 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
 
     with_step: the tables that have a step column (tables_with_step, once per ingest:
     it costs ~4 ms, which thousands of GMM dumps would pay each)."""
+    con.execute("begin transaction")
+    try:
+        result = _land(con, run, p, parsed, with_step)
+        con.execute("commit")
+        return result
+    except (duckdb.Error, RlwhError) as exc:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("rollback")  # a commit that failed has rolled back already
+        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+            raise  # the warehouse could not be written (a full disk): no file is to blame
+        message = str(exc) if isinstance(exc, RlwhError) else f"{p.source.rel_path}: loading failed: {exc}"
+        con.execute("begin transaction")
+        delete_rows_of(con, p)
+        upsert_source(con, run, p, "failed", 0, message, parsed["seconds"], {})
+        con.execute("commit")
+        return FileResult(p.source.kind, p.source.rel_path, "failed", 0, message, parsed["seconds"], p.size)
+
+
+def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
+               with_step: frozenset[str] | None = None) -> list[FileResult]:
+    """Land several parsed files in one transaction: one commit, not one per file (a
+    commit per rank was most of a many-rank landing, DESIGN.md). Each file still lands
+    whole with its own sources row; if any of them cannot land, the whole transaction
+    rolls back and each file lands alone (load_file), so the others lose nothing."""
+    if len(files) == 1:
+        return [load_file(con, run, *files[0], with_step)]
+    con.execute("begin transaction")
+    try:
+        results = [_land(con, run, p, parsed, with_step) for p, parsed in files]
+        con.execute("commit")
+        return results
+    except (duckdb.Error, RlwhError) as exc:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("rollback")
+        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+            raise
+        return [load_file(con, run, p, parsed, with_step) for p, parsed in files]
+
+
+def _land(con, run: str, p: Planned, parsed: ParseResult, with_step: frozenset[str] | None) -> FileResult:
+    """The statements that land one parsed file, inside the caller's transaction; raises
+    duckdb.Error or RlwhError when it cannot land."""
     assert p.source_id is not None  # a target assigns it before loading
     s = p.source
     rank = dict(parsed.get("rank") or {})
@@ -128,54 +170,40 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
         message = _with_notes(message, s.note, reader_note)
     rows = sum(n for t, n in parsed["rows"].items() if t in FACT_TABLES)
     role, rank_id = rank.get("role", s.role), rank.get("rank_id", s.rank_id)
-    con.execute("begin transaction")
-    try:
-        delete_rows_of(con, p)
-        if status in ("failed", "ignored"):
-            rows = 0
-        else:
-            job = jobs()[s.kind]
-            with_step = tables_with_step(con) if with_step is None else with_step
-            staged = {t: _staged_select(t, parts, parsed["columns"][t], t in with_step)
-                      for t, parts in parsed["tables"].items()}
-            if rank_id is None and any(
-                "rank_id" not in parsed["columns"][t] for t in parsed["tables"]
-                if t not in SHARED_TABLES + RANK_OPTIONAL_TABLES
-            ):
-                raise RlwhError(f"{s.rel_path}: the rank is unknown (neither the file nor its path names it)")
-            _set_keys(con, run, p, rank)
-            for table in job.fills:
-                staged.setdefault(table, f"select * from {table} limit 0")
-            for table, sql in staged.items():
-                con.execute(f"create or replace temp view _staged_{table} as {sql}")
-            # A reader that found no rows stages none; a job may name its source's fields, which
-            # an empty stand-in (the table's own columns) lacks, so it has nothing to land.
-            if job.has_statements and parsed["tables"]:
-                con.execute(job.sql)
-                derive.mark_source(con, p.source_id)
-            # Readers may name only the role and rank a file belongs to; a ranks row
-            # needs facts about the rank beyond that.
-            if set(rank) - {"role", "rank_id"} and role is not None and rank_id is not None:
-                _insert_rank(con, run, p, {**rank, "role": role, "rank_id": rank_id})
-                rows += 1
-            facts = [t for t in job.fills if t in FACT_TABLES and t != "ranks"]
-            if facts and not any(parsed["rows"].get(t) for t in facts) and parsed["message"] is None:
-                loaded = "only its ranks row was loaded" if rows else "nothing was loaded from it"
-                message = _with_notes(f"{s.rel_path}: holds none of the rows a {s.kind} file gives "
-                                      f"({', '.join(facts)}); {loaded}", message)
-        upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
-        con.execute("commit")
-    except (duckdb.Error, RlwhError) as exc:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("rollback")  # a commit that failed has rolled back already
-        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
-            raise  # the warehouse could not be written (a full disk): no file is to blame
-        status, rows = "failed", 0
-        message = str(exc) if isinstance(exc, RlwhError) else f"{s.rel_path}: loading failed: {exc}"
-        con.execute("begin transaction")
-        delete_rows_of(con, p)
-        upsert_source(con, run, p, status, 0, message, parsed["seconds"], {})
-        con.execute("commit")
+    delete_rows_of(con, p)
+    if status in ("failed", "ignored"):
+        rows = 0
+    else:
+        job = jobs()[s.kind]
+        with_step = tables_with_step(con) if with_step is None else with_step
+        staged = {t: _staged_select(t, parts, parsed["columns"][t], t in with_step)
+                  for t, parts in parsed["tables"].items()}
+        if rank_id is None and any(
+            "rank_id" not in parsed["columns"][t] for t in parsed["tables"]
+            if t not in SHARED_TABLES + RANK_OPTIONAL_TABLES
+        ):
+            raise RlwhError(f"{s.rel_path}: the rank is unknown (neither the file nor its path names it)")
+        _set_keys(con, run, p, rank)
+        for table in job.fills:
+            staged.setdefault(table, f"select * from {table} limit 0")
+        for table, sql in staged.items():
+            con.execute(f"create or replace temp view _staged_{table} as {sql}")
+        # A reader that found no rows stages none; a job may name its source's fields, which
+        # an empty stand-in (the table's own columns) lacks, so it has nothing to land.
+        if job.has_statements and parsed["tables"]:
+            con.execute(job.sql)
+            derive.mark_source(con, p.source_id)
+        # Readers may name only the role and rank a file belongs to; a ranks row
+        # needs facts about the rank beyond that.
+        if set(rank) - {"role", "rank_id"} and role is not None and rank_id is not None:
+            _insert_rank(con, run, p, {**rank, "role": role, "rank_id": rank_id})
+            rows += 1
+        facts = [t for t in job.fills if t in FACT_TABLES and t != "ranks"]
+        if facts and not any(parsed["rows"].get(t) for t in facts) and parsed["message"] is None:
+            loaded = "only its ranks row was loaded" if rows else "nothing was loaded from it"
+            message = _with_notes(f"{s.rel_path}: holds none of the rows a {s.kind} file gives "
+                                  f"({', '.join(facts)}); {loaded}", message)
+    upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
     return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
 
 

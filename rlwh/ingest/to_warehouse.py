@@ -1,6 +1,7 @@
 """The DuckDB-file target of `rlwh ingest`: parse the plan's changed files in the
-executors and land each in the working copy, in its own transaction; derive after the
-last; publish once.
+executors (Ascend traces in batches read by one statement, rlwh.ingest.batches) and land
+them in the working copy, LAND_FILES files per transaction, each whole with its sources
+row (rlwh.ingest.load.load_batch); derive after the last; publish once.
 
 With Ray or [ingest] derive_in_workers a worker builds each capture whole, its derived
 tables included (rlwh.ingest.build), and the loader only appends it; otherwise the loader
@@ -18,14 +19,19 @@ import duckdb
 from rlwh.config import Config
 from rlwh.executors.run import fresh_parts_dir, run_tasks
 from rlwh.executors.task import Task
+from rlwh.ingest.batches import batches
 from rlwh.ingest.build import BuiltCapture, build_capture, land_capture
-from rlwh.ingest.load import ignored_result, load_file, set_capture_starts, tables_with_step
-from rlwh.ingest.parse import failed_result, parse_source
+from rlwh.ingest.load import ignored_result, load_batch, load_file, set_capture_starts, tables_with_step
+from rlwh.ingest.parse import ParseResult, failed_result, parse_batch, parse_source
 from rlwh.ingest.plan import FileResult, IngestSummary, Plan, Planned, Progress, file_context, utc
 from rlwh.safe_files import pause_for_test
 from rlwh.sqltext import one_value
 from rlwh.warehouse import derive
 from rlwh.warehouse.session import working_copy
+
+# Parsed files landed per transaction: one commit per file was most of a many-rank landing,
+# 8 per transaction halved it (DESIGN.md); a failure lands the files one by one.
+LAND_FILES = 16
 
 
 def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
@@ -121,14 +127,22 @@ def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> di
 
 def _tasks(run: str, todo: list[Planned], builds: dict[str, list[Planned]],
            config: Config) -> dict[str, tuple[Task, list[Planned]]]:
-    """One task per capture to build and per other file: name -> (task, files)."""
+    """One task per capture to build, per batch of files read together (rlwh.ingest.batches)
+    and per other file: name -> (task, files)."""
     tasks = {}
     for i, files in enumerate(builds.values()):
         task = Task(f"capture-{i}", build_capture, (run, files, config), sum(p.size for p in files),
                     tuple(str(p.source.path) for p in files))
         tasks[task.name] = (task, files)
     in_builds = {id(p) for files in builds.values() for p in files}
-    for i, p in enumerate(p for p in todo if id(p) not in in_builds):
+    rest = [p for p in todo if id(p) not in in_builds]
+    for i, files in enumerate(batches(rest, config.workers)):
+        task = Task(f"batch-{i}", parse_batch, (files[0].source.kind, [str(p.source.path) for p in files],
+                                                [file_context(p, config) for p in files]),
+                    sum(p.size for p in files), tuple(str(p.source.path) for p in files))
+        tasks[task.name] = (task, files)
+    in_batches = {id(p) for _, files in tasks.values() for p in files}
+    for i, p in enumerate(p for p in rest if id(p) not in in_batches):
         task = Task(f"file-{i}", parse_source, (p.source.kind, str(p.source.path), file_context(p, config)), p.size,
                     (str(p.source.path),))
         tasks[task.name] = (task, [p])
@@ -148,17 +162,39 @@ def _land_built(con, run: str, files: list[Planned], built: BuiltCapture) -> lis
 
 
 def _parse_and_land(con, run: str, todo: list[Planned], config: Config, parts: Path, landed) -> list[FileResult]:
-    """Run every parse task and land each result as it arrives; `landed(files)` after each."""
+    """Run every parse task and land the results as they arrive, LAND_FILES parsed files
+    per transaction (rlwh.ingest.load.load_batch); `landed(files)` after each landing."""
     with_step = tables_with_step(con)
     tasks = _tasks(run, todo, _captures_to_build(con, run, todo, config), config)
-    results = []
+    results: list[FileResult] = []
+    pending: list[tuple[Planned, ParseResult]] = []
+    pending_tasks: list[str] = []
+
+    def land_pending() -> None:
+        if not pending:
+            return
+        results.extend(load_batch(con, run, pending, with_step))
+        pause_for_test("between_files")
+        for name in pending_tasks:
+            shutil.rmtree(parts / name, ignore_errors=True)
+        for p, _ in pending:  # progress names each file, as when files landed one by one
+            landed([p])
+        pending.clear()
+        pending_tasks.clear()
+
     for task, result in run_tasks([t for t, _ in tasks.values()], config, parts):
         files = tasks[task.name][1]
         if task.function is build_capture:
-            results += _land_built(con, run, files, result)
-        else:
-            results.append(load_file(con, run, files[0], result, with_step))
-        pause_for_test("between_files")
-        shutil.rmtree(parts / task.name, ignore_errors=True)
-        landed(files)
+            results.extend(_land_built(con, run, files, result))
+            pause_for_test("between_files")
+            shutil.rmtree(parts / task.name, ignore_errors=True)
+            landed(files)
+            continue
+        pending.extend(zip(files, result if task.function is parse_batch else [result]))
+        pending_tasks.append(task.name)
+        # The first result lands as it arrives: the working copy holds committed rows from
+        # the start (what a kill between files exercises), the rest LAND_FILES at a time.
+        if len(pending) >= LAND_FILES or not results:
+            land_pending()
+    land_pending()
     return results
