@@ -95,13 +95,59 @@ class Event(msgspec.Struct):
         return self.args if self.args.__class__ is Args else NO_ARGS
 
 
+_ID = Union[int, str, None]
+
+
+class FastArgs(msgspec.Struct):
+    """Args as the common case writes them: ids and counts as int (or str), texts as str.
+    Any other type makes the piece go to Event and Args, which take every JSON value."""
+
+    call_stack: Optional[str] = _arg("Call stack")
+    sequence_number: _ID = _arg("Sequence number")
+    fwd_thread_id: _ID = _arg("Fwd thread id")
+    python_id: _ID = _arg("Python id")
+    python_parent_id: _ID = _arg("Python parent id")
+    bytes: _ID = _arg("Bytes")
+    addr: _ID = _arg("Addr")
+    total_allocated: _ID = _arg("Total Allocated")
+    total_reserved: _ID = _arg("Total Reserved")
+    device_type: _ID = _arg("Device Type")
+    device_id: _ID = _arg("Device Id")
+    device: _ID = _arg("device")
+    stream: _ID = _arg("stream")
+    stream_id: _ID = _arg("stream_id")
+    correlation: _ID = _arg("correlation")
+    collective_name: Optional[str] = _arg("Collective name")
+    process_group_name: Optional[str] = _arg("Process Group Name")
+    in_msg_nelems: _ID = _arg("In msg nelems")
+    dtype: Optional[str] = _arg("dtype")
+    seq: _ID = _arg("Seq")
+    seq_lower: _ID = _arg("seq")
+
+
+class FastEvent(msgspec.Struct):
+    """An event as the common case writes it. ts and dur are kept as written: an int, or
+    the text of a non-integral number (float_hook=str), turned into exact ns in bulk by
+    rlwh.readers.kineto_rows; no number passes through a float or a Decimal."""
+
+    ph: Optional[str] = None
+    cat: Optional[str] = None
+    name: Optional[str] = None
+    ts: Any = None
+    dur: Any = None
+    pid: _ID = None
+    tid: _ID = None
+    args: Optional[Union[FastArgs, list, str, float, bool]] = None
+
+
 # Non-integral numbers in the args kept as Any come as Decimal, as from the streaming parser.
 _PIECE = msgspec.json.Decoder(list[Optional[Event]], float_hook=Decimal)
+_FAST_PIECE = msgspec.json.Decoder(list[FastEvent], float_hook=str)
 _ERROR_AT = re.compile(r"\(byte (\d+)\)")
 
 
 def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | None],
-                 out: dict) -> Iterator[list[Event | None]]:
+                 out: dict) -> Iterator[tuple[list, bytes]]:
     """The events of the trace whose uncompressed bytes `chunks` yields, a piece at a time,
     in file order; None stands for an event that does not fit Event (malformed).
 
@@ -143,7 +189,7 @@ def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], di
     yield events
 
 
-def _cut(buf: bytes) -> tuple[list[Event | None] | None, bytes]:
+def _cut(buf: bytes) -> tuple[tuple[list, bytes] | None, bytes]:
     """Whole events from the start of buf up to its last boundary that balances, and the
     bytes after that boundary's ','; (None, buf) when none of the last few does."""
     end = len(buf)
@@ -153,14 +199,16 @@ def _cut(buf: bytes) -> tuple[list[Event | None] | None, bytes]:
             at = buf.rfind(b"}", 0, at)
         if at < 0:
             return None, buf
-        events = _decode(b"[" + buf[:at + 1] + b"]")
+        piece = b"[" + buf[:at + 1] + b"]"
+        events = _decode(piece)
         if events is not None:
-            return events, buf[buf.index(b",", at) + 1:]
+            return (events, piece), buf[buf.index(b",", at) + 1:]
         end = at
     return None, buf
 
 
-def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]) -> tuple[list[Event | None], dict]:
+def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]
+          ) -> tuple[tuple[list, bytes], dict]:
     """The last events, and the keys after the array's ']': the last ']' (within the
     final TAIL_BYTES) after which the rest reads as trailing keys and before which the
     events decode."""
@@ -173,30 +221,38 @@ def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]) -> tuple
         at = start + len(text[:pos].encode("utf-8", "surrogateescape"))
         trailer = parse_trailer(buf[at + 1:].decode("utf-8", "replace"), 0)
         head = buf[:at].rstrip(_WS)
+        piece = b"[" + head + b"]"
         try:
-            events = [] if not head else _decode(b"[" + head + b"]")
+            events = [] if not head else _decode(piece)
         except _ArrayEnds:  # this ']' is in the trailer: the array ended before it
             continue
         if events is not None and trailer is not None:
-            return events, trailer
+            return (events, piece), trailer
     raise NotTyped("the traceEvents array does not end (a file cut mid-write?)")
 
 
-def _decode(piece: bytes) -> list[Event | None] | None:
+def _decode(piece: bytes) -> list[FastEvent] | list[Event | None] | None:
+    """piece (a JSON array) as FastEvents where every event has the common shape, else as
+    Events (general_events); None when the piece is no JSON array of objects (a cut in the
+    wrong place)."""
+    try:
+        return _FAST_PIECE.decode(piece)
+    except msgspec.ValidationError:
+        return general_events(piece)  # valid JSON, but not every event of the common shape
+    except msgspec.DecodeError as exc:
+        _cut_or_damage(piece, exc)
+        return None
+
+
+def general_events(piece: bytes) -> list[Event | None] | None:
     """piece (a JSON array) as Events, None for each malformed one; None when the piece is
-    no JSON array of objects (a cut in the wrong place)."""
+    no JSON array of objects."""
     try:
         return _PIECE.decode(piece)
     except msgspec.ValidationError:
         pass  # valid JSON, but an event of another shape: one by one below
     except msgspec.DecodeError as exc:
-        # A cut in the wrong place breaks the piece at its very end (an open string, a
-        # nested value left open); an error before that is in the file itself.
-        where = _ERROR_AT.search(str(exc))  # "truncated" says no byte: the end
-        if where is not None and int(where.group(1)) < len(piece) - 2:
-            if "trailing characters" in str(exc):
-                raise _ArrayEnds() from exc
-            raise NotTyped(f"not JSON the typed decoder reads ({exc})") from exc
+        _cut_or_damage(piece, exc)
         return None
     try:
         values = json.loads(piece, parse_float=Decimal)
@@ -205,6 +261,17 @@ def _decode(piece: bytes) -> list[Event | None] | None:
     if not isinstance(values, list) or not all(isinstance(v, dict) for v in values):
         return None
     return [event_or_none(v) for v in values]
+
+
+def _cut_or_damage(piece: bytes, exc: msgspec.DecodeError) -> None:
+    """Return when the error is a cut in the wrong place, which breaks the piece at its
+    very end (an open string, a nested value left open); an error before that is in the
+    file itself (NotTyped), or the array's end inside the piece (_ArrayEnds)."""
+    where = _ERROR_AT.search(str(exc))  # "truncated" says no byte: the end
+    if where is not None and int(where.group(1)) < len(piece) - 2:
+        if "trailing characters" in str(exc):
+            raise _ArrayEnds() from exc
+        raise NotTyped(f"not JSON the typed decoder reads ({exc})") from exc
 
 
 def event_or_none(value: dict) -> Event | None:
