@@ -174,4 +174,5 @@ def file_context(p: Planned, config: Config) -> FileContext:
         "capture_started_ns": s.capture_started_ns,
         "single_process_rank0": s.single_process_rank0,
         "memory_limit": config.worker_memory_limit,
+        "workers": config.workers,  # a reader may decode one big file on this many processes
     }

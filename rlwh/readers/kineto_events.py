@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any, Optional, Union
@@ -146,26 +147,85 @@ _FAST_PIECE = msgspec.json.Decoder(list[FastEvent], float_hook=str)
 _ERROR_AT = re.compile(r"\(byte (\d+)\)")
 
 
-def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | None],
-                 out: dict) -> Iterator[tuple[list, bytes]]:
-    """The events of the trace whose uncompressed bytes `chunks` yields, a piece at a time,
-    in file order; None stands for an event that does not fit Event (malformed).
-
-    parse_trailer(text, i) reads text[i:] as the keys after the array (', "key": value
-    ... }'), None unless it is exactly that; its result is left in out["trailer"] once the
-    last piece is yielded."""
+def _array_start(chunks: Iterator[bytes]) -> bytes:
+    """The bytes after the traceEvents array's '[' in the first chunks."""
     head = bytearray()
     for chunk in chunks:
         searched = max(0, len(head) - 64)  # the key may straddle two chunks
         head += chunk
         match = _EVENTS_KEY.search(head, searched)
         if match:
-            buf = bytes(head[match.end():])
-            break
+            return bytes(head[match.end():])
         if len(head) > MAX_PIECE_BYTES:
             raise NotTyped("no traceEvents array near the start")
-    else:
-        raise NotTyped("no traceEvents array")
+    raise NotTyped("no traceEvents array")
+
+
+def decode_piece(body: bytes, build: Callable[[list, bytes], Any]) -> tuple[str, Any]:
+    """One piece cut by pieces(): ("events", build(its events, its text)), ("cut", None)
+    when the cut fell inside an event (the piece breaks at its very end), or ("ends",
+    None) when the traceEvents array ends inside it. NotTyped for a damaged file."""
+    piece = b"[" + body + b"]"
+    try:
+        events = _decode(piece)
+    except _ArrayEnds:
+        return "ends", None
+    return ("cut", None) if events is None else ("events", build(events, piece))
+
+
+def pieces(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | None], out: dict,
+           decode: Callable[[bytes], Callable[[], tuple[str, Any]]], window: int,
+           build: Callable[[list, bytes], Any]) -> Iterator[Any]:
+    """What decode_piece gives for each piece of the trace, in file order: decode(body)
+    starts that work (in another process, say) and returns what waits for its result;
+    up to `window` pieces wait at once. The last piece is decoded here, with build; the
+    keys after the array are left in out["trailer"].
+
+    A piece is cut before it is decoded, at the last '}' ',' '{' after PIECE_BYTES. The
+    first piece starts right after the array's '['; a piece that decodes from a true start
+    ends at a true boundary, so the next one starts at one too. A piece whose cut fell in
+    a string or a nested value breaks at its very end ("cut"): it is joined to the next
+    and decoded again. A piece in which the array ends ("ends") is, with everything after
+    it, the last piece. A damaged piece raises NotTyped from its result."""
+    waiting: deque = deque()  # (result getter, body), in file order
+    bodies = _bodies(_array_start(chunks), chunks)
+    tail: list[bytes] | None = None
+    rest = b""
+    for body in bodies:
+        if body.__class__ is _Rest:
+            rest = body.data
+            break
+        waiting.append((decode(body), body))
+        while tail is None and len(waiting) > window:
+            kind, value = _settle(waiting, decode)
+            if kind == "events":
+                yield value
+            elif kind == "tail":  # the array ends in this body: the rest is the last piece
+                tail = [value, *(b for _, b in waiting), *(b.data if b.__class__ is _Rest else b for b in bodies)]
+                waiting.clear()
+        if tail is not None:
+            break
+    while tail is None and waiting:
+        kind, value = _settle(waiting, decode)
+        if kind == "events":
+            yield value
+        elif kind == "tail":
+            tail = [value, *(b for _, b in waiting), rest]
+            waiting.clear()
+    events, piece, out["trailer"] = _last(b",".join(tail if tail is not None else [rest]), parse_trailer)
+    yield build(events, piece)
+
+
+class _Rest:
+    """What follows the last cut: the last events and the keys after the array."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+def _bodies(buf: bytes, chunks: Iterator[bytes]) -> Iterator[bytes | _Rest]:
+    """The array's text cut into bodies of about PIECE_BYTES at candidate boundaries (the
+    ',' between two dropped), then the _Rest."""
     pending, size = [buf], len(buf)
     for chunk in chunks:
         pending.append(chunk)
@@ -173,42 +233,46 @@ def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], di
         if size < PIECE_BYTES:
             continue
         buf = b"".join(pending)
-        try:
-            events, rest = _cut(buf)
-        except _ArrayEnds:  # the rest is the last events and the keys after them
-            pending = [buf, *chunks]
-            break
-        if events is None:
+        at = _last_boundary(buf, len(buf))
+        if at < 0:
             if len(buf) > MAX_PIECE_BYTES:
                 raise NotTyped(f"no event boundary in {len(buf)} bytes")
             pending, size = [buf], len(buf)
             continue
-        yield events
+        yield buf[:at + 1]
+        rest = buf[buf.index(b",", at) + 1:]
         pending, size = [rest], len(rest)
-    events, out["trailer"] = _last(b"".join(pending), parse_trailer)
-    yield events
+    yield _Rest(b"".join(pending))
 
 
-def _cut(buf: bytes) -> tuple[tuple[list, bytes] | None, bytes]:
-    """Whole events from the start of buf up to its last boundary that balances, and the
-    bytes after that boundary's ','; (None, buf) when none of the last few does."""
-    end = len(buf)
-    for _ in range(16):
-        at = buf.rfind(b"}", 0, end)
-        while at >= 0 and not _BOUNDARY.match(buf, at):
-            at = buf.rfind(b"}", 0, at)
-        if at < 0:
-            return None, buf
-        piece = b"[" + buf[:at + 1] + b"]"
-        events = _decode(piece)
-        if events is not None:
-            return (events, piece), buf[buf.index(b",", at) + 1:]
-        end = at
-    return None, buf
+def _last_boundary(buf: bytes, end: int) -> int:
+    """The '}' of the last '}' ',' '{' before end, or -1."""
+    at = buf.rfind(b"}", 0, end)
+    while at >= 0 and not _BOUNDARY.match(buf, at):
+        at = buf.rfind(b"}", 0, at)
+    return at
+
+
+def _settle(waiting: deque, decode) -> tuple[str, Any]:
+    """The first waiting piece: ("events", its result), ("tail", its body) when the array
+    ends in it, or the last cut fell inside an event (the rest joins it), or ("again", None)
+    when it was joined to the next piece (a cut in the wrong place) and waits again."""
+    result, body = waiting.popleft()
+    kind, value = result()
+    if kind == "events":
+        return "events", value
+    if kind == "ends" or not waiting:
+        return "tail", body
+    _, after = waiting.popleft()  # it starts inside an event: its result is not used
+    joined = body + b"," + after
+    if len(joined) > MAX_PIECE_BYTES:
+        raise NotTyped(f"no event boundary in {len(joined)} bytes")
+    waiting.appendleft((decode(joined), joined))
+    return "again", None
 
 
 def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]
-          ) -> tuple[tuple[list, bytes], dict]:
+          ) -> tuple[list, bytes, dict]:
     """The last events, and the keys after the array's ']': the last ']' (within the
     final TAIL_BYTES) after which the rest reads as trailing keys and before which the
     events decode."""
@@ -227,7 +291,7 @@ def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]
         except _ArrayEnds:  # this ']' is in the trailer: the array ended before it
             continue
         if events is not None and trailer is not None:
-            return (events, piece), trailer
+            return events, piece, trailer
     raise NotTyped("the traceEvents array does not end (a file cut mid-write?)")
 
 

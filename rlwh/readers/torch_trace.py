@@ -34,6 +34,7 @@ import re
 import tempfile
 import zlib
 from collections import Counter, deque
+from concurrent.futures.process import BrokenProcessPool
 from decimal import Decimal
 from pathlib import Path
 
@@ -44,9 +45,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
+from rlwh.readers import kineto_decoding as decoding
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
-from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, general_events, typed_events
-from rlwh.readers.kineto_rows import Rows, build
+from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, pieces
+from rlwh.readers.kineto_rows import Rows, build, rows_of
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
 BATCH_ROWS = 65536
@@ -90,8 +92,9 @@ _SPILLS = {
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     """Parse one Kineto trace into cpu_ops, call_stacks, ranges and torch_memory_events.
 
-    context: rank_id (used when neither distributedInfo nor the file name gives one) and
-    memory_limit (DuckDB's budget for the sort), both optional.
+    context: rank_id (used when neither distributedInfo nor the file name gives one),
+    memory_limit (DuckDB's budget for the sort) and workers (processes that decode the
+    trace's pieces at once; rlwh.readers.kineto_decoding), all optional.
     """
     path = Path(path)
     sink.root.mkdir(parents=True, exist_ok=True)  # spill beside the output, where ingest put it
@@ -103,7 +106,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             raise SourceError(f"{path}: no traceEvents ({why})")
         spill = _Spill(Path(tmp))
         try:
-            scan = _scan_events(path, spill)
+            scan = _scan_events(path, spill, int(context.get("workers") or 1))
             tail = scan["tail"]
             if tail is None and scan["error"] is None:
                 tail = _top_level_keys(path, stop_at_events=False)[0]
@@ -218,23 +221,29 @@ def _top_level_keys(path: Path, stop_at_events: bool) -> tuple[dict, bool, int |
     return keys, has_events, broken_at
 
 
-def _scan_events(path: Path, spill: _Spill) -> dict:
+def _scan_events(path: Path, spill: _Spill, workers: int = 1) -> dict:
     """One pass over the events: spill the rows the tables need, collect per-file facts.
     Typed decoding of byte ranges (rlwh.readers.kineto_events) where the file allows it,
     else the streaming parser, which also keeps every complete event of a damaged file."""
     try:
-        return _scan_typed(path, spill)
+        try:
+            return _scan_typed(path, spill, workers)
+        except BrokenProcessPool:  # a decoding process died (killed, out of memory): here, again
+            decoding.forget_pool()
+            spill.reset()
+            return _scan_typed(path, spill, 1)
     except NotTyped:
         spill.reset()
         return _scan_streaming(path, spill)
 
 
-def _scan_typed(path: Path, spill: _Spill) -> dict:
+def _scan_typed(path: Path, spill: _Spill, workers: int = 1) -> dict:
     scan = _Scan(spill)
     out: dict = {}
+    decode = decoding.starter(workers, path)
     with _Stream(path) as stream:
-        for events, piece in typed_events(_chunks(stream), _members, out):
-            scan.take(build(events, lambda piece=piece: general_events(piece) or []))
+        for rows in pieces(_chunks(stream), _members, out, decode, max(1, 2 * workers), rows_of):
+            scan.take(rows)
     return scan.facts(None, out["trailer"])
 
 
