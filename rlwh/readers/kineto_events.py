@@ -192,7 +192,7 @@ def pieces(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | N
     tail: list[bytes] | None = None
     rest = b""
     for body in bodies:
-        if body.__class__ is _Rest:
+        if isinstance(body, _Rest):
             rest = body.data
             break
         waiting.append((decode(body), body))
@@ -201,7 +201,7 @@ def pieces(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | N
             if kind == "events":
                 yield value
             elif kind == "tail":  # the array ends in this body: the rest is the last piece
-                tail = [value, *(b for _, b in waiting), *(b.data if b.__class__ is _Rest else b for b in bodies)]
+                tail = [value, *(b for _, b in waiting), *(b.data if isinstance(b, _Rest) else b for b in bodies)]
                 waiting.clear()
         if tail is not None:
             break

@@ -167,9 +167,9 @@ def _bulk(events: list[FastEvent]) -> Rows:
     timed = pc.is_valid(ts)
     # Categories to routes: each distinct category looked up once.
     enc = pc.dictionary_encode(cat).combine_chunks() if isinstance(cat, pa.ChunkedArray) else pc.dictionary_encode(cat)
-    known = [OLD_CATEGORIES.get(c, c) for c in enc.dictionary.to_pylist()]
+    known: list[str] = [OLD_CATEGORIES.get(c, c) for c in enc.dictionary.to_pylist()]
     which = enc.indices.fill_null(len(known))
-    route = pc.take(pa.array([_CODE.get(_ROUTES.get(c), _NONE) for c in known] + [_NONE], pa.int8()), which)
+    route = pc.take(pa.array([_CODE.get(_ROUTES.get(c, ""), _NONE) for c in known] + [_NONE], pa.int8()), which)
     cat_now = pc.take(pa.array(known + [None], _S), which)
     is_memory = pc.fill_null(pc.equal(name, "[memory]"), False)
     out: dict[str, pa.Table] = {}

@@ -242,7 +242,7 @@ def _scan_typed(path: Path, spill: _Spill, workers: int = 1) -> dict:
     out: dict = {}
     decode = decoding.starter(workers, path)
     with _Stream(path) as stream:
-        for rows in pieces(_chunks(stream), _members, out, decode, max(1, 2 * workers), rows_of):
+        for rows in pieces(_chunks(stream), _members, out, decode, workers + 1, rows_of):
             scan.take(rows)
     return scan.facts(None, out["trailer"])
 
