@@ -195,3 +195,38 @@ def test_times_are_exact_ns_on_every_path(tmp_path, monkeypatch, times):
     outcome, tables = _read(trace, tmp_path / "out")
     got = sorted((r["ts_ns"], r["dur_ns"]) for r in map(eval, tables["cpu_ops"]))
     assert got == sorted((_expected_ns(ts), _expected_ns(dur)) for ts, dur in times)
+
+
+@pytest.mark.parametrize("damage", ["cut", "nan"])
+def test_a_damaged_file_decoded_by_the_pool_is_read_by_the_streaming_parser(tmp_path, monkeypatch, damage):
+    """A damaged piece found in another process sends the file to the streaming parser,
+    which keeps every complete event and names the byte where the file breaks."""
+    events = _events(3000)
+    text = json.dumps({"traceEvents": events}, indent=2)
+    if damage == "cut":
+        text = text[: len(text) * 2 // 3]
+    else:
+        text = text.replace('"ph": "X"', '"ph": NaN', 1500).replace('"ph": NaN', '"ph": "X"', 1499)
+    trace = tmp_path / "prof_rank-0.pt.trace.json"
+    trace.write_text(text)
+    monkeypatch.setattr(kineto_events, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
+    outcome, tables = _read_with(trace, tmp_path / "out", {"workers": 2})
+    assert outcome["status"] == "partial" and "uncompressed byte" in outcome["message"]
+    assert len(tables["cpu_ops"]) == _complete_events(text)
+
+
+def _complete_events(text: str) -> int:
+    """How many events of the traceEvents array parse whole before the file breaks (NaN is
+    no JSON)."""
+    def no_constant(name):
+        raise ValueError(name)
+    decoder, i, n = json.JSONDecoder(parse_constant=no_constant), text.index("[") + 1, 0
+    while True:
+        while i < len(text) and text[i] in " \n,":
+            i += 1
+        try:
+            _, i = decoder.raw_decode(text, i)
+        except ValueError:
+            return n
+        n += 1
