@@ -8,11 +8,14 @@ Why it is built this way:
   ops, which gives every op its call stack and every "[memory]" event its enclosing op.
   Peak memory does not grow with the trace.
 - The pass decodes the events typed, 16 MB of the file at a time, in native code
-  (rlwh.readers.kineto_events), and builds each run's rows kind by kind (_Scan.take); a
-  file it cannot cut (damaged, cut mid-write) is read by ijson's streaming parser instead.
-  The typed pass reads the keys after traceEvents from its last piece.
-- Times stay exact: both decoders yield Decimal µs, turned into integer ns. Epoch ns =
-  baseTimeNanoseconds + ts * 1000 (Kineto writes ts relative to that base).
+  (rlwh.readers.kineto_events), on up to context["workers"] processes
+  (rlwh.readers.kineto_decoding), each piece's rows built as Arrow columns
+  (rlwh.readers.kineto_rows) and taken back in file order (_Scan.take); a file it cannot
+  cut (damaged, cut mid-write) is read by ijson's streaming parser instead. The typed
+  pass reads the keys after traceEvents from its last piece.
+- Times stay exact: integer ns straight from each time's text (or from the streaming
+  parser's Decimal µs), never through a float. Epoch ns = baseTimeNanoseconds + ts * 1000
+  (Kineto writes ts relative to that base).
 - Keys after traceEvents come from the last bytes of the stream (the typed pass's last
   piece, or the tail the streaming parser keeps), so the file is read once; a full token
   scan is the fallback for a huge trailer.
