@@ -150,18 +150,69 @@ def bench_four_ranks(tmp: Path, scale: float) -> None:
            cpu_utilisation=m.cpu_s / m.wall_s, peak_tree_rss_mb=m.peak_tree_rss_mb)
 
 
+TORCH_SOURCE = REPO.parent / "shared" / "fixtures" / "torch_profile" / "actor_update" / "prof_rank-0.pt.trace.json.gz"
+TORCH_SIZES_MB = (300, 1000, 3000)
+JSON_LOAD = "import json, sys; json.load(open(sys.argv[1], 'rb'))"
+# The typed decoder alone on the same bytes, one process: the floor of the reader's decoding.
+TYPED_FLOOR = """
+import sys
+from rlwh.readers import kineto_events as k
+with open(sys.argv[1], "rb") as f:
+    chunks = iter(lambda: f.read(4 << 20), b"")
+    n = 0
+    for body in k._bodies(k._array_start(chunks), chunks):
+        data = body.data if body.__class__ is k._Rest else body
+        if body.__class__ is k._Rest:
+            data = data[:data.rindex(b"]")]
+        n += len(k._FAST_PIECE.decode(b"[" + data + b"]"))
+print(n)
+"""
+
+
+def _available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def bench_torch_trace(tmp: Path, scale: float) -> None:
-    """A 1 GB (uncompressed) PyTorch trace, read once."""
-    gen = HERE / "gen_torch_trace.py"
-    folder = tmp / "torch" / "actor_update"
-    folder.mkdir(parents=True)
-    made = measure([PY, str(gen), str(folder / "prof_rank-0.pt.trace.json"), str(1000 * scale)])
-    if made.returncode != 0:
-        raise SystemExit(f"torch trace generator failed: {made.stderr}")
-    mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
-    m = ingest(tmp / "torch", tmp / "torch.duckdb")
-    record("rlwh ingest, PyTorch trace", trace_mb=mb, wall_s=m.wall_s, mb_per_s=mb / m.wall_s,
-           peak_tree_rss_mb=m.peak_tree_rss_mb)
+    """A real Kineto trace (torch_profile/actor_update rank 0: python stacks, [memory] events)
+    tiled to 0.3, 1 and 3 GB, times shifted in integer ns (bench/tile_torch_trace.py); in the
+    same run: json.load of the file, rlwh ingest + every view answering, and the typed decoder
+    alone (the floor). json.load is skipped where it would need more than half the free memory
+    (about 5x the file)."""
+    from tile_torch_trace import tile
+
+    for size in TORCH_SIZES_MB:
+        folder = tmp / f"torch_{size}" / "actor_update"
+        folder.mkdir(parents=True)
+        trace = folder / "prof_rank-0.pt.trace.json"
+        tile(TORCH_SOURCE, trace, int(size * scale * 1e6))
+        mb = trace.stat().st_size / 1e6
+        load = os.getloadavg()[0]
+        if mb * 5 < _available_mb() / 2:
+            base = measure([PY, "-c", JSON_LOAD, str(trace)])
+            record(f"json.load, PyTorch trace {mb:.0f} MB", trace_mb=mb, wall_s=base.wall_s,
+                   peak_rss_mb=base.peak_process_rss_mb, load=load)
+        else:
+            base = None
+            record(f"json.load, PyTorch trace {mb:.0f} MB: skipped", needs_mb=mb * 5, available_mb=_available_mb())
+        floor = measure([PY, "-c", TYPED_FLOOR, str(trace)])
+        record(f"typed decoder alone (one process), {mb:.0f} MB", wall_s=floor.wall_s,
+               peak_rss_mb=floor.peak_process_rss_mb)
+        db = tmp / f"torch_{size}.duckdb"
+        m = ingest(tmp / f"torch_{size}", db)
+        views = query_seconds(db, "select " + ", ".join(f"(select count(*) from {v})" for v in EVERY_VIEW))
+        total = m.wall_s + views
+        figures = dict(trace_mb=mb, wall_s=m.wall_s, views_s=views, cpu_s=m.cpu_s, mb_per_s=mb / total,
+                       peak_tree_rss_mb=m.peak_tree_rss_mb, vs_floor=total / floor.wall_s,
+                       load=os.getloadavg()[0])
+        if base is not None:
+            figures["vs_json_load"] = base.wall_s / total
+        record(f"rlwh ingest + every view, PyTorch trace {mb:.0f} MB", **figures)
+        shutil.rmtree(tmp / f"torch_{size}")
+        db.unlink(missing_ok=True)
 
 
 def bench_reports(tmp: Path, scale: float) -> None:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import FIXTURES
 
-from rlwh.readers import kineto_events, torch_trace
+from rlwh.readers import kineto_decoding, kineto_events, torch_trace
 from rlwh.readers.base import TableSink
 
 TRACES = sorted(
@@ -31,13 +31,13 @@ def _read(trace: Path, out: Path) -> tuple[dict, dict[str, list]]:
 
 
 def _streaming_only(monkeypatch) -> None:
-    def refuse(path, spill):
+    def refuse(path, spill, *rest):
         raise kineto_events.NotTyped("this test reads with the streaming parser")
     monkeypatch.setattr(torch_trace, "_scan_typed", refuse)
 
 
 def _typed_only(monkeypatch) -> None:
-    def refuse(path, spill):
+    def refuse(path, spill, *rest):
         raise AssertionError(f"{path}: fell back to the streaming parser")
     monkeypatch.setattr(torch_trace, "_scan_streaming", refuse)
 
@@ -115,3 +115,118 @@ def test_a_damaged_file_leaves_the_typed_decoder_after_a_few_tries(tmp_path, mon
     assert len(calls) <= 2 * (len(text) // (64 << 10)) + 4
     assert 0 < len(tables["cpu_ops"]) <= 3000
     assert outcome["status"] == "partial"
+
+
+def _read_with(trace: Path, out: Path, context: dict) -> tuple[dict, dict[str, list]]:
+    sink = TableSink(out)
+    outcome = torch_trace.read(trace, sink, {"rank_id": 0, **context})
+    sink.close()
+    tables = {table: sorted(map(str, pq.read_table(parts).to_pylist()))
+              for table, parts in sink.tables().items()}
+    return {"status": outcome.status, "message": outcome.message, "rank": outcome.rank}, tables
+
+
+PARALLEL_TRACES = [p for p in TRACES if p.name.startswith(("df_index_resolver", "control", "worker0", "prof_rank-0"))]
+
+
+@pytest.mark.parametrize("trace", PARALLEL_TRACES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_pieces_decoded_by_two_processes_give_the_streaming_rows(trace, tmp_path, monkeypatch):
+    """Pieces cut ahead of their decoding and decoded in other processes, taken back in
+    file order: every table as the streaming parser gives it."""
+    with monkeypatch.context() as m:
+        _typed_only(m)
+        m.setattr(kineto_events, "PIECE_BYTES", 64 << 10)
+        m.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
+        m.setattr(kineto_decoding, "GZIP_RATIO", 1000)  # small files still go to the pool
+        parallel = _read_with(trace, tmp_path / "parallel", {"workers": 2})
+    _streaming_only(monkeypatch)
+    streaming = _read(trace, tmp_path / "streaming")
+    assert parallel[0] == streaming[0]
+    assert parallel[1] == streaming[1]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_false_boundaries_cut_ahead_of_decoding(tmp_path, monkeypatch, workers):
+    """A cut inside a string is found when its piece breaks at its end, whichever process
+    decodes it; the piece after it (which starts mid-event) is never used."""
+    trace = tmp_path / "prof_rank-0.pt.trace.json"
+    body = {"schemaVersion": 1, "traceEvents": _events(3000), "baseTimeNanoseconds": 1700000000000000000,
+            "traceName": "x ] }, {"}
+    trace.write_text(json.dumps(body))
+    with monkeypatch.context() as m:
+        _typed_only(m)
+        m.setattr(kineto_events, "PIECE_BYTES", 4000)
+        m.setattr(torch_trace, "TYPED_READ_BYTES", 1500)
+        typed = _read_with(trace, tmp_path / "typed", {"workers": workers})
+    _streaming_only(monkeypatch)
+    streaming = _read(trace, tmp_path / "streaming")
+    assert typed == streaming
+    assert len(typed[1]["cpu_ops"]) == 3000
+
+
+def _times_trace(path: Path, times: list[tuple[str, str]]) -> None:
+    """A trace whose ts and dur are written exactly as given (JSON number texts)."""
+    events = ",\n".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, "ts": {ts}, "dur": {dur}}}'
+        for i, (ts, dur) in enumerate(times))
+    path.write_text('{"traceEvents": [\n' + events + "\n]}")
+
+
+def _expected_ns(text: str) -> int:
+    """What the streaming parser's Decimal gives: int(Decimal(text) * 1000), computed here
+    from the text with the standard library."""
+    import decimal
+    return int(decimal.Decimal(text) * 1000)
+
+
+@pytest.mark.parametrize("times", [
+    # epoch µs as old Kineto wrote them: integers beyond 2^42, and with ns decimals
+    [("1669783687466835", "39"), ("1669783687466901", "0"), ("1712195495521131.0", "135.162"),
+     ("1712195495521131.123", "0.001")],
+    # beyond 2^53 µs: no float holds these
+    [(str(2**53 + 1), "1"), (f"{2**53 + 3}.999", "2.5"), ("9007199254740993.001", "0.999")],
+    # more than 3 decimals, negative times, and an exponent (the event-by-event path)
+    [("5138299378382.7119", "3.2251"), ("-0.5", "0.0004"), ("1.5e3", "2E-1")],
+])
+def test_times_are_exact_ns_on_every_path(tmp_path, monkeypatch, times):
+    trace = tmp_path / "prof_rank-0.pt.trace.json"
+    _times_trace(trace, times)
+    _typed_only(monkeypatch)
+    outcome, tables = _read(trace, tmp_path / "out")
+    got = sorted((r["ts_ns"], r["dur_ns"]) for r in map(eval, tables["cpu_ops"]))
+    assert got == sorted((_expected_ns(ts), _expected_ns(dur)) for ts, dur in times)
+
+
+@pytest.mark.parametrize("damage", ["cut", "nan"])
+def test_a_damaged_file_decoded_by_the_pool_is_read_by_the_streaming_parser(tmp_path, monkeypatch, damage):
+    """A damaged piece found in another process sends the file to the streaming parser,
+    which keeps every complete event and names the byte where the file breaks."""
+    events = _events(3000)
+    text = json.dumps({"traceEvents": events}, indent=2)
+    if damage == "cut":
+        text = text[: len(text) * 2 // 3]
+    else:
+        text = text.replace('"ph": "X"', '"ph": NaN', 1500).replace('"ph": NaN', '"ph": "X"', 1499)
+    trace = tmp_path / "prof_rank-0.pt.trace.json"
+    trace.write_text(text)
+    monkeypatch.setattr(kineto_events, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
+    outcome, tables = _read_with(trace, tmp_path / "out", {"workers": 2})
+    assert outcome["status"] == "partial" and "uncompressed byte" in outcome["message"]
+    assert len(tables["cpu_ops"]) == _complete_events(text)
+
+
+def _complete_events(text: str) -> int:
+    """How many events of the traceEvents array parse whole before the file breaks (NaN is
+    no JSON)."""
+    def no_constant(name):
+        raise ValueError(name)
+    decoder, i, n = json.JSONDecoder(parse_constant=no_constant), text.index("[") + 1, 0
+    while True:
+        while i < len(text) and text[i] in " \n,":
+            i += 1
+        try:
+            _, i = decoder.raw_decode(text, i)
+        except ValueError:
+            return n
+        n += 1

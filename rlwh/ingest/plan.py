@@ -62,6 +62,7 @@ class FileContext(TypedDict):
     capture_started_ns: int | None
     single_process_rank0: bool
     memory_limit: str
+    workers: int  # processes one reader may decode its file on (rlwh.readers.kineto_decoding)
 
 
 @dataclass
@@ -174,4 +175,6 @@ def file_context(p: Planned, config: Config) -> FileContext:
         "capture_started_ns": s.capture_started_ns,
         "single_process_rank0": s.single_process_rank0,
         "memory_limit": config.worker_memory_limit,
+        # A reader may decode one big file on this many processes (never inside a Ray task).
+        "workers": config.workers if config.executor == "local" else 1,
     }

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any, Optional, Union
@@ -95,31 +96,136 @@ class Event(msgspec.Struct):
         return self.args if self.args.__class__ is Args else NO_ARGS
 
 
+_ID = Union[int, str, None]
+
+
+class FastArgs(msgspec.Struct):
+    """Args as the common case writes them: ids and counts as int (or str), texts as str.
+    Any other type makes the piece go to Event and Args, which take every JSON value."""
+
+    call_stack: Optional[str] = _arg("Call stack")
+    sequence_number: _ID = _arg("Sequence number")
+    fwd_thread_id: _ID = _arg("Fwd thread id")
+    python_id: _ID = _arg("Python id")
+    python_parent_id: _ID = _arg("Python parent id")
+    bytes: _ID = _arg("Bytes")
+    addr: _ID = _arg("Addr")
+    total_allocated: _ID = _arg("Total Allocated")
+    total_reserved: _ID = _arg("Total Reserved")
+    device_type: _ID = _arg("Device Type")
+    device_id: _ID = _arg("Device Id")
+    device: _ID = _arg("device")
+    stream: _ID = _arg("stream")
+    stream_id: _ID = _arg("stream_id")
+    correlation: _ID = _arg("correlation")
+    collective_name: Optional[str] = _arg("Collective name")
+    process_group_name: Optional[str] = _arg("Process Group Name")
+    in_msg_nelems: _ID = _arg("In msg nelems")
+    dtype: Optional[str] = _arg("dtype")
+    seq: _ID = _arg("Seq")
+    seq_lower: _ID = _arg("seq")
+
+
+class FastEvent(msgspec.Struct):
+    """An event as the common case writes it. ts and dur are kept as written: an int, or
+    the text of a non-integral number (float_hook=str), turned into exact ns in bulk by
+    rlwh.readers.kineto_rows; no number passes through a float or a Decimal."""
+
+    ph: Optional[str] = None
+    cat: Optional[str] = None
+    name: Optional[str] = None
+    ts: Any = None
+    dur: Any = None
+    pid: _ID = None
+    tid: _ID = None
+    args: Optional[Union[FastArgs, list, str, float, bool]] = None
+
+
 # Non-integral numbers in the args kept as Any come as Decimal, as from the streaming parser.
 _PIECE = msgspec.json.Decoder(list[Optional[Event]], float_hook=Decimal)
+_FAST_PIECE = msgspec.json.Decoder(list[FastEvent], float_hook=str)
 _ERROR_AT = re.compile(r"\(byte (\d+)\)")
 
 
-def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | None],
-                 out: dict) -> Iterator[list[Event | None]]:
-    """The events of the trace whose uncompressed bytes `chunks` yields, a piece at a time,
-    in file order; None stands for an event that does not fit Event (malformed).
-
-    parse_trailer(text, i) reads text[i:] as the keys after the array (', "key": value
-    ... }'), None unless it is exactly that; its result is left in out["trailer"] once the
-    last piece is yielded."""
+def _array_start(chunks: Iterator[bytes]) -> bytes:
+    """The bytes after the traceEvents array's '[' in the first chunks."""
     head = bytearray()
     for chunk in chunks:
         searched = max(0, len(head) - 64)  # the key may straddle two chunks
         head += chunk
         match = _EVENTS_KEY.search(head, searched)
         if match:
-            buf = bytes(head[match.end():])
-            break
+            return bytes(head[match.end():])
         if len(head) > MAX_PIECE_BYTES:
             raise NotTyped("no traceEvents array near the start")
-    else:
-        raise NotTyped("no traceEvents array")
+    raise NotTyped("no traceEvents array")
+
+
+def decode_piece(body: bytes, build: Callable[[list, bytes], Any]) -> tuple[str, Any]:
+    """One piece cut by pieces(): ("events", build(its events, its text)), ("cut", None)
+    when the cut fell inside an event (the piece breaks at its very end), or ("ends",
+    None) when the traceEvents array ends inside it. NotTyped for a damaged file."""
+    piece = b"[" + body + b"]"
+    try:
+        events = _decode(piece)
+    except _ArrayEnds:
+        return "ends", None
+    return ("cut", None) if events is None else ("events", build(events, piece))
+
+
+def pieces(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | None], out: dict,
+           decode: Callable[[bytes], Callable[[], tuple[str, Any]]], window: int,
+           build: Callable[[list, bytes], Any]) -> Iterator[Any]:
+    """What decode_piece gives for each piece of the trace, in file order: decode(body)
+    starts that work (in another process, say) and returns what waits for its result;
+    up to `window` pieces wait at once. The last piece is decoded here, with build; the
+    keys after the array are left in out["trailer"].
+
+    A piece is cut before it is decoded, at the last '}' ',' '{' after PIECE_BYTES. The
+    first piece starts right after the array's '['; a piece that decodes from a true start
+    ends at a true boundary, so the next one starts at one too. A piece whose cut fell in
+    a string or a nested value breaks at its very end ("cut"): it is joined to the next
+    and decoded again. A piece in which the array ends ("ends") is, with everything after
+    it, the last piece. A damaged piece raises NotTyped from its result."""
+    waiting: deque = deque()  # (result getter, body), in file order
+    bodies = _bodies(_array_start(chunks), chunks)
+    tail: list[bytes] | None = None
+    rest = b""
+    for body in bodies:
+        if isinstance(body, _Rest):
+            rest = body.data
+            break
+        waiting.append((decode(body), body))
+        while tail is None and len(waiting) > window:
+            kind, value = _settle(waiting, decode)
+            if kind == "events":
+                yield value
+            elif kind == "tail":  # the array ends in this body: the rest is the last piece
+                tail = [value, *(b for _, b in waiting), *(b.data if isinstance(b, _Rest) else b for b in bodies)]
+                waiting.clear()
+        if tail is not None:
+            break
+    while tail is None and waiting:
+        kind, value = _settle(waiting, decode)
+        if kind == "events":
+            yield value
+        elif kind == "tail":
+            tail = [value, *(b for _, b in waiting), rest]
+            waiting.clear()
+    events, piece, out["trailer"] = _last(b",".join(tail if tail is not None else [rest]), parse_trailer)
+    yield build(events, piece)
+
+
+class _Rest:
+    """What follows the last cut: the last events and the keys after the array."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+def _bodies(buf: bytes, chunks: Iterator[bytes]) -> Iterator[bytes | _Rest]:
+    """The array's text cut into bodies of about PIECE_BYTES at candidate boundaries (the
+    ',' between two dropped), then the _Rest."""
     pending, size = [buf], len(buf)
     for chunk in chunks:
         pending.append(chunk)
@@ -127,40 +233,46 @@ def typed_events(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], di
         if size < PIECE_BYTES:
             continue
         buf = b"".join(pending)
-        try:
-            events, rest = _cut(buf)
-        except _ArrayEnds:  # the rest is the last events and the keys after them
-            pending = [buf, *chunks]
-            break
-        if events is None:
+        at = _last_boundary(buf, len(buf))
+        if at < 0:
             if len(buf) > MAX_PIECE_BYTES:
                 raise NotTyped(f"no event boundary in {len(buf)} bytes")
             pending, size = [buf], len(buf)
             continue
-        yield events
+        yield buf[:at + 1]
+        rest = buf[buf.index(b",", at) + 1:]
         pending, size = [rest], len(rest)
-    events, out["trailer"] = _last(b"".join(pending), parse_trailer)
-    yield events
+    yield _Rest(b"".join(pending))
 
 
-def _cut(buf: bytes) -> tuple[list[Event | None] | None, bytes]:
-    """Whole events from the start of buf up to its last boundary that balances, and the
-    bytes after that boundary's ','; (None, buf) when none of the last few does."""
-    end = len(buf)
-    for _ in range(16):
-        at = buf.rfind(b"}", 0, end)
-        while at >= 0 and not _BOUNDARY.match(buf, at):
-            at = buf.rfind(b"}", 0, at)
-        if at < 0:
-            return None, buf
-        events = _decode(b"[" + buf[:at + 1] + b"]")
-        if events is not None:
-            return events, buf[buf.index(b",", at) + 1:]
-        end = at
-    return None, buf
+def _last_boundary(buf: bytes, end: int) -> int:
+    """The '}' of the last '}' ',' '{' before end, or -1."""
+    at = buf.rfind(b"}", 0, end)
+    while at >= 0 and not _BOUNDARY.match(buf, at):
+        at = buf.rfind(b"}", 0, at)
+    return at
 
 
-def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]) -> tuple[list[Event | None], dict]:
+def _settle(waiting: deque, decode) -> tuple[str, Any]:
+    """The first waiting piece: ("events", its result), ("tail", its body) when the array
+    ends in it, or the last cut fell inside an event (the rest joins it), or ("again", None)
+    when it was joined to the next piece (a cut in the wrong place) and waits again."""
+    result, body = waiting.popleft()
+    kind, value = result()
+    if kind == "events":
+        return "events", value
+    if kind == "ends" or not waiting:
+        return "tail", body
+    _, after = waiting.popleft()  # it starts inside an event: its result is not used
+    joined = body + b"," + after
+    if len(joined) > MAX_PIECE_BYTES:
+        raise NotTyped(f"no event boundary in {len(joined)} bytes")
+    waiting.appendleft((decode(joined), joined))
+    return "again", None
+
+
+def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]
+          ) -> tuple[list, bytes, dict]:
     """The last events, and the keys after the array's ']': the last ']' (within the
     final TAIL_BYTES) after which the rest reads as trailing keys and before which the
     events decode."""
@@ -173,30 +285,38 @@ def _last(buf: bytes, parse_trailer: Callable[[str, int], dict | None]) -> tuple
         at = start + len(text[:pos].encode("utf-8", "surrogateescape"))
         trailer = parse_trailer(buf[at + 1:].decode("utf-8", "replace"), 0)
         head = buf[:at].rstrip(_WS)
+        piece = b"[" + head + b"]"
         try:
-            events = [] if not head else _decode(b"[" + head + b"]")
+            events = [] if not head else _decode(piece)
         except _ArrayEnds:  # this ']' is in the trailer: the array ended before it
             continue
         if events is not None and trailer is not None:
-            return events, trailer
+            return events, piece, trailer
     raise NotTyped("the traceEvents array does not end (a file cut mid-write?)")
 
 
-def _decode(piece: bytes) -> list[Event | None] | None:
+def _decode(piece: bytes) -> list[FastEvent] | list[Event | None] | None:
+    """piece (a JSON array) as FastEvents where every event has the common shape, else as
+    Events (general_events); None when the piece is no JSON array of objects (a cut in the
+    wrong place)."""
+    try:
+        return _FAST_PIECE.decode(piece)
+    except msgspec.ValidationError:
+        return general_events(piece)  # valid JSON, but not every event of the common shape
+    except msgspec.DecodeError as exc:
+        _cut_or_damage(piece, exc)
+        return None
+
+
+def general_events(piece: bytes) -> list[Event | None] | None:
     """piece (a JSON array) as Events, None for each malformed one; None when the piece is
-    no JSON array of objects (a cut in the wrong place)."""
+    no JSON array of objects."""
     try:
         return _PIECE.decode(piece)
     except msgspec.ValidationError:
         pass  # valid JSON, but an event of another shape: one by one below
     except msgspec.DecodeError as exc:
-        # A cut in the wrong place breaks the piece at its very end (an open string, a
-        # nested value left open); an error before that is in the file itself.
-        where = _ERROR_AT.search(str(exc))  # "truncated" says no byte: the end
-        if where is not None and int(where.group(1)) < len(piece) - 2:
-            if "trailing characters" in str(exc):
-                raise _ArrayEnds() from exc
-            raise NotTyped(f"not JSON the typed decoder reads ({exc})") from exc
+        _cut_or_damage(piece, exc)
         return None
     try:
         values = json.loads(piece, parse_float=Decimal)
@@ -205,6 +325,17 @@ def _decode(piece: bytes) -> list[Event | None] | None:
     if not isinstance(values, list) or not all(isinstance(v, dict) for v in values):
         return None
     return [event_or_none(v) for v in values]
+
+
+def _cut_or_damage(piece: bytes, exc: msgspec.DecodeError) -> None:
+    """Return when the error is a cut in the wrong place, which breaks the piece at its
+    very end (an open string, a nested value left open); an error before that is in the
+    file itself (NotTyped), or the array's end inside the piece (_ArrayEnds)."""
+    where = _ERROR_AT.search(str(exc))  # "truncated" says no byte: the end
+    if where is not None and int(where.group(1)) < len(piece) - 2:
+        if "trailing characters" in str(exc):
+            raise _ArrayEnds() from exc
+        raise NotTyped(f"not JSON the typed decoder reads ({exc})") from exc
 
 
 def event_or_none(value: dict) -> Event | None:

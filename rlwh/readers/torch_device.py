@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from rlwh.readers.base import TableSink
 from rlwh.readers.device_names import collective_sql, is_communication_sql
-from rlwh.readers.kineto_events import Event
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "mtia_runtime")
@@ -44,27 +43,6 @@ def kineto_int(v) -> int | None:
         s = v.strip()
         return int(s) if s.lstrip("-").isdigit() else None
     return None
-
-
-def _text(v) -> str | None:
-    return None if v is None or isinstance(v, (dict, list)) else str(v)
-
-
-def device_row(ev: Event, ts_ns: int, name_id) -> tuple:
-    """One DEVICE_SPILL row (times relative to baseTimeNanoseconds, as the reader's others)."""
-    a = ev.arguments
-    return (ev.cat, name_id(ev.name), ts_ns, None if ev.dur is None else int(ev.dur * 1000), kineto_int(ev.pid),
-            kineto_int(ev.tid), kineto_int(a.device), kineto_int(a.stream if a.stream is not None else a.stream_id),
-            kineto_int(a.correlation), _text(a.collective_name), _text(a.process_group_name),
-            kineto_int(a.in_msg_nelems), _text(a.dtype), kineto_int(a.seq if a.seq is not None else a.seq_lower))
-
-
-def launch_row(ev: Event, ts_ns: int) -> tuple | None:
-    """One LAUNCH_SPILL row, or None for a runtime call that launched nothing traced."""
-    correlation = kineto_int(ev.arguments.correlation)
-    if correlation is None:
-        return None
-    return (correlation, ts_ns, kineto_int(ev.pid), kineto_int(ev.tid))
 
 
 def copy_device_ops(con, sink: TableSink, base: int, names: list, dev: str, launch: str, ops: str,

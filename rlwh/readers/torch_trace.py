@@ -8,11 +8,14 @@ Why it is built this way:
   ops, which gives every op its call stack and every "[memory]" event its enclosing op.
   Peak memory does not grow with the trace.
 - The pass decodes the events typed, 16 MB of the file at a time, in native code
-  (rlwh.readers.kineto_events), and builds each run's rows kind by kind (_Scan.take); a
-  file it cannot cut (damaged, cut mid-write) is read by ijson's streaming parser instead.
-  The typed pass reads the keys after traceEvents from its last piece.
-- Times stay exact: both decoders yield Decimal µs, turned into integer ns. Epoch ns =
-  baseTimeNanoseconds + ts * 1000 (Kineto writes ts relative to that base).
+  (rlwh.readers.kineto_events), on up to context["workers"] processes
+  (rlwh.readers.kineto_decoding), each piece's rows built as Arrow columns
+  (rlwh.readers.kineto_rows) and taken back in file order (_Scan.take); a file it cannot
+  cut (damaged, cut mid-write) is read by ijson's streaming parser instead. The typed
+  pass reads the keys after traceEvents from its last piece.
+- Times stay exact: integer ns straight from each time's text (or from the streaming
+  parser's Decimal µs), never through a float. Epoch ns = baseTimeNanoseconds + ts * 1000
+  (Kineto writes ts relative to that base).
 - Keys after traceEvents come from the last bytes of the stream (the typed pass's last
   piece, or the tail the streaming parser keeps), so the file is read once; a full token
   scan is the fallback for a huge trailer.
@@ -34,6 +37,7 @@ import re
 import tempfile
 import zlib
 from collections import Counter, deque
+from concurrent.futures.process import BrokenProcessPool
 from decimal import Decimal
 from pathlib import Path
 
@@ -44,31 +48,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rlwh.errors import SourceError
+from rlwh.readers import kineto_decoding as decoding
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
-from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, typed_events
-from rlwh.readers.torch_device import (
-    DEVICE_CATEGORIES,
-    DEVICE_SPILL,
-    LAUNCH_CATEGORIES,
-    LAUNCH_SPILL,
-    copy_device_ops,
-    device_row,
-    kineto_int,
-    launch_row,
-)
+from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, pieces
+from rlwh.readers.kineto_rows import Rows, build, rows_of
+from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
 BATCH_ROWS = 65536
 READ_BYTES = 256 << 10
 TYPED_READ_BYTES = 4 << 20
 STREAMING_RUN = 4096  # events the streaming parser hands to _Scan.take at once
 DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
-ANNOTATION_DOMAINS = {"user_annotation": "default", "gpu_user_annotation": "gpu"}
-# Kineto's category names before PyTorch 1.9, read as today's.
-OLD_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
-                  "Memset": "gpu_memset", "User Annotations": "user_annotation"}
-# PyTorch's DeviceType codes as PyTorch names the device (ROCm builds say cuda; 19 is MTIA,
-# 20 PrivateUse1, the NPU under torch_npu). internal.torch_memory_pairs spells them the same way.
-DEVICE_LABELS = {1: "cuda", 6: "cuda", 12: "xpu", 13: "mps", 19: "mtia", 20: "npu"}
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _WS = re.compile(r"\s*")
 
@@ -105,8 +95,9 @@ _SPILLS = {
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     """Parse one Kineto trace into cpu_ops, call_stacks, ranges and torch_memory_events.
 
-    context: rank_id (used when neither distributedInfo nor the file name gives one) and
-    memory_limit (DuckDB's budget for the sort), both optional.
+    context: rank_id (used when neither distributedInfo nor the file name gives one),
+    memory_limit (DuckDB's budget for the sort) and workers (processes that decode the
+    trace's pieces at once; rlwh.readers.kineto_decoding), all optional.
     """
     path = Path(path)
     sink.root.mkdir(parents=True, exist_ok=True)  # spill beside the output, where ingest put it
@@ -118,7 +109,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             raise SourceError(f"{path}: no traceEvents ({why})")
         spill = _Spill(Path(tmp))
         try:
-            scan = _scan_events(path, spill)
+            scan = _scan_events(path, spill, int(context.get("workers") or 1))
             tail = scan["tail"]
             if tail is None and scan["error"] is None:
                 tail = _top_level_keys(path, stop_at_events=False)[0]
@@ -233,23 +224,29 @@ def _top_level_keys(path: Path, stop_at_events: bool) -> tuple[dict, bool, int |
     return keys, has_events, broken_at
 
 
-def _scan_events(path: Path, spill: _Spill) -> dict:
+def _scan_events(path: Path, spill: _Spill, workers: int = 1) -> dict:
     """One pass over the events: spill the rows the tables need, collect per-file facts.
     Typed decoding of byte ranges (rlwh.readers.kineto_events) where the file allows it,
     else the streaming parser, which also keeps every complete event of a damaged file."""
     try:
-        return _scan_typed(path, spill)
+        try:
+            return _scan_typed(path, spill, workers)
+        except BrokenProcessPool:  # a decoding process died (killed, out of memory): here, again
+            decoding.forget_pool()
+            spill.reset()
+            return _scan_typed(path, spill, 1)
     except NotTyped:
         spill.reset()
         return _scan_streaming(path, spill)
 
 
-def _scan_typed(path: Path, spill: _Spill) -> dict:
+def _scan_typed(path: Path, spill: _Spill, workers: int = 1) -> dict:
     scan = _Scan(spill)
     out: dict = {}
+    decode = decoding.starter(workers, path)
     with _Stream(path) as stream:
-        for events in typed_events(_chunks(stream), _members, out):
-            scan.take(events)
+        for rows in pieces(_chunks(stream), _members, out, decode, workers + 1, rows_of):
+            scan.take(rows)
     return scan.facts(None, out["trailer"])
 
 
@@ -270,11 +267,11 @@ def _scan_streaming(path: Path, spill: _Spill) -> dict:
             for last in ijson.items(stream, "traceEvents.item", use_float=False, buf_size=READ_BYTES):
                 run.append(event_or_none(last) if last.__class__ is dict else None)
                 if len(run) >= STREAMING_RUN:
-                    scan.take(run)
+                    scan.take(build(run))
                     run = []
-            scan.take(run)
+            scan.take(build(run))
         except ijson.JSONError as exc:
-            scan.take(run)
+            scan.take(build(run))
             what = stream.error or f"JSON ends or breaks early ({str(exc).strip()[:80]})"
             error = (f"{what} at or before uncompressed byte {stream.offset}; "
                      f"kept the {scan.seq} complete events before it")
@@ -282,134 +279,60 @@ def _scan_streaming(path: Path, spill: _Spill) -> dict:
     return scan.facts(error, tail)
 
 
-_NO_TS = Decimal("Infinity")
-
-
-# Where _Scan.take sends an event, by category (after OLD_CATEGORIES).
-_ROUTES = {"cpu_op": "op", "python_function": "py", "cpu_instant_event": "instant",
-           "user_annotation": "annotation", "gpu_user_annotation": "annotation", "Trace": "window",
-           **{cat: "device" for cat in DEVICE_CATEGORIES}, **{cat: "launch" for cat in LAUNCH_CATEGORIES}}
-# What a malformed event raises in _Scan._take: its run is taken again one event at a time.
-_MALFORMED = (TypeError, ValueError, ArithmeticError, AttributeError, KeyError)
-
-
 class _Scan:
-    """The work done on each event, a run of events at a time: each kind's rows built in
-    one comprehension, then spilled (an event's seq is its 1-based place in the file)."""
+    """The file's rows, a run at a time (rlwh.readers.kineto_rows builds each run's):
+    an op's seq becomes its 1-based place in the file, a memory event's idx its 0-based
+    place among them, names become indexes into .names; then spilled."""
 
     def __init__(self, spill: _Spill):
         self.spill = spill
         self.seq = self.n_mem = self.bad = 0
-        self.min_ts = _NO_TS
-        self.start, self.end = _NO_TS, -_NO_TS  # what the events cover ('recorded'), Decimal µs
+        self.min_ts: int | None = None
+        self.start: int | None = None  # what the events cover ('recorded'), ns
+        self.end: int | None = None
         self.devices: Counter = Counter()
-        self.names: list[str] = []
-        self._name_ids: dict[str, int] = {}
+        self.names: list = []
+        self._name_ids: dict = {}
 
-    def take(self, events: list[Event | None]) -> None:
-        """Spill the rows of a run of events in file order. A run holding a malformed event
-        (None, or a field of no usable type) is taken again one event at a time, and each
-        event that fails alone counts as malformed."""
-        first = self.seq
-        try:
-            self._take(events, first)
-        except _MALFORMED:
-            for i, ev in enumerate(events):
-                try:
-                    self._take([ev], first + i)
-                except _MALFORMED:
-                    self.bad += 1
-        self.seq = first + len(events)
+    def take(self, rows: Rows) -> None:
+        for kind, table in rows.tables.items():
+            if kind == "ops":
+                table = table.set_column(0, "seq", pc.add(table["seq"], self.seq))
+                table = table.set_column(1, "name", self._ids(table["name"]))
+                table = table.set_column(8, "stack", self._ids(table["stack"], keep_null=True))
+            elif kind == "py":
+                table = table.set_column(6, "name", self._ids(table["name"]))
+            elif kind == "dev":
+                table = table.set_column(1, "name", self._ids(table["name"]))
+            elif kind == "mem":
+                table = table.set_column(0, "idx", pc.add(table["idx"], self.n_mem))
+                self.n_mem += table.num_rows
+            self.spill.write(kind, table)
+        self.seq += rows.n
+        self.bad += rows.bad
+        self.min_ts = _least(self.min_ts, rows.min_ts)
+        self.start = _least(self.start, rows.start)
+        self.end = _most(self.end, rows.end)
+        self.devices.update(rows.devices)
 
-    def _take(self, events: list[Event | None], first: int) -> None:
-        """Build every row of the run, then commit them all (or nothing, when one raises)."""
-        routed: dict[str, list] = {}
-        lowest, start, end = self.min_ts, self.start, self.end
-        for seq, ev in enumerate(events, first + 1):
-            if ev is None:
-                raise ValueError("not an object of a trace event's shape")
-            ts = ev.ts
-            if ts is None:
-                continue
-            ph, cat = ev.ph, ev.cat
-            if ph != "M":  # metadata events may say ts 0
-                if ts < lowest:
-                    lowest = ts
-                if cat != "Trace":  # what the events cover, beside the declared window
-                    if ts < start:
-                        start = ts
-                    stop = ts if ev.dur is None else ts + ev.dur
-                    if stop > end:
-                        end = stop
-            if cat in OLD_CATEGORIES:
-                ev.cat = cat = OLD_CATEGORIES[cat]
-            route = _ROUTES.get(cat) if cat is not None else None
-            if route is None or route == "instant":
-                if ev.name != "[memory]":
-                    continue
-                route = "mem"
-            routed.setdefault(route, []).append((seq, ev, ts))
-        rows: dict[str, list] = {}
-        devices: Counter = Counter()
-        name_id, ki = self.name_id, kineto_int
-        if ops := routed.get("op"):
-            rows["ops"] = [(seq, name_id(e.name), _ns(ts), None if e.dur is None else _ns(e.dur), ki(e.pid), ki(e.tid),
-                            ki(a.sequence_number), ki(a.fwd_thread_id), self._own_stack(a.call_stack))
-                           for seq, e, ts in ops for a in (e.arguments,)]
-        if py := routed.get("py"):
-            rows["py"] = [(t, t + _ns(e.dur or 0), ki(e.pid), ki(e.tid), ki(a.python_id), ki(a.python_parent_id),
-                           name_id(e.name))
-                          for _, e, ts in py for a, t in ((e.arguments, _ns(ts)),)]
-        if mem := routed.get("mem"):
-            rows["mem"] = [(self.n_mem + i, _ns(ts), ki(a.bytes), ki(a.addr), ki(a.total_allocated),
-                            ki(a.total_reserved), ki(a.device_type), ki(a.device_id), ki(e.pid), ki(e.tid))
-                           for i, (_, e, ts) in enumerate(mem) for a in (e.arguments,)]
-            for row in rows["mem"]:
-                dtype, did = row[6], row[7]
-                if dtype in DEVICE_LABELS and did is not None and did >= 0:
-                    devices[(DEVICE_LABELS[dtype], did)] += 1
-        ranges = []
-        for _, e, ts in routed.get("annotation", ()):
-            if e.ph in ("X", None):
-                t = _ns(ts)
-                ranges.append(("torch_annotation", ANNOTATION_DOMAINS[e.cat], e.name, t, t + _ns(e.dur or 0),
-                               ki(e.pid), ki(e.tid)))
-        for _, e, ts in routed.get("window", ()):  # the profiler's own span ("PyTorch Profiler (0)")
-            if e.ph == "X" and e.dur is not None:
-                t = _ns(ts)
-                ranges.append(("profiler", "default", e.name, t, t + _ns(e.dur), None, None))
-        if ranges:
-            rows["ranges"] = ranges
-        if device := routed.get("device"):  # kernels, memcpy, memset, MTIA device events
-            rows["dev"] = [device_row(e, _ns(ts), name_id) for _, e, ts in device if e.ph in ("X", None)]
-            devices.update(("cuda", did) for _, e, _ts in device
-                           if e.cat != "mtia_ccp_events" and (did := ki(e.arguments.device)) is not None)
-        if launch := routed.get("launch"):  # the runtime calls that launched them
-            rows["launch"] = [row for _, e, ts in launch if (row := launch_row(e, _ns(ts))) is not None]
-            devices.update(("mtia", did) for _, e, _ts in launch
-                           if e.cat == "mtia_runtime" and (did := ki(e.arguments.device)) is not None)
-        for kind, kept in rows.items():
-            self.spill.rows[kind].extend(kept)
-            if len(self.spill.rows[kind]) >= BATCH_ROWS:
-                self.spill.flush(kind)
-        self.n_mem += len(rows.get("mem", ()))
-        self.devices.update(devices)
-        self.min_ts, self.start, self.end = lowest, start, end
-
-    def _own_stack(self, stack) -> int | None:
-        """PyTorch 1.8 wrote the stack on the op, innermost first: its name id."""
-        return self.name_id(stack) if stack.__class__ is str and stack else None
+    def _ids(self, names: pa.ChunkedArray, keep_null: bool = False) -> pa.Array:
+        """Names as indexes into .names, each distinct name looked up once (None is a name,
+        unless keep_null)."""
+        enc = pc.dictionary_encode(names.combine_chunks())
+        ids = [self.name_id(v) for v in enc.dictionary.to_pylist()]
+        if keep_null:
+            return pc.take(pa.array(ids, _I), enc.indices)
+        ids.append(self.name_id(None))
+        return pc.take(pa.array(ids, _I), enc.indices.fill_null(len(ids) - 1))
 
     def facts(self, error: str | None, tail: dict | None) -> dict:
         """What the pass found beside the spilled rows; the 'recorded' range joins them."""
-        if self.start != _NO_TS:
-            self.spill.rows["ranges"].append(
-                ("recorded", "default", "recorded events", _ns(self.start), _ns(self.end), None, None))
-        for kind in _SPILLS:
-            self.spill.flush(kind)
-        return {"error": error, "bad": self.bad + self.spill.dropped, "tail": tail, "devices": self.devices,
-                "names": self.names,
-                "min_ts": None if self.min_ts == _NO_TS else self.min_ts}
+        if self.start is not None:
+            self.spill.write("ranges", pa.table(
+                [["recorded"], ["default"], ["recorded events"], [self.start], [self.end], [None], [None]],
+                schema=_SPILLS["ranges"]))
+        return {"error": error, "bad": self.bad, "tail": tail, "devices": self.devices, "names": self.names,
+                "min_ts": self.min_ts}
 
     def name_id(self, name) -> int:
         nid = self._name_ids.get(name)
@@ -417,6 +340,14 @@ class _Scan:
             nid = self._name_ids[name] = len(self.names)
             self.names.append(name)
         return nid
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _most(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _parse_trailer(text: str, last_event) -> dict | None:
@@ -482,57 +413,28 @@ def _members(text: str, i: int) -> dict | None:
 
 
 class _Spill:
-    """Row buffers spilled to Parquet every BATCH_ROWS rows, one file per kind."""
+    """The rows of each kind, written to one Parquet file per kind as they come."""
 
     def __init__(self, root: Path):
         self.root = root
-        self.rows: dict[str, list] = {k: [] for k in _SPILLS}
-        self.dropped = 0
         self._writers = {k: pq.ParquetWriter(root / f"{k}.parquet", s, compression="none")
                          for k, s in _SPILLS.items()}
 
     def path(self, kind: str) -> str:
         return str(self.root / f"{kind}.parquet")
 
-    def flush(self, kind: str) -> None:
-        """Write the buffered rows; a row with a value its column cannot hold (a time or id
-        beyond BIGINT) is dropped and counted in .dropped, never raised mid-run."""
-        rows = self.rows[kind]
-        if rows:
-            schema = _SPILLS[kind]
-            try:
-                cols = [pa.array(c, t) for c, t in zip(zip(*rows), schema.types)]
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-                kept = [r for r in rows if _fits(r, schema)]
-                self.dropped += len(rows) - len(kept)
-                cols = [pa.array(c, t) for c, t in zip(zip(*kept), schema.types)] if kept else []
-            if cols:
-                self._writers[kind].write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
-            rows.clear()
+    def write(self, kind: str, table: pa.Table) -> None:
+        self._writers[kind].write_table(table.cast(_SPILLS[kind]), BATCH_ROWS)
 
     def close(self) -> None:
-        for kind, writer in self._writers.items():
-            self.flush(kind)
+        for writer in self._writers.values():
             writer.close()
         self._writers.clear()
 
     def reset(self) -> None:
         """Forget every row spilled so far (a pass that has to start again)."""
-        for writer in self._writers.values():
-            writer.close()
+        self.close()
         self.__init__(self.root)  # type: ignore[misc]
-
-
-def _fits(row: tuple, schema: pa.Schema) -> bool:
-    """Whether every value of a spilled row fits its column (int64 or text)."""
-    for value, kind in zip(row, schema.types):
-        if value is None:
-            continue
-        if kind == _I and not (value.__class__ is int and -(2**63) <= value < 2**63):
-            return False
-        if kind != _I and not isinstance(value, str):
-            return False
-    return True
 
 
 def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, memory_limit: str) -> None:
@@ -733,17 +635,12 @@ def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) ->
         "rank_id": rank_id,
         "world_size": kineto_int(dist.get("world_size")),
         "device": device,
-        "capture_started_ns": None if scan["min_ts"] is None else base + _ns(scan["min_ts"]),
+        "capture_started_ns": None if scan["min_ts"] is None else base + scan["min_ts"],
         "versions": _jsonable(versions),
         "profiler_config": _jsonable(config) or None,
         "parallel_groups": _jsonable(dist.get("pg_config")),
         "metadata": _jsonable(other),
     }
-
-
-def _ns(us) -> int:
-    """Kineto µs (int or Decimal) as exact integer ns."""
-    return us * 1000 if us.__class__ is int else int(us * 1000)
 
 
 def _jsonable(v):

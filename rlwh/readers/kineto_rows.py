@@ -1,0 +1,409 @@
+"""A run of decoded Kineto events as the reader's rows: Arrow columns, kind by kind.
+
+Why: building rows one event at a time in Python cost more than decoding the events.
+Here a run of FastEvents (rlwh.readers.kineto_events) becomes columns with one list
+comprehension per field and Arrow compute for the rest: the route of each event from its
+category, the times as exact integer ns straight from their text (sign, integral digits,
+the first three decimals: what int(Decimal(text) * 1000) gives, with no float or Decimal
+in between), ids and counts as int64. A run that holds anything else (Events of the
+general shape, None for a malformed event, a time written with an exponent, a value
+beyond BIGINT) is built by the event-by-event path below, the reader's earlier rules.
+
+Rows are local to their run: an op's seq counts from 1 and a memory event's idx from 0
+within the run, names are text; the reader (rlwh.readers.torch_trace) offsets and interns
+them, so runs can be built in any process and in any order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rlwh.readers.kineto_events import NO_ARGS, Event, FastArgs, FastEvent, decode_piece, general_events
+from rlwh.readers.torch_device import DEVICE_CATEGORIES, LAUNCH_CATEGORIES, kineto_int
+
+_I, _S = pa.int64(), pa.string()
+# Kineto's category names before PyTorch 1.9, read as today's.
+OLD_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+                  "Memset": "gpu_memset", "User Annotations": "user_annotation"}
+ANNOTATION_DOMAINS = {"user_annotation": "default", "gpu_user_annotation": "gpu"}
+# PyTorch's DeviceType codes as PyTorch names the device (ROCm builds say cuda; 19 is MTIA,
+# 20 PrivateUse1, the NPU under torch_npu). internal.torch_memory_pairs spells them the same way.
+DEVICE_LABELS = {1: "cuda", 6: "cuda", 12: "xpu", 13: "mps", 19: "mtia", 20: "npu"}
+
+SCHEMAS = {
+    "ops": pa.schema([("seq", _I), ("name", _S), ("ts", _I), ("dur", _I), ("pid", _I), ("tid", _I),
+                      ("seq_no", _I), ("fwd_tid", _I), ("stack", _S)]),
+    "py": pa.schema([("ts", _I), ("end", _I), ("pid", _I), ("tid", _I), ("pyid", _I), ("parent", _I),
+                     ("name", _S)]),
+    "mem": pa.schema([("idx", _I), ("ts", _I), ("bytes", _I), ("addr", _I), ("alloc", _I), ("reserved", _I),
+                      ("dtype", _I), ("did", _I), ("pid", _I), ("tid", _I)]),
+    "ranges": pa.schema([("source", _S), ("domain", _S), ("name", _S), ("ts", _I), ("end", _I), ("pid", _I),
+                         ("tid", _I)]),
+    "dev": pa.schema([("cat", _S), ("name", _S), ("ts", _I), ("dur", _I), ("pid", _I), ("tid", _I),
+                      ("device", _I), ("stream", _I), ("correlation", _I), ("collective_name", _S),
+                      ("pg", _S), ("nelems", _I), ("dtype", _S), ("seq", _I)]),
+    "launch": pa.schema([("correlation", _I), ("ts", _I), ("pid", _I), ("tid", _I)]),
+}
+
+# Where an event goes, by category (after OLD_CATEGORIES).
+_ROUTES = {"cpu_op": "op", "python_function": "py", "cpu_instant_event": "instant",
+           "user_annotation": "annotation", "gpu_user_annotation": "annotation", "Trace": "window",
+           **{cat: "device" for cat in DEVICE_CATEGORIES}, **{cat: "launch" for cat in LAUNCH_CATEGORIES}}
+_CODES = ["op", "py", "instant", "annotation", "window", "device", "launch"]
+_CODE = {route: i for i, route in enumerate(_CODES)}
+_NONE = len(_CODES)  # no route (or no category)
+# What a malformed event raises in the event-by-event path: it counts as malformed.
+_MALFORMED = (TypeError, ValueError, ArithmeticError, AttributeError, KeyError)
+# A time as Kineto writes it: sign, integral digits, decimals (only the first 3 count).
+_TIME_TEXT = r"^(?P<sign>-?)(?P<whole>[0-9]+)(?:\.(?P<frac>[0-9]*))?$"
+
+
+class _Slow(Exception):
+    """This run is not of the common shape: build it event by event."""
+
+
+@dataclass
+class Rows:
+    """A run's rows (local seq / idx, names as text) and the facts it adds to the file's."""
+
+    n: int  # events in the run
+    tables: dict[str, pa.Table]
+    bad: int = 0  # malformed events, and rows dropped for a value beyond BIGINT
+    min_ts: int | None = None  # ns, over every timed event but metadata
+    start: int | None = None  # ns: what the events cover, beside the declared window
+    end: int | None = None
+    devices: Counter = field(default_factory=Counter)
+
+
+def build(events: list, general: Callable[[], list] | None = None) -> Rows:
+    """The rows of a run of events, in bulk where the run allows it. general() gives the
+    run again as Events (decoded with the general rules), for a run of FastEvents that
+    cannot be built in bulk."""
+    if events and events[0].__class__ is FastEvent:
+        try:
+            return _bulk(events)
+        except (_Slow, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            if general is None:
+                raise
+            events = general()
+    return _one_by_one(events)
+
+
+def rows_of(events: list, piece: bytes) -> Rows:
+    """The rows of a piece's events (piece: their JSON text, read again with the general
+    rules where the bulk path cannot take them)."""
+    return build(events, lambda: general_events(piece) or [])
+
+
+def decode_rows(body: bytes) -> tuple[str, Rows | None]:
+    """A piece cut by kineto_events.pieces, decoded and built: what a decoding process does."""
+    return decode_piece(body, rows_of)
+
+
+def _texts(values: list) -> pa.Array:
+    arr = pa.array(values)
+    if arr.type == _S:
+        return arr
+    if arr.type == pa.null():
+        return arr.cast(_S)
+    raise _Slow()
+
+
+def _ints(values: list) -> pa.Array:
+    """Ids and counts as kineto_int reads them; ints (and None) in bulk."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        arr = None  # ints beside texts ("Spans"): value by value
+    if arr is not None and arr.type == _I:
+        return arr
+    if arr is not None and arr.type == pa.null():
+        return arr.cast(_I)
+    return pa.array([kineto_int(v) for v in values], _I)  # OverflowError: a value beyond BIGINT
+
+
+def _ns(values: list) -> tuple[pa.Array, bool]:
+    """Kineto µs (ints, or texts of decimal numbers) as exact integer ns; and whether every
+    one had at most 3 decimals (so that sums of ns are exact too)."""
+    arr = pa.array(values)
+    if arr.type == _I or arr.type == pa.null():
+        return pc.multiply_checked(arr.cast(_I), 1000), True
+    if arr.type != _S:
+        raise _Slow()
+    parts = pc.extract_regex(arr, _TIME_TEXT)
+    if parts.null_count != arr.null_count:
+        raise _Slow()  # an exponent, or a text that is no number
+    sign, whole, frac = parts.flatten()  # a null time: null in each
+    frac = pc.coalesce(frac, "")
+    short = pc.max(pc.utf8_length(frac)).as_py()
+    digits = pc.cast(pc.utf8_rpad(pc.utf8_slice_codeunits(frac, 0, 3), 3, "0"), _I)
+    us = pc.add_checked(pc.multiply_checked(pc.cast(whole, _I), 1000), digits)
+    ns = pc.if_else(pc.equal(sign, "-"), pc.negate_checked(us), us)
+    return ns, short is None or short <= 3
+
+
+def _take(values: list, idx: pa.Array) -> list:
+    return [values[i] for i in idx.to_pylist()]
+
+
+def _args(events: list) -> list:
+    return [a if (a := e.args).__class__ is FastArgs else NO_ARGS for e in events]
+
+
+def _bulk(events: list[FastEvent]) -> Rows:
+    n = len(events)
+    ph = _texts([e.ph for e in events])
+    cat = _texts([e.cat for e in events])
+    name = _texts([e.name for e in events])
+    ts, exact_ts = _ns([e.ts for e in events])
+    dur, exact_dur = _ns([e.dur for e in events])
+    if not (exact_ts and exact_dur):
+        raise _Slow()  # the 'recorded' end is ts + dur before truncating: event by event
+    timed = pc.is_valid(ts)
+    # Categories to routes: each distinct category looked up once.
+    enc = pc.dictionary_encode(cat).combine_chunks() if isinstance(cat, pa.ChunkedArray) else pc.dictionary_encode(cat)
+    known: list[str] = [OLD_CATEGORIES.get(c, c) for c in enc.dictionary.to_pylist()]
+    which = enc.indices.fill_null(len(known))
+    route = pc.take(pa.array([_CODE.get(_ROUTES.get(c, ""), _NONE) for c in known] + [_NONE], pa.int8()), which)
+    cat_now = pc.take(pa.array(known + [None], _S), which)
+    is_memory = pc.fill_null(pc.equal(name, "[memory]"), False)
+    out: dict[str, pa.Table] = {}
+    devices: Counter = Counter()
+
+    # What the file covers: every timed event but metadata ('M'), and but the profiler's span.
+    not_meta = pc.and_(timed, pc.fill_null(pc.not_equal(ph, "M"), True))
+    min_ts = pc.min(pc.filter(ts, not_meta)).as_py()
+    covered = pc.and_(not_meta, pc.fill_null(pc.not_equal(cat_now, "Trace"), True))
+    start = pc.min(pc.filter(ts, covered)).as_py()
+    end = pc.max(pc.filter(pc.add_checked(ts, pc.fill_null(dur, 0)), covered)).as_py()
+
+    def select(code: int) -> pa.Array:
+        return pc.indices_nonzero(pc.and_(pc.equal(route, code), timed))
+
+    if len(idx := select(_CODE["op"])):
+        sub = _take(events, idx)
+        args = _args(sub)
+        stack = _texts([a.call_stack for a in args])
+        out["ops"] = pa.table([
+            pc.add(idx.cast(_I), 1), name.take(idx), ts.take(idx), dur.take(idx),
+            _ints([e.pid for e in sub]), _ints([e.tid for e in sub]),
+            _ints([a.sequence_number for a in args]), _ints([a.fwd_thread_id for a in args]),
+            pc.if_else(pc.equal(stack, ""), pa.scalar(None, _S), stack)], schema=SCHEMAS["ops"])
+    if len(idx := select(_CODE["py"])):
+        sub = _take(events, idx)
+        args = _args(sub)
+        t = ts.take(idx)
+        out["py"] = pa.table([
+            t, pc.add_checked(t, pc.fill_null(dur.take(idx), 0)), _ints([e.pid for e in sub]),
+            _ints([e.tid for e in sub]), _ints([a.python_id for a in args]),
+            _ints([a.python_parent_id for a in args]), name.take(idx)], schema=SCHEMAS["py"])
+    mem_mask = pc.and_(pc.or_(pc.equal(route, _CODE["instant"]), pc.equal(route, _NONE)), pc.and_(is_memory, timed))
+    if len(idx := pc.indices_nonzero(mem_mask)):
+        sub = _take(events, idx)
+        args = _args(sub)
+        dtype, did = _ints([a.device_type for a in args]), _ints([a.device_id for a in args])
+        out["mem"] = pa.table([
+            pa.array(range(len(idx)), _I), ts.take(idx), _ints([a.bytes for a in args]),
+            _ints([a.addr for a in args]), _ints([a.total_allocated for a in args]),
+            _ints([a.total_reserved for a in args]), dtype, did,
+            _ints([e.pid for e in sub]), _ints([e.tid for e in sub])], schema=SCHEMAS["mem"])
+        for (dt, d), count in Counter(zip(dtype.to_pylist(), did.to_pylist())).items():
+            if dt in DEVICE_LABELS and d is not None and d >= 0:
+                devices[(DEVICE_LABELS[dt], d)] += count
+    ranges = []
+    if len(idx := select(_CODE["annotation"])):
+        keep = idx.filter(pc.fill_null(pc.equal(ph.take(idx), "X"), True))
+        if len(keep):
+            sub = _take(events, keep)
+            t = ts.take(keep)
+            ranges.append(pa.table([
+                pa.array(["torch_annotation"] * len(keep), _S),
+                pa.array([ANNOTATION_DOMAINS[c] for c in cat_now.take(keep).to_pylist()], _S),
+                name.take(keep), t, pc.add_checked(t, pc.fill_null(dur.take(keep), 0)),
+                _ints([e.pid for e in sub]), _ints([e.tid for e in sub])], schema=SCHEMAS["ranges"]))
+    if len(idx := select(_CODE["window"])):  # the profiler's own span ("PyTorch Profiler (0)")
+        keep = idx.filter(pc.and_(pc.fill_null(pc.equal(ph.take(idx), "X"), False), pc.is_valid(dur.take(idx))))
+        if len(keep):
+            t = ts.take(keep)
+            ranges.append(pa.table([
+                pa.array(["profiler"] * len(keep), _S), pa.array(["default"] * len(keep), _S),
+                name.take(keep), t, pc.add_checked(t, dur.take(keep)),
+                pa.nulls(len(keep), _I), pa.nulls(len(keep), _I)], schema=SCHEMAS["ranges"]))
+    if ranges:
+        out["ranges"] = pa.concat_tables(ranges)
+    if len(idx := select(_CODE["device"])):  # kernels, memcpy, memset, MTIA device events
+        sub = _take(events, idx)
+        args = _args(sub)
+        device = _ints([a.device for a in args])
+        cats = cat_now.take(idx)
+        stream = [a.stream if a.stream is not None else a.stream_id for a in args]
+        seq = [a.seq if a.seq is not None else a.seq_lower for a in args]
+        table = pa.table([
+            cats, name.take(idx), ts.take(idx), dur.take(idx), _ints([e.pid for e in sub]),
+            _ints([e.tid for e in sub]), device, _ints(stream), _ints([a.correlation for a in args]),
+            _texts([a.collective_name for a in args]), _texts([a.process_group_name for a in args]),
+            _ints([a.in_msg_nelems for a in args]), _texts([a.dtype for a in args]), _ints(seq)],
+            schema=SCHEMAS["dev"])
+        keep = pc.fill_null(pc.equal(ph.take(idx), "X"), True)
+        out["dev"] = table.filter(keep)
+        for c, d in zip(cats.to_pylist(), device.to_pylist()):
+            if c != "mtia_ccp_events" and d is not None:
+                devices[("cuda", d)] += 1
+    if len(idx := select(_CODE["launch"])):  # the runtime calls that launched them
+        sub = _take(events, idx)
+        args = _args(sub)
+        correlation, device = _ints([a.correlation for a in args]), _ints([a.device for a in args])
+        table = pa.table([correlation, ts.take(idx), _ints([e.pid for e in sub]), _ints([e.tid for e in sub])],
+                         schema=SCHEMAS["launch"])
+        out["launch"] = table.filter(pc.is_valid(correlation))
+        for c, d in zip(cat_now.take(idx).to_pylist(), device.to_pylist()):
+            if c == "mtia_runtime" and d is not None:
+                devices[("mtia", d)] += 1
+    return Rows(n, out, 0, min_ts, start, end, devices)
+
+
+def _one_by_one(events: list) -> Rows:
+    """The rows of a run event by event: a run holding a malformed event (None, or a field
+    of no usable type) is taken again one event at a time, and each event that fails alone
+    counts as malformed."""
+    rows = _Rows()
+    try:
+        rows.take(events, 0)
+    except _MALFORMED:
+        for i, ev in enumerate(events):
+            try:
+                rows.take([ev], i)
+            except _MALFORMED:
+                rows.bad += 1
+    return rows.done(len(events))
+
+
+def _ns_of(us) -> int:
+    """Kineto µs (int or Decimal) as exact integer ns."""
+    return us * 1000 if us.__class__ is int else int(us * 1000)
+
+
+def _text(v) -> str | None:
+    return None if v is None or isinstance(v, (dict, list)) else str(v)
+
+
+class _Rows:
+    """Rows built event by event, with the reader's rules for every value."""
+
+    def __init__(self):
+        self.rows: dict[str, list] = {k: [] for k in SCHEMAS}
+        self.bad = self.n_mem = 0
+        self.min_ts = self.start = self.end = None
+        self.devices: Counter = Counter()
+
+    def take(self, events: list, first: int) -> None:
+        """Build every row of the run, then commit them all (or nothing, when one raises)."""
+        routed: dict[str, list] = {}
+        lowest, start, end = self.min_ts, self.start, self.end
+        for seq, ev in enumerate(events, first + 1):
+            if ev is None:
+                raise ValueError("not an object of a trace event's shape")
+            ts = ev.ts
+            if ts is None:
+                continue
+            ph, cat = ev.ph, ev.cat
+            if ph != "M":  # metadata events may say ts 0
+                t = _ns_of(ts)
+                lowest = t if lowest is None or t < lowest else lowest
+                if cat != "Trace":  # what the events cover, beside the declared window
+                    start = t if start is None or t < start else start
+                    stop = _ns_of(ts if ev.dur is None else ts + ev.dur)
+                    end = stop if end is None or stop > end else end
+            if cat in OLD_CATEGORIES:
+                cat = OLD_CATEGORIES[cat]
+            route = _ROUTES.get(cat) if cat is not None else None
+            if route is None or route == "instant":
+                if ev.name != "[memory]":
+                    continue
+                route = "mem"
+            routed.setdefault(route, []).append((seq, ev, ts, cat))
+        rows: dict[str, list] = {}
+        devices: Counter = Counter()
+        ki, ns = kineto_int, _ns_of
+        if ops := routed.get("op"):
+            rows["ops"] = [(seq, e.name, ns(ts), None if e.dur is None else ns(e.dur), ki(e.pid), ki(e.tid),
+                            ki(a.sequence_number), ki(a.fwd_thread_id),
+                            a.call_stack if a.call_stack.__class__ is str and a.call_stack else None)
+                           for seq, e, ts, _ in ops for a in (e.arguments,)]
+        if py := routed.get("py"):
+            rows["py"] = [(t, t + ns(e.dur or 0), ki(e.pid), ki(e.tid), ki(a.python_id), ki(a.python_parent_id),
+                           e.name)
+                          for _, e, ts, _ in py for a, t in ((e.arguments, ns(ts)),)]
+        if mem := routed.get("mem"):
+            rows["mem"] = [(self.n_mem + i, ns(ts), ki(a.bytes), ki(a.addr), ki(a.total_allocated),
+                            ki(a.total_reserved), ki(a.device_type), ki(a.device_id), ki(e.pid), ki(e.tid))
+                           for i, (_, e, ts, _) in enumerate(mem) for a in (e.arguments,)]
+            for row in rows["mem"]:
+                dtype, did = row[6], row[7]
+                if dtype in DEVICE_LABELS and did is not None and did >= 0:
+                    devices[(DEVICE_LABELS[dtype], did)] += 1
+        ranges = []
+        for _, e, ts, cat in routed.get("annotation", ()):
+            if e.ph in ("X", None):
+                t = ns(ts)
+                ranges.append(("torch_annotation", ANNOTATION_DOMAINS[cat], e.name, t, t + ns(e.dur or 0),
+                               ki(e.pid), ki(e.tid)))
+        for _, e, ts, _ in routed.get("window", ()):  # the profiler's own span ("PyTorch Profiler (0)")
+            if e.ph == "X" and e.dur is not None:
+                t = ns(ts)
+                ranges.append(("profiler", "default", e.name, t, t + ns(e.dur), None, None))
+        if ranges:
+            rows["ranges"] = ranges
+        if device := routed.get("device"):  # kernels, memcpy, memset, MTIA device events
+            rows["dev"] = [_device_row(e, cat, ns(ts)) for _, e, ts, cat in device if e.ph in ("X", None)]
+            devices.update(("cuda", did) for _, e, _ts, cat in device
+                           if cat != "mtia_ccp_events" and (did := ki(e.arguments.device)) is not None)
+        if launch := routed.get("launch"):  # the runtime calls that launched them
+            rows["launch"] = [(c, ns(ts), ki(e.pid), ki(e.tid)) for _, e, ts, _ in launch
+                              if (c := ki(e.arguments.correlation)) is not None]
+            devices.update(("mtia", did) for _, e, _ts, cat in launch
+                           if cat == "mtia_runtime" and (did := ki(e.arguments.device)) is not None)
+        for kind, kept in rows.items():
+            self.rows[kind].extend(kept)
+        self.n_mem += len(rows.get("mem", ()))
+        self.devices.update(devices)
+        self.min_ts, self.start, self.end = lowest, start, end
+
+    def done(self, n: int) -> Rows:
+        tables = {}
+        for kind, rows in self.rows.items():
+            if not rows:
+                continue
+            schema = SCHEMAS[kind]
+            kept = [r for r in rows if _fits(r, schema)]
+            self.bad += len(rows) - len(kept)
+            if kept:
+                tables[kind] = pa.table([pa.array(c, t) for c, t in zip(zip(*kept), schema.types)], schema=schema)
+        return Rows(n, tables, self.bad, self.min_ts, self.start, self.end, self.devices)
+
+
+def _device_row(ev: Event, cat: str, ts_ns: int) -> tuple:
+    """One dev row (times relative to baseTimeNanoseconds, as the reader's others)."""
+    a, ki = ev.arguments, kineto_int
+    return (cat, ev.name, ts_ns, None if ev.dur is None else int(ev.dur * 1000), ki(ev.pid),
+            ki(ev.tid), ki(a.device), ki(a.stream if a.stream is not None else a.stream_id),
+            ki(a.correlation), _text(a.collective_name), _text(a.process_group_name),
+            ki(a.in_msg_nelems), _text(a.dtype), ki(a.seq if a.seq is not None else a.seq_lower))
+
+
+def _fits(row: tuple, schema: pa.Schema) -> bool:
+    """Whether every value of a row fits its column (int64 or text)."""
+    for value, kind in zip(row, schema.types):
+        if value is None:
+            continue
+        if kind == _I and not (value.__class__ is int and -(2**63) <= value < 2**63):
+            return False
+        if kind != _I and not isinstance(value, str):
+            return False
+    return True
+
