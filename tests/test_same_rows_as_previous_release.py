@@ -14,6 +14,16 @@ from warehouse_compare import every_public_difference, row_count
 
 REPO = Path(__file__).resolve().parent.parent
 PREVIOUS_RELEASE = "9a9b567"
+# What this release changed on purpose (CHANGELOG.md says how); every other table and view
+# must hold the same rows in the columns both releases have.
+CHANGED_ON_PURPOSE = {
+    "device_time": "a Kineto step's window is the device span of the work it launched",
+    "collectives": "a wait is never longer than the rank's own collective; mismatched instances",
+    "stragglers": "nobody is charged for a mismatched instance or beyond a capped wait",
+    "rank_skew": "built on stragglers",
+    "kernel_stats": "its share of device time is built on device_time",
+}
+NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth"}
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +51,17 @@ def _ingest_with(tree: Path, profile: Path, db: Path, run: str) -> None:
     assert probe.stdout.strip().startswith(str(tree))  # it was the previous release that ran
 
 
+def _unexplained(differences: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The differences neither changed on purpose nor a view new in this release."""
+    return {name: d for name, d in differences.items()
+            if name not in CHANGED_ON_PURPOSE and not (name in NEW_IN_THIS_RELEASE and d == (-1, -1))}
+
+
 def test_the_demo_has_the_rows_of_the_previous_release(demo_profile, demo_warehouse, previous_release, tmp_path):
     before = tmp_path / "before.duckdb"
     _ingest_with(previous_release, demo_profile, before, "demo")
     assert row_count(demo_warehouse) > 1000
-    assert every_public_difference(demo_warehouse, before) == {}
+    assert _unexplained(every_public_difference(demo_warehouse, before)) == {}
 
 
 def test_the_real_corpus_has_the_rows_of_the_previous_release(real_corpus, previous_release, tmp_path):
@@ -53,4 +69,4 @@ def test_the_real_corpus_has_the_rows_of_the_previous_release(real_corpus, previ
     before = tmp_path / "before.duckdb"
     _ingest_with(previous_release, profile, before, "real")
     assert row_count(warehouse) > 1000
-    assert every_public_difference(warehouse, before) == {}
+    assert _unexplained(every_public_difference(warehouse, before)) == {}
