@@ -210,10 +210,12 @@ def check(profile_dir, config_path):
     """Say what `rlwh ingest` would do with PROFILE_DIR, writing nothing.
 
     Roles x ranks x captures x steps, the files per kind, the ignored files and every
-    problem visible from the files' first bytes, and the VeRL log checks of every *.log
-    ([verl_log] required_keys). Exit status: 0 nothing would fail, 1 a file would fail,
-    6 no profiler file found; a failed log check does not change it. PROFILE_DIR may be
-    one log file: then only its log checks run, and 1 means it failed them.
+    problem visible from the files' first and last bytes, and the VeRL log checks of every
+    *.log ([verl_log] required_keys). Each file gets the verdict ingest will give it (ok,
+    partial, failed, ignored), in the reader's words. Exit status: what `rlwh ingest`
+    would exit with (1 a file would fail, 5 one would load in part, 6 no profiler file
+    found), else 4 when a VeRL log fails the log rules, else 0. PROFILE_DIR may be one log
+    file: then only its log checks run, and 4 means it failed them.
 
     \b
     Example:
@@ -224,17 +226,17 @@ def check(profile_dir, config_path):
 
     from rlwh.config import load_config
     from rlwh.ingest.check import check as run_check
-    from rlwh.ingest.check import format_report
+    from rlwh.ingest.check import exit_status, format_report
     from rlwh.ingest.log_check import check_log, format_log_checks
 
     required = load_config(config_path).verl_log_required_keys
     if not Path(profile_dir).is_dir():
         verdict = check_log(Path(profile_dir), profile_dir, required)
         click.echo("\n".join(format_log_checks([verdict])))
-        sys.exit(exitcodes.OK if verdict.passed else exitcodes.FAILED)
+        sys.exit(exitcodes.OK if verdict.passed else exitcodes.LOG_RULES)
     report = run_check(profile_dir, required)
     click.echo(format_report(report))
-    sys.exit(exitcodes.for_ingest(report.failing, 0, len(report.loadable)))
+    sys.exit(exit_status(report))
 
 
 def _echo_result(result, fmt: str) -> None:
