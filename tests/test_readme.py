@@ -88,3 +88,23 @@ def test_every_readme_query_returns_rows_on_the_demo(checkout, sql):
                                       "--format", "json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output), f"no rows on the demo: {sql}"
+
+
+PYTHON_BLOCKS = _blocks("python")
+
+
+def test_the_readme_has_a_python_example():
+    assert PYTHON_BLOCKS and all("rlwh." in b for b in PYTHON_BLOCKS)
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"python{i}" for i in range(len(PYTHON_BLOCKS))])
+def test_every_python_block_runs_on_the_demo(checkout, block):
+    """As a plain script (no main guard), from the checkout after `make demo`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", block], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(r"\d+ files, [\d,]+ rows, 0 failed", lines[0]), lines[:1]
+    assert lines[1].split() == ["run", "role", "rank_id", "peak_live_mb"], lines[1:2]
+    assert len(lines) == 2 + 5 and all(line.split()[1] == "demo-run" for line in lines[2:]), done.stdout
