@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from rlwh import __version__, exitcodes
+from rlwh import __version__, exitcodes, interrupts
 from rlwh.errors import RlwhError
 
 
@@ -67,7 +67,25 @@ def warehouse_options(func):
     return wrapper
 
 
-@click.group()
+class _Group(click.Group):
+    """Ctrl-C during any command: one line and exit 130, whatever it interrupted
+    (rlwh.interrupts); click alone says "Aborted!" and exits 1, or prints DuckDB's
+    "Query interrupted" traceback."""
+
+    def invoke(self, ctx):
+        interrupts.arm()
+        try:
+            return super().invoke(ctx)
+        except (SystemExit, click.exceptions.Exit):
+            raise
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)) or interrupts.seen():
+                click.echo("Aborted! (interrupted: nothing half-written is kept; run the command again)", err=True)
+                raise click.exceptions.Exit(exitcodes.INTERRUPTED) from None
+            raise
+
+
+@click.group(cls=_Group)
 @click.version_option(__version__, prog_name="rlwh")
 def cli():
     """rlwh: every rank's profiler files in one DuckDB warehouse.

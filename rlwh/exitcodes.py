@@ -15,6 +15,7 @@ REGRESSION = 3    # nightly: a (role, rank) rose beyond a threshold
 LOG_RULES = 4     # check: every file would load, but a VeRL log fails the seed's log rules
 PARTIAL = 5       # a file loaded only in part (rows before the damage kept); nothing failed
 NOTHING_FOUND = 6  # no profiler file under the folder (or no run dir under the nightly root)
+INTERRUPTED = 130  # any command: Ctrl-C (SIGINT) stopped it (rlwh.interrupts: 128 + 2, as shells say)
 
 SEVERITY = (FAILED, PARTIAL, NOTHING_FOUND, REGRESSION, LOG_RULES, OK)  # most severe first
 
