@@ -399,7 +399,8 @@ def summary(config, run_name):
 def compare(config, run_a, run_b, fmt, out):
     """Compare RUN_B with RUN_A per (role, rank): peak memory and time in role side by side,
     the change in %, and the regressions by nightly's thresholds ([thresholds] in
-    warehouse.toml).
+    warehouse.toml). Exit status: 3 when a regression crosses a threshold (as `rlwh
+    nightly` exits), else 0; 1 when a run is not in the warehouse.
 
     \b
     Example:
@@ -423,6 +424,7 @@ def compare(config, run_a, run_b, fmt, out):
         write_assets(out)
         page = write_compare_page(result, out, out, rule_text(config, f"run {run_a}."))
         click.echo(f"page: {page}", err=fmt != "table")
+    sys.exit(exitcodes.REGRESSION if result.regressions else exitcodes.OK)
 
 
 @cli.command()
