@@ -343,7 +343,7 @@ def query(config, sql, sql_file, fmt):
 
     \b
     Example:
-      rlwh query "select role, rank_id, peak_live_mb from memory_peak order by 3 desc"
+      rlwh query "select run, role, rank_id, peak_live_mb from memory_peak order by 4 desc limit 10"
       rlwh query --file questions.sql
       echo "select * from rank_skew" | rlwh query -
     """
