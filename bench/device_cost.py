@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE.parent))
 from rlwh.readers import ascend_trace, torch_trace  # noqa: E402
 from rlwh.readers.base import TableSink  # noqa: E402
 
-FIXTURES = HERE.parent.parent / "shared" / "fixtures" / "real"
+FIXTURES = HERE.parent / "tests" / "data" / "real"
 ALEXNET_RANK0 = "ascend/msinsight-alexnet-level1/text/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT"
 TRACES = [
     ("Kineto, df_index_resolver (216 k events, 22 k kernels/copies)",

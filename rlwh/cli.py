@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from rlwh import __version__, exitcodes
+from rlwh import __version__, exitcodes, interrupts
 from rlwh.errors import RlwhError
 
 
@@ -67,7 +67,25 @@ def warehouse_options(func):
     return wrapper
 
 
-@click.group()
+class _Group(click.Group):
+    """Ctrl-C during any command: one line and exit 130, whatever it interrupted
+    (rlwh.interrupts); click alone says "Aborted!" and exits 1, or prints DuckDB's
+    "Query interrupted" traceback."""
+
+    def invoke(self, ctx):
+        interrupts.arm()
+        try:
+            return super().invoke(ctx)
+        except (SystemExit, click.exceptions.Exit):
+            raise
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)) or interrupts.seen():
+                click.echo("Aborted! (interrupted: nothing half-written is kept; run the command again)", err=True)
+                raise click.exceptions.Exit(exitcodes.INTERRUPTED) from None
+            raise
+
+
+@click.group(cls=_Group)
 @click.version_option(__version__, prog_name="rlwh")
 def cli():
     """rlwh: every rank's profiler files in one DuckDB warehouse.
@@ -210,10 +228,12 @@ def check(profile_dir, config_path):
     """Say what `rlwh ingest` would do with PROFILE_DIR, writing nothing.
 
     Roles x ranks x captures x steps, the files per kind, the ignored files and every
-    problem visible from the files' first bytes, and the VeRL log checks of every *.log
-    ([verl_log] required_keys). Exit status: 0 nothing would fail, 1 a file would fail,
-    6 no profiler file found; a failed log check does not change it. PROFILE_DIR may be
-    one log file: then only its log checks run, and 1 means it failed them.
+    problem visible from the files' first and last bytes, and the VeRL log checks of every
+    *.log ([verl_log] required_keys). Each file gets the verdict ingest will give it (ok,
+    partial, failed, ignored), in the reader's words. Exit status: what `rlwh ingest`
+    would exit with (1 a file would fail, 5 one would load in part, 6 no profiler file
+    found), else 4 when a VeRL log fails the log rules, else 0. PROFILE_DIR may be one log
+    file: then only its log checks run, and 4 means it failed them.
 
     \b
     Example:
@@ -224,17 +244,17 @@ def check(profile_dir, config_path):
 
     from rlwh.config import load_config
     from rlwh.ingest.check import check as run_check
-    from rlwh.ingest.check import format_report
+    from rlwh.ingest.check import exit_status, format_report
     from rlwh.ingest.log_check import check_log, format_log_checks
 
     required = load_config(config_path).verl_log_required_keys
     if not Path(profile_dir).is_dir():
         verdict = check_log(Path(profile_dir), profile_dir, required)
         click.echo("\n".join(format_log_checks([verdict])))
-        sys.exit(exitcodes.OK if verdict.passed else exitcodes.FAILED)
+        sys.exit(exitcodes.OK if verdict.passed else exitcodes.LOG_RULES)
     report = run_check(profile_dir, required)
     click.echo(format_report(report))
-    sys.exit(exitcodes.for_ingest(report.failing, 0, len(report.loadable)))
+    sys.exit(exit_status(report))
 
 
 def _echo_result(result, fmt: str) -> None:
@@ -323,7 +343,7 @@ def query(config, sql, sql_file, fmt):
 
     \b
     Example:
-      rlwh query "select role, rank_id, peak_live_mb from memory_peak order by 3 desc"
+      rlwh query "select run, role, rank_id, peak_live_mb from memory_peak order by 4 desc limit 10"
       rlwh query --file questions.sql
       echo "select * from rank_skew" | rlwh query -
     """
@@ -379,7 +399,8 @@ def summary(config, run_name):
 def compare(config, run_a, run_b, fmt, out):
     """Compare RUN_B with RUN_A per (role, rank): peak memory and time in role side by side,
     the change in %, and the regressions by nightly's thresholds ([thresholds] in
-    warehouse.toml).
+    warehouse.toml). Exit status: 3 when a regression crosses a threshold (as `rlwh
+    nightly` exits), else 0; 1 when a run is not in the warehouse.
 
     \b
     Example:
@@ -403,6 +424,7 @@ def compare(config, run_a, run_b, fmt, out):
         write_assets(out)
         page = write_compare_page(result, out, out, rule_text(config, f"run {run_a}."))
         click.echo(f"page: {page}", err=fmt != "table")
+    sys.exit(exitcodes.REGRESSION if result.regressions else exitcodes.OK)
 
 
 @cli.command()

@@ -180,3 +180,12 @@ def load_config(path: str | os.PathLike | None = None, db: str | os.PathLike | N
     if config.executor not in EXECUTORS:
         raise ConfigError(f"[ingest] executor = {config.executor!r}: expected one of {', '.join(EXECUTORS)}")
     return config.with_db(db or os.environ.get("RLWH_DB"))
+
+
+def settings_for(db=None, config=None, workers=None) -> Config:
+    """The Python API's settings: the config file's (or RLWH_CONFIG's), with `db` (else
+    RLWH_DB) and `workers` winning, as the CLI's --db does."""
+    settings = load_config(config, db)
+    if workers is not None:
+        settings = replace(settings, workers=int(workers))
+    return settings

@@ -1,4 +1,4 @@
-"""Exit statuses of `rlwh ingest` and `rlwh nightly`, one table for both, so a script
+"""Exit statuses of `rlwh ingest`, `rlwh check`, `rlwh nightly` and `rlwh compare`, one table, so a script
 or a systemd unit can act on the outcome without parsing text.
 
 When several outcomes hold at once the most severe wins, in the order of SEVERITY:
@@ -11,11 +11,13 @@ from __future__ import annotations
 OK = 0            # every file loaded (or was unchanged), no regression
 FAILED = 1        # a file or a run dir failed to load, or the command failed (bad path, lock, SQL)
 USAGE = 2         # the command line is wrong (click's own usage errors)
-REGRESSION = 3    # nightly: a (role, rank) rose beyond a threshold
+REGRESSION = 3    # nightly, compare: a (role, rank) rose beyond a threshold
+LOG_RULES = 4     # check: every file would load, but a VeRL log fails the seed's log rules
 PARTIAL = 5       # a file loaded only in part (rows before the damage kept); nothing failed
 NOTHING_FOUND = 6  # no profiler file under the folder (or no run dir under the nightly root)
+INTERRUPTED = 130  # any command: Ctrl-C (SIGINT) stopped it (rlwh.interrupts: 128 + 2, as shells say)
 
-SEVERITY = (FAILED, PARTIAL, NOTHING_FOUND, REGRESSION, OK)  # most severe first
+SEVERITY = (FAILED, PARTIAL, NOTHING_FOUND, REGRESSION, LOG_RULES, OK)  # most severe first
 
 
 def most_severe(codes) -> int:

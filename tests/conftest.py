@@ -1,22 +1,25 @@
-"""Shared fixtures: the real profiler samples in ../shared, fresh warehouses, configs."""
+"""Shared fixtures: the real profiler samples in tests/data, fresh warehouses, configs."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
+from path_guard import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
 from rlwh.config import Config
 from rlwh.warehouse import derive
 from rlwh.warehouse.schema import migrate
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("RLWH_SHARED", REPO.parent / "shared"))
-FIXTURES = SHARED / "fixtures"
+# The real files live in the repository (tests/data/SOURCES says where each came from);
+# the path guard above fails a test that opens files outside it and the temp dirs.
+DATA = REPO / "tests" / "data"
+FIXTURES = DATA
 SAMPLES = FIXTURES / "rl-insight-samples"
+CONTRACT_CHECK = DATA / "tools" / "contract_check.py"
 
 
 @pytest.fixture(scope="session")
@@ -53,10 +56,11 @@ def config(tmp_path) -> Config:
 
 
 def copy_fixture(relative: str, dest: Path) -> Path:
-    """Copy ../shared/fixtures/<relative> into dest (tests never touch ../shared)."""
+    """Copy tests/data/<relative> into dest (tests never change tests/data)."""
     source = FIXTURES / relative
     if not source.exists():
-        raise FileNotFoundError(f"fixture missing: {source} (is ../shared checked out?)")
+        raise FileNotFoundError(f"fixture missing: {source} (the sdist leaves the real corpora out:"
+                                " run the tests from a git clone)")
     target = dest / source.name
     if source.is_dir():
         shutil.copytree(source, target)

@@ -90,7 +90,7 @@ def test_summary_defaults_to_the_run_ingested_last(two_runs):
 def test_compare_shows_both_runs_and_the_change(two_runs):
     db, _ = two_runs
     result = _invoke("compare", "run-1", "run-2", "--db", db, "--format", "csv")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # exitcodes.REGRESSION, as nightly's
     header, *rows = [line.split(",") for line in result.output.strip().splitlines()]
     assert header[:5] == ["role", "rank_id", "a_peak_mib", "b_peak_mib", "peak_change_pct"]
     by_key = {(r[0], r[1]): dict(zip(header, r)) for r in rows}
@@ -101,6 +101,9 @@ def test_compare_shows_both_runs_and_the_change(two_runs):
         assert "peak memory" in row["regression"]
     table = _invoke("compare", "run-1", "run-2", "--db", db)
     assert "a = run-1, b = run-2" in table.output and "regression: actor_update rank 0: peak_live_bytes" in table.output
+    assert table.exit_code == 3
+    same = _invoke("compare", "run-1", "run-1", "--db", db)
+    assert same.exit_code == 0 and "0 regression(s)" in same.output, same.output
     unknown = _invoke("compare", "run-1", "nope", "--db", db)
     assert unknown.exit_code == 1 and "no run 'nope'" in unknown.output
 
@@ -170,7 +173,7 @@ def test_summary_compare_and_forget_on_a_small_warehouse(fresh_db, tmp_path):
     got = dict(zip(header, row))
     assert (got["a_peak_mib"], got["b_peak_mib"]) == ("150.0", "300.0") and float(got["peak_change_pct"]) == 100
     page = _invoke("compare", "run-1", "run-2", "--db", db, "--out", tmp_path / "compare")
-    assert page.exit_code == 0 and list((tmp_path / "compare").rglob("*.html")), page.output
+    assert page.exit_code == 3 and list((tmp_path / "compare").rglob("*.html")), page.output  # 100% more memory
     forgot = _invoke("forget", "run-1", "--db", db)
     assert forgot.exit_code == 0, forgot.output
     assert _scalar(db, "select count(distinct run) from memory_records") == 1

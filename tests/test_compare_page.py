@@ -25,7 +25,7 @@ def test_compare_page_shows_both_runs_and_links_their_memory_pages(tmp_path):
     runner = CliRunner()
     assert runner.invoke(cli, ["report", "--run", "job-a", "--out", str(out), "--db", str(db)]).exit_code == 0
     result = runner.invoke(cli, ["compare", "job-a", "job-b", "--out", str(out), "--db", str(db)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # a regression: nightly's status
     page = out / "compare-job-b-vs-job-a.html"
     assert f"page: {page}" in result.output
     html = page.read_text()
@@ -37,3 +37,44 @@ def test_compare_page_shows_both_runs_and_links_their_memory_pages(tmp_path):
     # Run a's pages were rendered, run b's not: only a's memory timelines are linked, and they exist.
     links = re.findall(r'href="([^"]+memory_timeline[^"]+)"', html)
     assert links and all((out / link).is_file() and "job-a" in link for link in links)
+
+
+@pytest.mark.slow
+def test_compare_page_draws_the_change_and_the_stacks_that_grew(tmp_path):
+    """The change per (role, rank) as bars with the thresholds, the same figures as the
+    terminal's CSV; the stacks whose live bytes at the peak grew, most first; a nav bar
+    that links the run pages there are."""
+    import json
+
+    db = tmp_path / "w.duckdb"
+    config = Config(db_path=db, workers=1)
+    for run, allocs in (("job-a", 200), ("job-b", 800)):
+        synth.write_ascend_profile(tmp_path / run, roles=("actor_update",), ranks=2, n_ops=400, n_allocs=allocs)
+        ingest(tmp_path / run, config, run=run)
+    out = tmp_path / "reports"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["report", "--run", "job-a", "--out", str(out), "--db", str(db)]).exit_code == 0
+    csv = runner.invoke(cli, ["compare", "job-a", "job-b", "--db", str(db), "--format", "csv"])
+    header, *rows = [line.split(",") for line in csv.output.strip().splitlines()]
+    table = {f"{r[0]} · rank {r[1]}": dict(zip(header, r)) for r in rows}
+    result = runner.invoke(cli, ["compare", "job-a", "job-b", "--out", str(out), "--db", str(db)])
+    html = (out / "compare-job-b-vs-job-a.html").read_text()
+    figure = json.loads(re.search(r'<script type="application/json" id="compare-change-data">(.*?)</script>',
+                                  html, re.S).group(1))
+    bars = {t["name"]: dict(zip(t["x"], t["y"])) for t in figure["data"]}
+    assert set(bars) == {"peak memory change %", "time in role change %"}
+    for key, row in table.items():
+        assert bars["peak memory change %"][key] == pytest.approx(float(row["peak_change_pct"]))
+        assert bars["time in role change %"][key] == pytest.approx(float(row["time_change_pct"]))
+    assert sorted(s["y0"] for s in figure["layout"]["shapes"]) == sorted([config.peak_memory_pct, config.role_span_pct])
+    grew = re.findall(r'<td class="num">([\d,.]+)</td><td class="num">([\d,.]+)</td><td class="num">\+([\d,.]+)</td>',
+                      html)
+    assert grew, "no stack that grew is listed"
+    growth = [float(g.replace(",", "")) for _, _, g in grew]
+    assert growth == sorted(growth, reverse=True) and all(g > 0 for g in growth)
+    for a, b, g in ([float(v.replace(",", "")) for v in row] for row in grew):
+        assert b - a == pytest.approx(g, abs=0.11)
+    nav = re.search(r'<nav class="crumbs">(.*?)</nav>', html, re.S).group(1)
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', nav)
+    assert ("job-a/index.html", "Run job-a") in links and all((out / href).is_file() for href, _ in links)
+    assert "page:" in result.output

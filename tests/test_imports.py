@@ -124,7 +124,8 @@ def test_every_module_imports_in_a_fresh_interpreter():
 # The floors of the package, lowest first: a module imports only from its own floor or
 # those below it, so following `rlwh ingest` or `rlwh nightly` never climbs back up.
 FLOORS = (
-    ("rlwh", "rlwh.errors", "rlwh.sqltext", "rlwh.assets", "rlwh.stacks", "rlwh.safe_files", "rlwh.exitcodes"),
+    ("rlwh", "rlwh.errors", "rlwh.sqltext", "rlwh.assets", "rlwh.stacks", "rlwh.safe_files", "rlwh.exitcodes",
+     "rlwh.interrupts"),
     ("rlwh.config",),
     ("rlwh.readers", "rlwh.synth"),
     ("rlwh.executors",),
@@ -133,7 +134,7 @@ FLOORS = (
     ("rlwh.ingest",),
     ("rlwh.report",),
     ("rlwh.nightly",),
-    ("rlwh.cli", "rlwh.demo"),
+    ("rlwh.cli", "rlwh.demo", "rlwh.api", "rlwh.__main__"),
     ("rlwh.docs",),
 )
 
@@ -145,11 +146,16 @@ def floor_of(name: str) -> int:
     return best[1]
 
 
+# The package's module __getattr__ hands out the Python API's names on first use
+# (`rlwh.ingest(...)`, `rlwh.connect(...)`): nothing below imports `rlwh` for them.
+API_FACADE = {("rlwh", "rlwh.ingest"), ("rlwh", "rlwh.api")}
+
+
 def test_imports_never_climb_back_up():
     found = modules()
     climbs = sorted(f"{name} (floor {floor_of(name)}) imports {target} (floor {floor_of(target)})"
                     for name, path in found.items() for target in imports_of(name, path, set(found))
-                    if floor_of(target) > floor_of(name))
+                    if floor_of(target) > floor_of(name) and (name, target) not in API_FACADE)
     assert climbs == []
 
 

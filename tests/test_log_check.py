@@ -70,7 +70,7 @@ def test_check_lists_every_log_and_ingest_still_loads_a_failing_one(tmp_path, co
 def test_cli_check_of_one_log_and_the_list_from_warehouse_toml(tmp_path):
     log = next(p for p in REAL_LOGS if "wmqmvslz" in str(p))
     result = CliRunner().invoke(cli, ["check", str(log)], env={"RLWH_CONFIG": None})
-    assert result.exit_code == 1
+    assert result.exit_code == 4  # exitcodes.LOG_RULES: a failed log rule, nothing else wrong
     assert "required keys missing from its first 2 MiB: actor/loss, training/global_step, training/epoch" \
         in result.output
     toml = tmp_path / "warehouse.toml"
@@ -81,3 +81,19 @@ def test_cli_check_of_one_log_and_the_list_from_warehouse_toml(tmp_path):
     toml.write_text("[verl_log]\nrequired_keys = 3\n")
     result = CliRunner().invoke(cli, ["check", str(log), "--config", str(toml)])
     assert result.exit_code == 1 and "required_keys = 3 is not a valid list of strings" in result.output
+
+
+def test_a_failed_log_rule_gives_check_its_own_exit_status(tmp_path):
+    """A CI step running `rlwh check` notices a log that fails the rules: exit 4, while the
+    files themselves would all load (an ingest of the same folder exits 0)."""
+    root = tmp_path / "run"
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "empty_verl.log").write_bytes(b"")
+    (root / "logs" / "train.log").write_text("step:1 - actor/pg_loss:0.1 - critic/score/mean:0.5\n")
+    env = {"RLWH_CONFIG": None, "RLWH_DB": str(tmp_path / "w.duckdb")}
+    checked = CliRunner().invoke(cli, ["check", str(root)], env=env)
+    assert checked.exit_code == 4, checked.output
+    assert "FAIL  logs/empty_verl.log: empty file" in checked.output
+    assert "FAIL  logs/train.log: required keys missing" in checked.output
+    ingested = CliRunner().invoke(cli, ["ingest", str(root), "--db", str(tmp_path / "w.duckdb")], env=env)
+    assert ingested.exit_code == 0, ingested.output

@@ -17,7 +17,7 @@ from rlwh.warehouse.schema import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "gmm"
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+FIXTURES = ROOT / "tests" / "data"  # the real files (tests/data/SOURCES)
 DUMP = "dump_tensor_data/NPU.npu_grouped_matmul.{op}.forward.kwargs.group_list.pt"
 
 

@@ -6,13 +6,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import landed_rows
+from conftest import SAMPLES, landed_rows
 
 from rlwh.errors import SourceError
 from rlwh.readers import nvtx
 from rlwh.readers.base import TableSink
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rl-insight-samples" / "nvtx_data"
+FIXTURES = SAMPLES / "nvtx_data"
 NVTX_DIR = FIXTURES / "nvtx_profile"
 GTID = (1 << 56) | (4242 << 24) | 4243  # vm 1, pid 4242, tid 4243
 

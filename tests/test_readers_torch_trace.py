@@ -17,7 +17,7 @@ from rlwh.readers import torch_trace
 from rlwh.readers.base import TableSink, stack_id
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+FIXTURES = ROOT / "tests" / "data"  # the real files (tests/data/SOURCES)
 REAL = FIXTURES / "torch_profile"
 RL_INSIGHT = FIXTURES / "rl-insight-samples" / "torch_data" / "torch_profile"
 BASE = 1790857026000000000

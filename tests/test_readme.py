@@ -88,3 +88,94 @@ def test_every_readme_query_returns_rows_on_the_demo(checkout, sql):
                                       "--format", "json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output), f"no rows on the demo: {sql}"
+
+
+PYTHON_BLOCKS = _blocks("python")
+
+
+def test_the_readme_has_a_python_example():
+    assert PYTHON_BLOCKS and all("rlwh." in b for b in PYTHON_BLOCKS)
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"python{i}" for i in range(len(PYTHON_BLOCKS))])
+def test_every_python_block_runs_on_the_demo(checkout, block):
+    """As a plain script (no main guard), from the checkout after `make demo`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", block], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(r"\d+ files, [\d,]+ rows, 0 failed", lines[0]), lines[:1]
+    assert lines[1].split() == ["run", "role", "rank_id", "peak_live_mb"], lines[1:2]
+    assert len(lines) == 2 + 5 and all(line.split()[1] == "demo-run" for line in lines[2:]), done.stdout
+
+
+SCREEN = 50  # lines: what a README query may print
+
+
+def _blocks_in_order() -> list[tuple[str, str]]:
+    return [(lang, body) for lang, body in BLOCK.findall(README.read_text(encoding="utf-8"))
+            if lang in ("sh", "sql") and (lang == "sql" or _commands(body).strip())]
+
+
+def _traced_outputs(output: str) -> list[tuple[str, list[str]]]:
+    """bash -x output, stdout and stderr merged: (command, the lines it printed) per command."""
+    found: list[tuple[str, list[str]]] = []
+    for line in output.splitlines():
+        if line.startswith("+ ") and found and not found[-1][1]:  # a pipeline: its commands trace together
+            found[-1] = (found[-1][0] + " | " + line[2:], [])
+        elif line.startswith("+ "):
+            found.append((line[2:], []))
+        elif found:
+            found[-1][1].append(line)
+    return found
+
+
+def _header(lines: list[str]) -> list[str]:
+    return lines[0].split() if lines else []
+
+
+@pytest.fixture(scope="module")
+def fresh_checkout(tmp_path_factory) -> Path:
+    """Another checkout after `make demo`: the blocks below change the warehouse, in order."""
+    root = tmp_path_factory.mktemp("readme-in-order")
+    assert run_demo(root / "demo") == 0
+    shutil.copy(REPO / "warehouse.toml", root / "warehouse.toml")
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "rlwh").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rlwh.cli "$@"\n', encoding="utf-8")
+    (bin_dir / "rlwh").chmod(0o755)
+    (bin_dir / "duckdb").symlink_to(Path(sys.executable).parent / "duckdb")
+    return root
+
+
+def test_the_readme_in_order_prints_a_screenful_per_query_naming_the_run(fresh_checkout):
+    """Every block in the README's order, as a reader pastes them: each query (an `rlwh query`
+    line or a ```sql statement) prints at most a screenful and shows the run of each row,
+    so two loaded runs never print as the same rows twice."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")} | {"PYTHONPATH": str(REPO)}
+    db = fresh_checkout / "demo" / "warehouse.duckdb"
+    queries = 0
+    for lang, body in _blocks_in_order():
+        if lang == "sh":
+            done = subprocess.run(["bash", "-euxo", "pipefail", "-c", _commands(body)], cwd=fresh_checkout, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                                  stdin=subprocess.DEVNULL)
+            assert done.returncode == 0, done.stdout[-4000:]
+            for command, lines in _traced_outputs(done.stdout):
+                if "rlwh query" in command:
+                    queries += 1
+                    assert len(lines) <= SCREEN, f"{command}: {len(lines)} lines"
+                    assert "run" in _header(lines), f"{command}: no run column: {lines[:2]}"
+            continue
+        con = duckdb.connect()
+        statements = [st.query.strip() for st in con.extract_statements(body)]
+        con.close()
+        for sql in statements:
+            queries += 1
+            result = CliRunner().invoke(cli, ["query", sql, "--db", str(db)])
+            assert result.exit_code == 0, result.output
+            lines = result.output.rstrip("\n").splitlines()
+            assert len(lines) <= SCREEN, f"{sql.splitlines()[-1]}: {len(lines)} lines"
+            assert "run" in _header(lines), f"{sql}: no run column: {lines[:2]}"
+    assert queries >= 15

@@ -420,6 +420,24 @@ def test_memory_compare_marks_outliers(demo):
     assert red == outliers
 
 
+def test_memory_compare_names_ranks_as_ranks(demo):
+    """The note beside the chart says which ranks: "Straggler: rank 1.", never "Stragglers: 1."
+    (which reads as a count)."""
+    con = duckdb.connect(str(demo["config"].db_path), read_only=True)
+    flagged = con.execute("""select role, list(rank_id order by rank_id) filter (where is_straggler),
+                                    list(rank_id order by rank_id) filter (where is_memory_outlier)
+                             from rank_skew where run = 'demo-run' group by role""").fetchall()
+    con.close()
+    page = (demo["out"] / "demo-run" / "memory_compare.html").read_text(encoding="utf-8")
+    assert not re.search(r"(Stragglers|Memory outliers): \d", page)
+    for _role, stragglers, outliers in flagged:
+        for what, ranks in (("Straggler", stragglers or []), ("Memory outlier", outliers or [])):
+            if len(ranks) == 1:
+                assert f"{what}: rank {ranks[0]}." in page
+            elif ranks:
+                assert f"{what}s: ranks {', '.join(map(str, ranks))}." in page
+
+
 # ---------------------------------------------------------------- the memory page on the shaped run
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import SHARED
+from conftest import CONTRACT_CHECK
 
 from rlwh.assets import asset_dir
 from rlwh.warehouse.schema import MIGRATION_NAME, migrate, migration_files, view_files
@@ -78,7 +78,7 @@ def test_contract_check_passes_on_a_migrated_warehouse(tmp_path):
     con = duckdb.connect(str(db))
     migrate(con)
     con.close()
-    checker = SHARED / "tools" / "contract_check.py"
+    checker = CONTRACT_CHECK
     result = subprocess.run([sys.executable, str(checker), str(db), "--groups", "memory,timelines,gmm"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -10,10 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLES
 
 from rlwh import synth
 
-SAMPLE = (Path(__file__).resolve().parents[2] / "shared/fixtures/rl-insight-samples/memory_data"
+SAMPLE = (SAMPLES / "memory_data"
           / "20260526_085155_ascend_pt/ASCEND_PROFILER_OUTPUT/operator_memory.csv")
 TIME_CELL = re.compile(r'^"\d+\.\d{3}\t"$')  # quoted, three decimals, a TAB before the quote
 

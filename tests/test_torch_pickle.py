@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from rlwh.errors import SourceError
 from rlwh.readers import torch_pickle
@@ -20,7 +21,6 @@ from rlwh.synth.pt import ALIGNMENT, tensor_pickle, write_int_tensor, zip_archiv
 
 DATA = Path(__file__).parent / "data" / "gmm"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 GMM_DUMP_FILE = (
     FIXTURES / "gmm_dump/step_1/actor_update/rank0/dump_tensor_data"
     / "NPU.npu_grouped_matmul.0.forward.kwargs.group_list.pt"

@@ -35,12 +35,14 @@ def local_pool(tasks: list[Task], parts: Path, workers: int) -> Iterator[tuple[T
         for task in ordered:
             yield task, _run(task.function, task.args, str(parts / task.name))
         return
+    from rlwh.executors.clean_main import main_left_out
     from rlwh.executors.local import die_with_parent, stop_now
 
     pool = ProcessPoolExecutor(max_workers=min(workers, len(ordered)), mp_context=get_context("spawn"),
                                initializer=die_with_parent, initargs=(os.getpid(),))
     try:
-        futures = {pool.submit(_run, t.function, t.args, str(parts / t.name)): t for t in ordered}
+        with main_left_out():  # the workers start at the first submit: none re-runs the caller's script
+            futures = {pool.submit(_run, t.function, t.args, str(parts / t.name)): t for t in ordered}
         for future in as_completed(futures):
             yield futures[future], future.result()
     except BaseException:  # Ctrl-C, or loading failed: no task still running is wanted

@@ -1,11 +1,14 @@
 """`rlwh check`: what ingest would do with a profile dir, without writing anything.
 
 It runs discovery (the same walk and rules ingest uses) and then looks at each file's
-first bytes only: a multi-GB trace costs a 64 KiB read, so a whole run is checked in
-seconds before hours of ingest. It finds what is visible from there: a rank nobody
+first bytes and, for traces and pickles, its last ones: a multi-GB trace costs two
+64 KiB reads (a gzipped one an inflate to its end, no parse), so a whole run is checked
+in seconds before hours of ingest. It finds what is visible from there: a rank nobody
 names, an Ascend capture without profiler_info, a CSV header without the columns its
-reader needs, a trace that does not start like one, a legacy nsys JSON export, a GMM
-dump outside the layouts. A problem marked `fails` is one ingest would mark failed.
+reader needs, a trace that does not start like one or is cut, a pickle that is no
+snapshot or is cut, a legacy nsys JSON export, a GMM dump outside the layouts. A problem
+marked `fails` is one ingest would mark failed, one marked `partial` one it would load in
+part; damage in the middle of a file (a bad CSV row, a bad event) only ingest sees.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from pathlib import Path
 from rlwh.errors import RlwhError, SourceError
 from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover
 from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
-from rlwh.ingest.sniff import read_head
+from rlwh.ingest.sniff import read_head, read_tail, shown_start
 
 _DIST_RANK = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _INFO_LIMIT = 1 << 20
+# A pickle whose head is no snapshot is loaded whole (as ingest will) up to this size, to
+# tell a readable non-snapshot (ignored) from a damaged one (failed).
+_PICKLE_LOAD_LIMIT = 64 << 20
 
 
 @dataclass
@@ -32,6 +38,8 @@ class Problem:
     path: str
     message: str
     fails: bool  # ingest would mark the file failed
+    partial: bool = False  # ingest would load the file in part (it is cut)
+    ignored: bool = False  # ingest would record the file as ignored, with this message
 
 
 @dataclass
@@ -57,19 +65,32 @@ class CheckReport:
     @property
     def failing(self) -> int:
         """Files ingest would mark failed."""
-        return len({p.path for p in self.problems if p.fails})
+        return sum(1 for status, _ in self.verdicts().values() if status == "failed")
+
+    @property
+    def partial(self) -> int:
+        """Files ingest would load in part (cut traces)."""
+        return sum(1 for status, _ in self.verdicts().values() if status == "partial")
 
     def verdicts(self) -> dict[str, tuple[str, str | None]]:
         """What ingest will record in `sources` for each file, by rel_path: ('ignored', the
-        reason), ('failed', what check saw), or ('ok', None) (ok, or partial when the damage
-        lies beyond the first bytes). Ingest words an ignored file's message the same way."""
+        reason), ('failed', what check saw), ('partial', the cut), or ('ok', None) (ok, or
+        partial when the damage lies in the middle of the file). A failed or ignored file's
+        message is the reader's own words (with the path relative to the profile dir)."""
         out: dict[str, tuple[str, str | None]] = {}
         for f in self.files:
             if f.ignored:
                 out[f.rel_path] = ("ignored", f.reason)
+                continue
+            mine = [p for p in self.problems if p.path == f.rel_path]
+            for status, hit in (("failed", lambda p: p.fails), ("ignored", lambda p: p.ignored),
+                                ("partial", lambda p: p.partial)):
+                first = next((p.message for p in mine if hit(p)), None)
+                if first is not None:
+                    out[f.rel_path] = (status, first)
+                    break
             else:
-                fails = [p.message for p in self.problems if p.path == f.rel_path and p.fails]
-                out[f.rel_path] = ("failed", fails[0]) if fails else ("ok", None)
+                out[f.rel_path] = ("ok", None)
         return out
 
     def kinds(self) -> Counter:
@@ -121,9 +142,9 @@ def _file_problems(f: SourceFile, head_ranks: dict[str, int]) -> list[Problem]:
         head = read_head(f.path) if size else b""
     except OSError as exc:
         return [Problem(f.rel_path, f"cannot read {f.path}: {exc.strerror}", True)]
-    if size == 0:
-        return [Problem(f.rel_path, f"{f.rel_path}: empty file", True)]
     look = _LOOKS.get(f.kind)
+    if size == 0 and (look is None or f.kind not in _READERS_OWN):
+        return [Problem(f.rel_path, _EMPTY.get(f.kind, "{rel}: empty file").format(rel=f.rel_path, size=size), True)]
     found = look(f, head) if look else []
     named = _DIST_RANK.search(head.decode("utf-8", "replace")) if f.kind == "torch_trace" else None
     if named and f.rank_id is None:
@@ -139,18 +160,104 @@ def _file_problems(f: SourceFile, head_ranks: dict[str, int]) -> list[Problem]:
 
 def _torch_trace(f: SourceFile, head: bytes) -> list[Problem]:
     if f.content == "chrome_object":
-        return []
-    start = head[:40].decode("utf-8", "replace").strip()[:24]
+        return _cut(f, b"}")
+    start = shown_start(head.lstrip(b" \t\r\n\xef\xbb\xbf"))
     return [Problem(f.rel_path, f"{f.rel_path}: does not start like a PyTorch trace (a JSON object with "
-                    f"traceEvents); it starts {start!r}", True)]
+                    f"traceEvents); it starts {start}", True)]
 
 
 def _ascend_trace(f: SourceFile, head: bytes) -> list[Problem]:
-    text = head.lstrip(b" \t\r\n\xef\xbb\xbf")
-    if text[:1] in (b"[", b"{"):
+    first = head.lstrip()[:1]  # the reader's own test, in its words
+    if first == b"[":
+        return _cut(f, b"]")
+    return [Problem(f.rel_path, f"{f.rel_path}: not a JSON array of trace events (it starts with "
+                    f"{first.decode('latin-1')!r})", True)]
+
+
+_TRAILER_BYTES = 16384
+
+
+def _object_closes(end: bytes) -> bool:
+    """A Kineto trace ends with traceEvents' `]`, then its other keys (`"distributedInfo":
+    {...}`, `"traceName": "..."`) and the `}` that closes the object. Some `]` of the tail
+    must be followed by exactly that: nothing, or keys that parse as an object's members."""
+    import json
+
+    tail = end[-_TRAILER_BYTES:]
+    pos = len(tail)
+    while (pos := tail.rfind(b"]", 0, pos)) >= 0:
+        rest = tail[pos + 1:].strip()
+        if rest == b"}":
+            return True
+        if rest[:1] == b",":
+            try:
+                return isinstance(json.loads(b"{" + rest[1:]), dict)
+            except ValueError:
+                pass
+    return False
+
+
+def _cut(f: SourceFile, closer: bytes) -> list[Problem]:
+    """A trace cut while it was written (or its gzip stream damaged): ingest keeps the
+    complete events before the cut and marks it partial."""
+    try:
+        tail, damage = read_tail(f.path)
+    except OSError as exc:
+        return [Problem(f.rel_path, f"cannot read {f.path}: {exc.strerror}", True)]
+    end = tail.rstrip()
+    if damage is None and end.endswith(closer) and (closer != b"}" or _object_closes(end)):
         return []
-    return [Problem(f.rel_path, f"{f.rel_path}: does not start like a trace_view.json (a JSON array of events); "
-                    f"it starts {text[:24].decode('utf-8', 'replace')!r}", True)]
+    what = damage or f"the JSON does not end with its closing {closer.decode()!r} (cut while being written)"
+    return [Problem(f.rel_path, f"{f.rel_path}: {what}: ingest keeps the complete events before the cut",
+                    False, partial=True)]
+
+
+def _snapshot(f: SourceFile, head: bytes) -> list[Problem]:
+    """A memory snapshot pickle: a dict whose first key is segments (or device_traces),
+    ending with the STOP opcode. Anything else is loaded as ingest will load it."""
+    from rlwh.readers.torch_snapshot import load_plain, snapshot_verdict
+
+    size = f.path.stat().st_size
+    if _looks_like_snapshot(head):
+        with open(f.path, "rb") as handle:
+            handle.seek(size - 1)
+            if handle.read(1) == b".":
+                return []
+        return [Problem(f.rel_path, f"{f.rel_path}: cut short: the pickle ends at byte {size} before it is "
+                        "complete", True)]
+    if size > _PICKLE_LOAD_LIMIT:
+        return [Problem(f.rel_path, f"{f.rel_path}: its first bytes are no memory snapshot's; too large for "
+                        "check to load (ingest will say whether it is one)", False)]
+    try:
+        message = snapshot_verdict(load_plain(f.path), f.path)
+    except SourceError as exc:
+        return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
+    if message is None:
+        return []
+    return [Problem(f.rel_path, message.replace(str(f.path), f.rel_path, 1), False, ignored=True)]
+
+
+_SNAPSHOT_KEYS = ("segments", "device_traces")
+
+
+def _looks_like_snapshot(head: bytes) -> bool:
+    """The pickle's opcodes build a dict and then name a snapshot key first."""
+    import io
+    import pickletools
+
+    seen = []
+    try:
+        for opcode, arg, _pos in pickletools.genops(io.BytesIO(head)):
+            if opcode.name in ("PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):
+                continue
+            seen.append((opcode.name, arg))
+            if len(seen) == 3:
+                break
+    except (ValueError, EOFError):
+        return False
+    names = [name for name, _ in seen]
+    return (len(seen) == 3 and names[0] == "EMPTY_DICT" and names[1] == "MARK"
+            and "UNICODE" in names[2] and seen[2][1] in _SNAPSHOT_KEYS)
 
 
 def _nvtx(f: SourceFile, head: bytes) -> list[Problem]:
@@ -172,17 +279,27 @@ def _readers_own(check_file):
         try:
             check_file(f.path)
         except SourceError as exc:
-            return [Problem(f.rel_path, str(exc), True)]
+            return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
         return []
 
     return look
 
 
 def _ascend_info(path: Path) -> None:
-    from rlwh.readers.ascend_info import load_json
+    from rlwh.readers.ascend_info import load_json, rank_id_of
 
     if path.stat().st_size < _INFO_LIMIT:
-        load_json(path)
+        info = load_json(path)
+        if isinstance(info, dict):
+            rank_id_of(info, path)
+
+
+def _gmm(path: Path) -> None:
+    """A group list is a few KiB: loaded as ingest loads it (a refused pickle runs nothing)."""
+    from rlwh.readers.gmm import load_counts
+
+    if path.stat().st_size < _INFO_LIMIT:
+        load_counts(path)
 
 
 def _operator_memory(path: Path) -> None:
@@ -200,11 +317,18 @@ def _usage_csv(fmt_name: str):
     return header
 
 
+# What each reader says of an empty file (the readers with a look of their own say it there).
+_EMPTY = {"ascend_trace": "{rel}: empty file ({size} bytes), no trace events"}
+_READERS_OWN = ("ascend_info", "gmm_group_list", "ascend_memory_csv", "ascend_memory_record_csv",
+                "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
+
 _LOOKS = {
     "torch_trace": _torch_trace,
+    "torch_snapshot": _snapshot,
     "ascend_trace": _ascend_trace,
     "nvtx_jsonl": _nvtx,
     "ascend_info": _readers_own(_ascend_info),
+    "gmm_group_list": _readers_own(_gmm),
     "ascend_memory_csv": _readers_own(_operator_memory),
     "ascend_memory_record_csv": _readers_own(_usage_csv("MEMORY_RECORD")),
     "ascend_npu_module_mem_csv": _readers_own(_usage_csv("NPU_MODULE_MEM")),
@@ -272,11 +396,28 @@ def format_report(report: CheckReport, max_listed: int = 20) -> str:
     if report.problems:
         lines += ["", f"problems ({len(report.problems)}, {report.failing} files would fail):"]
         for p in sorted(report.problems, key=lambda p: (not p.fails, p.path)):
-            lines.append(f"  {'FAIL' if p.fails else 'note'}  {p.message}")
+            lines.append(f"  {_label(p)}  {p.message}")
     if report.log_checks:
         failed = sum(1 for c in report.log_checks if not c.passed)
         lines += ["", f"VeRL log checks ({len(report.log_checks)} logs, {failed} failed; ingest loads them "
                   "either way):", *format_log_checks(report.log_checks)]
-    lines += ["", f"{len(report.loadable)} files would load, {report.failing} would fail, "
-              f"{len(ignored)} ignored; nothing was written"]
+    verdicts = report.verdicts()
+    ignored_later = sum(1 for f in report.loadable if verdicts[f.rel_path][0] == "ignored")
+    loads = len(report.loadable) - report.failing - ignored_later
+    lines += ["", f"{loads} files would load ({report.partial} in part), {report.failing} would fail, "
+              f"{len(ignored) + ignored_later} ignored; nothing was written"]
     return "\n".join(lines)
+
+
+def _label(p: Problem) -> str:
+    return "FAIL" if p.fails else "PART" if p.partial else "skip" if p.ignored else "note"
+
+
+def exit_status(report: CheckReport) -> int:
+    """What `rlwh ingest` would exit with, or LOG_RULES when only a VeRL log check failed."""
+    from rlwh import exitcodes
+
+    code = exitcodes.for_ingest(report.failing, report.partial, len(report.loadable))
+    if code == exitcodes.OK and any(not c.passed for c in report.log_checks):
+        return exitcodes.LOG_RULES
+    return code

@@ -16,6 +16,7 @@ from typing import TypedDict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlwh import interrupts
 from rlwh.errors import SourceError
 from rlwh.ingest.jobs import jobs
 from rlwh.ingest.plan import FileContext
@@ -61,6 +62,7 @@ def parse_source(kind: str, path: str, context: FileContext, out_dir: str) -> Pa
         result["message"] = (
             f"{path}: unexpected {type(exc).__name__}: {exc} (in {Path(where.filename).name}:{where.lineno})"
         )
+    interrupts.reraise_if_seen()  # Ctrl-C inside a reader is no fact about the file
     result["seconds"] = time.perf_counter() - started
     _release_memory()
     return result

@@ -123,3 +123,50 @@ def is_verl_log(path: Path) -> bool:
 
 # Content kinds judged by a scan of their own, not by classify_head: kind -> test.
 TEXT_KINDS = {"verl_log": is_verl_log}
+
+
+TAIL_BYTES = 65536
+
+
+def read_tail(path: Path, limit: int = TAIL_BYTES) -> tuple[bytes, str | None]:
+    """The last `limit` bytes of the file's content and what cut it short, if anything.
+
+    A plain file costs one seek. A gzip file has no index, so its stream is inflated to
+    its end (zlib only, the output thrown away but for the tail: a tenth or less of what
+    parsing it costs); the damage is named in the words the trace reader uses.
+    """
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            f.seek(max(0, path.stat().st_size - limit))
+            return f.read(), None
+        f.seek(0)
+        inflate = zlib.decompressobj(31)
+        tail, pending = b"", b""
+        while True:
+            if inflate.eof:  # another gzip member may follow
+                if not pending.strip(b"\0"):
+                    return tail, None
+                inflate = zlib.decompressobj(31)
+            src = pending or f.read(1 << 20)
+            if not src:
+                return tail, "gzip stream ends early"
+            try:
+                out = inflate.decompress(src, 1 << 22)
+            except zlib.error as exc:
+                return tail, f"gzip data damaged ({exc})"
+            tail = (tail + out)[-limit:]
+            pending = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+
+
+def shown_start(data: bytes, width: int = 24) -> str:
+    """How a file's first bytes are named in a message: the text when they are text, else
+    their hex (a reason never prints undecoded bytes)."""
+    try:
+        text = data[:width * 4].decode("utf-8")[:width]
+    except UnicodeDecodeError as exc:
+        text = data[:exc.start].decode("utf-8")[:width] if exc.start >= 8 else ""
+        if not text:
+            return "with the bytes " + data[:12].hex(" ")
+    if any(not c.isprintable() and c not in " \t\r\n" for c in text):
+        return "with the bytes " + data[:12].hex(" ")
+    return repr(text)

@@ -36,15 +36,20 @@ def _device_from_config(info: dict) -> str | None:
     return None
 
 
+def rank_id_of(info: dict, path: Path, fallback=None) -> int | None:
+    """The capture's rank_id (or `fallback`, discovery's), SourceError when it is no integer."""
+    rank = info.get("rank_id", fallback)
+    try:
+        return int(rank) if rank is not None else None
+    except (TypeError, ValueError):
+        raise SourceError(f"{path}: rank_id {rank!r} is not an integer") from None
+
+
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     info = load_json(path)
     metadata_path = path.parent / "profiler_metadata.json"
     metadata = load_json(metadata_path) if metadata_path.is_file() else {}
-    rank = info.get("rank_id", context.get("rank_id"))
-    try:
-        rank_id = int(rank) if rank is not None else None
-    except (TypeError, ValueError):
-        raise SourceError(f"{path}: rank_id {rank!r} is not an integer") from None
+    rank_id = rank_id_of(info, path, context.get("rank_id"))
     groups = metadata.get("parallel_group_info")
     world = None
     if isinstance(groups, dict):

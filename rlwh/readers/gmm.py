@@ -108,6 +108,14 @@ def parse_gmm_path(rel_path: str) -> GmmPath:
     return GmmPath(int(numbers["step"]), role, int(numbers["rank"]), int(numbers["op index"]))
 
 
+def load_counts(path: Path) -> list[int]:
+    """The group list's token counts, SourceError when the file is refused, corrupt or out of range."""
+    values, _shape, _dtype = load_int_array(path)
+    if values and max(values) > _INT64_MAX:
+        raise SourceError(f"cannot read {path}: a token count is larger than a BIGINT")
+    return values
+
+
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     """One gmm_expert_load row per expert: its job numbers them by position in the flattened group_list.
 
@@ -115,9 +123,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     when absent). A refused or corrupt file raises SourceError naming the file.
     """
     where = parse_gmm_path(context.get("rel_path") or Path(path).as_posix())
-    values, _shape, _dtype = load_int_array(path)
-    if values and max(values) > _INT64_MAX:
-        raise SourceError(f"cannot read {path}: a token count is larger than a BIGINT")
+    values = load_counts(path)
     n = len(values)
     batch = pa.table(
         {

@@ -361,15 +361,23 @@ def _write(sink: TableSink, table: str, rows: list[dict], schema: pa.Schema) -> 
         sink.write(table, pa.RecordBatch.from_pylist(rows[start:start + BATCH_ROWS], schema=schema))
 
 
+def snapshot_verdict(snapshot, path: Path) -> str | None:
+    """None for a memory snapshot, else why this unpickled object is none (ingest's and
+    `rlwh check`'s words for an ignored pickle)."""
+    if isinstance(snapshot, dict) and "segments" in snapshot:
+        return None
+    found = f"a dict with keys {sorted(map(str, snapshot))[:6]}" if isinstance(snapshot, dict) else \
+        f"a {type(snapshot).__name__}"
+    return f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"
+
+
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     """A plain-data pickle that is no snapshot is ignored (users keep other pickles near their
     profiles); one that asks for code, or is cut, fails."""
     snapshot = load_plain(path)
-    if not isinstance(snapshot, dict) or "segments" not in snapshot:
-        found = f"a dict with keys {sorted(map(str, snapshot))[:6]}" if isinstance(snapshot, dict) else \
-            f"a {type(snapshot).__name__}"
-        return ReadOutcome(status="ignored", message=(
-            f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"))
+    not_one = snapshot_verdict(snapshot, path)
+    if not_one:
+        return ReadOutcome(status="ignored", message=not_one)
     kind = _device_kind(snapshot)
     stacks = _Stacks()
     segment_devices, held = _segments(path, snapshot, kind, stacks, sink)

@@ -69,6 +69,16 @@ def _role_figure(role: str, mine: list[dict]) -> tuple[dict, str] | None:
     return {"data": traces, "layout": layout}, "; ".join(missing)
 
 
+def _ranks_named(what: str, ranks: list[str]) -> str:
+    """'Memory outlier: rank 0.', 'Stragglers: ranks 1, 3.', 'No straggler.': rank ids read as
+    ranks, never as counts."""
+    if not ranks:
+        return f"No {what.lower()}."
+    if len(ranks) == 1:
+        return f"{what}: rank {ranks[0]}."
+    return f"{what}s: ranks {', '.join(ranks)}."
+
+
 def compare_figures(skew: list[dict], run: str) -> list[Figure]:
     """One figure per role that has peaks or spans."""
     figures = []
@@ -80,8 +90,8 @@ def compare_figures(skew: list[dict], run: str) -> list[Figure]:
         figure, missing = built
         outliers = [str(r["rank_id"]) for r in mine if r["is_memory_outlier"]]
         stragglers = [str(r["rank_id"]) for r in mine if r["is_straggler"]]
-        note = (f"{len(mine)} ranks. Memory outliers: {', '.join(outliers) or 'none'}. "
-                f"Stragglers: {', '.join(stragglers) or 'none'}. Dotted lines: the role's medians."
+        note = (f"{len(mine)} ranks. {_ranks_named('Memory outlier', outliers)} "
+                f"{_ranks_named('Straggler', stragglers)} Dotted lines: the role's medians."
                 + (f" This role has {missing}." if missing else ""))
         figures.append(Figure(f"compare-{i}", f"Role {role}", note, script_json(figure),
                               [query_text(Q.RANK_SKEW, {"run": run})]))

@@ -7,7 +7,7 @@ nightly index can never disagree about what counts as a regression.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
@@ -149,12 +149,37 @@ order by role, rank_id
 """
 
 
+# The call stacks whose live bytes at a rank's peak grew most from run A to run B: per
+# (role, rank, stack), memory_peak_breakdown's live bytes at each run's own peak, the stack
+# named by its first user frame (else its top frame, else the op).
+STACKS_GREW = """
+with live as (
+  select run, role, rank_id, coalesce(user_frame, call_stack_top, name) as stack, sum(live_bytes) as live_bytes
+  from memory_peak_breakdown
+  where run in ($a, $b)
+  group by all
+),
+a as (select * from live where run = $a),
+b as (select * from live where run = $b)
+select role, rank_id, stack, coalesce(a.live_bytes, 0)::bigint as a_live_bytes,
+  coalesce(b.live_bytes, 0)::bigint as b_live_bytes,
+  (coalesce(b.live_bytes, 0) - coalesce(a.live_bytes, 0))::bigint as grew_bytes
+from a full join b using (role, rank_id, stack)
+where coalesce(b.live_bytes, 0) > coalesce(a.live_bytes, 0)
+order by grew_bytes desc, role, rank_id, stack
+limit $top
+"""
+TOP_STACKS = 10
+
+
 @dataclass
 class Comparison:
     run_a: str
     run_b: str
     table: QueryResult  # per (role, rank): both runs' figures and the change; `regression` last
     regressions: list  # Regression per (role, rank), then TrainRegression per log metric
+    stacks: list = field(default_factory=list)  # STACKS_GREW rows, as dicts
+    thresholds: dict = field(default_factory=dict)  # {"peak_change_pct": %, "time_change_pct": %}
 
 
 def _metrics(rows: list[dict], side: str) -> dict[tuple[str, int], RankMetrics]:
@@ -182,7 +207,9 @@ def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
         tuple(r[c] for c in shown) + (", ".join(flagged.get((r["role"], r["rank_id"]), [])) or None,)
         for r in rows
     ])
-    return Comparison(run_a, run_b, table, regressions + find_train_regressions(logs[run_b], logs[run_a], config))
+    stacks = _rows(query(config, STACKS_GREW, {"a": run_a, "b": run_b, "top": TOP_STACKS}))
+    return Comparison(run_a, run_b, table, regressions + find_train_regressions(logs[run_b], logs[run_a], config),
+                      stacks, {"peak_change_pct": config.peak_memory_pct, "time_change_pct": config.role_span_pct})
 
 
 def _rows(result: QueryResult) -> list[dict]:

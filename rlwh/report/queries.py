@@ -104,6 +104,77 @@ qualify row_number() over (order by end_ns - start_ns desc, start_ns) <= $max_sp
 order by role, rank_id, lane, start_ns
 """
 
+# Where a run has more device bars than a page can draw: each rank's busy time per lane
+# in $bins equal bins of its role's device time range. compute and communication are the
+# union islands above (their bins add up to the union, as device_time counts it), busy
+# their union with every other device op; a bin's idle is its part of the rank's range
+# (first device start to last end) that no op covers.
+DEVICE_BINS = """
+with ops as (
+  select role, rank_id, capture, kind, start_ns, end_ns
+  from device_ops
+  where run = $run and kind <> 'other' and end_ns > start_ns
+),
+lanes as (
+  select role, rank_id, capture, kind as lane, start_ns, end_ns from ops where kind in ('compute', 'communication')
+  union all
+  select role, rank_id, capture, 'busy' as lane, start_ns, end_ns from ops
+),
+marked as (
+  select *, coalesce(start_ns > max(end_ns) over (
+      partition by role, rank_id, capture, lane order by start_ns, end_ns
+      rows between unbounded preceding and 1 preceding), true) as new_island
+  from lanes
+),
+numbered as (
+  select *, sum(new_island::integer) over (
+      partition by role, rank_id, capture, lane order by start_ns, end_ns rows unbounded preceding) as island
+  from marked
+),
+islands as (
+  select role, rank_id, lane, min(start_ns) as start_ns, max(end_ns) as end_ns
+  from numbered
+  group by role, rank_id, capture, lane, island
+),
+axis as (
+  select role, min(start_ns) as t0, greatest(1, (max(end_ns) - min(start_ns) + $bins - 1) // $bins) as width
+  from islands
+  group by role
+),
+pieces as (
+  select i.role, i.rank_id, i.lane, a.t0, a.width, b.bin,
+    least(i.end_ns, a.t0 + (b.bin + 1) * a.width) - greatest(i.start_ns, a.t0 + b.bin * a.width) as covered_ns
+  from islands as i
+  join axis as a using (role),
+    lateral (select unnest(range((i.start_ns - a.t0) // a.width, (i.end_ns - 1 - a.t0) // a.width + 1)) as bin) as b
+),
+binned as (
+  select role, rank_id, lane, bin, any_value(t0) + bin * any_value(width) as start_ns, any_value(width) as width_ns,
+    sum(covered_ns)::bigint as busy_ns
+  from pieces
+  group by role, rank_id, lane, bin
+),
+ranges as (
+  select role, rank_id, min(start_ns) as first_ns, max(end_ns) as last_ns from islands group by role, rank_id
+),
+every_bin as (
+  select r.role, r.rank_id, r.first_ns, r.last_ns, g.bin, a.t0 + g.bin * a.width as start_ns, a.width as width_ns
+  from ranges as r
+  join axis as a using (role),
+    lateral (select unnest(range((r.first_ns - a.t0) // a.width, (r.last_ns - 1 - a.t0) // a.width + 1)) as bin) as g
+),
+idle as (
+  select e.role, e.rank_id, 'idle' as lane, e.bin, e.start_ns, e.width_ns,
+    (least(e.last_ns, e.start_ns + e.width_ns) - greatest(e.first_ns, e.start_ns)
+      - coalesce(b.busy_ns, 0))::bigint as busy_ns
+  from every_bin as e
+  left join binned as b on b.role = e.role and b.rank_id = e.rank_id and b.lane = 'busy' and b.bin = e.bin
+)
+select role, rank_id, lane, bin, start_ns, width_ns, busy_ns
+from (select * from binned where lane <> 'busy' union all select * from idle where busy_ns > 0)
+order by role, rank_id, lane, bin
+"""
+
 # The collectives page: every rank's arrival at every collective instance of a role, and
 # how late it was (arrival minus the first arrival) and how long it waited (last minus its own).
 COLLECTIVE_ARRIVALS = """

@@ -35,6 +35,7 @@ LANES = ("compute", "communication", "idle")
 COLLAPSE_FACTOR = 2
 MIN_COLLAPSED_NS = 1_000_000_000
 BREAK_SHARE = 0.04  # width of a collapsed gap, as a share of the drawn activity
+BINS = 400  # time bins of a role's device lanes where they hold more bars than MAX_SPANS
 
 
 class _Axis:
@@ -125,11 +126,25 @@ def _bars(rows: list[dict], axis: _Axis, y, name: str, color: str, hover) -> lis
     ]
 
 
+def _binned_bars(rows: list[dict], axis: _Axis, lane: str) -> list[dict]:
+    """A lane too dense to draw bar by bar: one bar per time bin, as long as the device was
+    busy in it (so a rank's bars add up to its busy time), hover saying the fraction."""
+    return [{"type": "bar", "orientation": "h", "name": f"device {lane} (busy per bin)", "legendgroup": lane,
+             "y": [label(f"rank {r['rank_id']} · {lane}") for r in rows],
+             "base": [axis.at(r["start_ns"]) for r in rows], "x": [axis.length(r["busy_ns"]) for r in rows],
+             "customdata": [r["busy_ns"] for r in rows],
+             "hovertext": [f"rank {r['rank_id']} · device {lane}<br>{r['busy_ns'] / r['width_ns']:.0%} of the "
+                           f"{r['width_ns'] / 1e6:,.3f} ms from {utc_text(r['start_ns'])} UTC"
+                           f"<br>{r['busy_ns'] / 1e6:,.3f} ms" for r in rows],
+             "hoverinfo": "text", "marker": {"color": LANE_COLORS[lane]}}]
+
+
 def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict], lanes: list[dict],
-                 params: dict, reduced: str) -> Figure:
+                 params: dict, reduced: str, binned: bool = False) -> Figure:
     """One role on its own time axis: its spans per rank, each rank's device lanes under them."""
     epoch = clock == "epoch"
-    axis = _Axis(epoch, [(r["start_ns"], r["start_ns"] + r["dur_ns"]) for r in spans + lanes])
+    axis = _Axis(epoch, [(r["start_ns"], r["start_ns"] + r["dur_ns"]) for r in spans]
+                 + [(r["start_ns"], r["start_ns"] + (r["width_ns"] if binned else r["dur_ns"])) for r in lanes])
     ranks = sorted({r["rank_id"] for r in spans + lanes})
     present = {(x["rank_id"], x["lane"]) for x in lanes}
     lane_names = {k: [lane for lane in LANES if (k, lane) in present] for k in ranks}
@@ -145,7 +160,9 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
                               f"<br>{r['dur_ns'] / 1e6:,.3f} ms"))
     for lane in LANES:
         mine = [r for r in lanes if r["lane"] == lane]
-        if mine:
+        if mine and binned:
+            traces += _binned_bars(mine, axis, lane)
+        elif mine:
             traces += _bars(mine, axis, lambda r: label(f"rank {r['rank_id']} · {r['lane']}"),
                             f"device {lane}", LANE_COLORS[lane],
                             lambda r: (f"rank {r['rank_id']} · device {r['lane']}"
@@ -161,12 +178,18 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
         "shapes": shapes, "annotations": annotations,
     }
     note = f"{len(spans):,} spans on {len(ranks)} ranks"
-    note += f", {len(lanes):,} device bars (compute and communication: union of kernels; idle: gaps)." if lanes \
-        else "."
+    if binned:
+        note += (f", each rank's device lanes in {BINS} time bins: a bar is as long as the device was busy in its "
+                 "bin (compute, communication: the union of kernels, as device_time counts them; idle: no device "
+                 "work), so a rank's bars add up to its device time.")
+    else:
+        note += f", {len(lanes):,} device bars (compute and communication: union of kernels; idle: gaps)." if lanes \
+            else "."
     if reduced:
         note += " " + reduced
     clock_title = "epoch clock (UTC)" if epoch else f"clock {clock}: its own axis, not comparable with UTC"
-    queries = [query_text(Q.ROLE_TIMELINE, params)] + ([query_text(Q.DEVICE_LANES, params)] if lanes else [])
+    lane_query = query_text(Q.DEVICE_BINS, {**params, "bins": BINS}) if binned else query_text(Q.DEVICE_LANES, params)
+    queries = [query_text(Q.ROLE_TIMELINE, params)] + ([lane_query] if lanes else [])
     return Figure(f"role-timeline-{index}", f"{label(role)} · {clock_title}", note,
                   script_json({"data": traces, "layout": layout}), queries)
 
@@ -178,6 +201,11 @@ def role_timeline_figures(s: ReportSession, run: str) -> list[Figure]:
     params = {"run": run, "max_spans": MAX_SPANS}
     spans = s.rows(Q.ROLE_TIMELINE, params)
     lanes = s.rows(Q.DEVICE_LANES, params) if spans else []
+    # More device bars than the page draws: a subset (the longest, mostly idle gaps) would
+    # show a busy device as idle, so every lane is drawn as busy time per bin instead.
+    binned = bool(lanes) and lanes[0]["total_bars"] > len(lanes)
+    if binned:
+        lanes = s.rows(Q.DEVICE_BINS, {"run": run, "bins": BINS})
     clocks = sorted({r["clock"] for r in spans}, key=lambda c: (c != "epoch", c))
     roles = sorted({r["role"] for r in spans})
     colors = {role: ROLE_COLORS[k % len(ROLE_COLORS)] for k, role in enumerate(roles)}
@@ -186,11 +214,11 @@ def role_timeline_figures(s: ReportSession, run: str) -> list[Figure]:
         drawn = [r for r in spans if r["clock"] == clock]
         reduced = [f"Data reduced: the {len(drawn):,} longest of {drawn[0]['total_spans']:,} spans of this clock "
                    "are drawn."] if drawn[0]["total_spans"] > len(drawn) else []
-        if lanes and clock == "epoch" and lanes[0]["total_bars"] > len(lanes):
-            reduced.append(f"The {len(lanes):,} longest of {lanes[0]['total_bars']:,} device bars are drawn.")
+        if binned and clock == "epoch":
+            reduced.append("The device bars are too many to draw one by one: each lane shows its busy time per bin.")
         for role in sorted({r["role"] for r in drawn}):
             mine = [r for r in drawn if r["role"] == role]
             device = [r for r in lanes if r["role"] == role] if clock == "epoch" else []
             figures.append(_role_figure(len(figures), clock, role, colors[role], mine, device, params,
-                                        " ".join(reduced)))
+                                        " ".join(reduced), binned))
     return figures

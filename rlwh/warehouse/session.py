@@ -197,10 +197,15 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         except OSError as exc:
             _remove_working_files(work)
             raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
+        except BaseException:  # Ctrl-C during the copy: no half copy left beside the warehouse
+            _remove_working_files(work)
+            raise
     try:
         con = connect_writable(work)
-    except duckdb.Error as exc:
+    except BaseException as exc:
         _remove_working_files(work)
+        if not isinstance(exc, duckdb.Error):
+            raise
         first = str(exc).strip().splitlines()[0]
         if config.db_path.exists():  # the copy is the published file's: that file is the problem
             raise RlwhError(
