@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -9,9 +10,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import SHARED
+from conftest import SHARED, copy_fixture
 
 from rlwh.assets import asset_dir
+from rlwh.errors import RlwhError
+from rlwh.ingest.runner import ingest
+from rlwh.warehouse import schema as wh_schema
 from rlwh.warehouse.schema import MIGRATION_NAME, migrate, migration_files, view_files
 
 
@@ -241,3 +245,54 @@ def test_key_columns_mean_one_thing_everywhere(fresh_db):
     assert sorted(by_key) == ["capture", "rank_id", "role", "run", "source_id", "step"]
     split = {key: texts for key, texts in by_key.items() if len(texts) != 1 or not texts[0][0]}
     assert split == {}
+
+
+def test_migrate_makes_the_schema_in_one_transaction(monkeypatch):
+    """A view that fails to install takes every migration of the new file with it: nothing
+    half-made is left (one transaction), and the error names the view file."""
+    con = duckdb.connect()
+    real = wh_schema.view_files
+
+    def broken():
+        views = real()
+        bad = views[-1]
+        oops = wh_schema.ViewFile(bad.name, bad.path, "create or replace view oops as select * from nowhere", [], "")
+        return views[:-1] + [oops]
+
+    monkeypatch.setattr(wh_schema, "view_files", broken)
+    with pytest.raises(RlwhError, match=r"sql/.*\.sql failed"):
+        migrate(con)
+    assert con.execute("select count(*) from duckdb_tables()").fetchone()[0] == 0
+    assert con.execute("select count(*) from duckdb_views() where not internal").fetchone()[0] == 0
+    monkeypatch.undo()
+    assert migrate(con) == [path.name for _, path in migration_files()]
+
+
+def test_views_are_installed_only_when_their_files_change(monkeypatch):
+    con = duckdb.connect()
+    migrate(con)
+    digest = con.execute("select value from internal.settings where name = 'installed_views'").fetchall()
+    assert digest == [(wh_schema.views_digest(),)]
+    calls = []
+    real = wh_schema.install_views
+    monkeypatch.setattr(wh_schema, "install_views", lambda c: (calls.append(1), real(c)))
+    assert migrate(con) == [] and calls == []  # unchanged: no view re-created
+    # A view file that differs from the one installed (a newer rlwh): installed again.
+    con.execute("update internal.settings set value = 'another rlwh' where name = 'installed_views'")
+    con.execute("create or replace view memory_peak as select 1 as stale")
+    assert migrate(con) == [] and calls == [1]
+    assert "stale" not in [r[0] for r in con.execute("describe memory_peak").fetchall()]
+    assert con.execute("select value from internal.settings where name = 'installed_views'").fetchall() == digest
+
+
+def test_a_reingest_of_a_changed_file_installs_no_views(config, tmp_path, monkeypatch):
+    profile = copy_fixture("real/kineto/hta/amd_trace", tmp_path / "p")
+    assert ingest(profile, config).failed == 0
+    calls = []
+    real = wh_schema.install_views
+    monkeypatch.setattr(wh_schema, "install_views", lambda c: (calls.append(1), real(c)))
+    trace = next(profile.rglob("*.json.gz"))
+    os.utime(trace, (trace.stat().st_atime, trace.stat().st_mtime + 10))
+    summary = ingest(profile, config)
+    assert summary.failed == 0 and sum(r.rows for r in summary.results) > 0  # the file was loaded again
+    assert calls == []

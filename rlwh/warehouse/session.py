@@ -26,7 +26,7 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse.schema import adds_derived_tables, is_current, is_thin, migrate
+from rlwh.warehouse.schema import VIEWS_DIGEST, adds_derived_tables, is_current, is_thin, migrate
 from rlwh.warehouse.storage import connect_writable
 
 WRITER_CHECKPOINT = "1GB"
@@ -158,12 +158,13 @@ class WriteSession:
 
 
 def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
-    """Copy the settings views read into internal.settings; True when one changed."""
+    """Copy the settings views read into internal.settings; True when one changed. The
+    installed views' digest (schema.VIEWS_DIGEST) shares the table and stays."""
     wanted = config.view_settings()
-    current = dict(con.execute("select name, value from internal.settings").fetchall())
+    current = dict(con.execute("select name, value from internal.settings where name <> ?", [VIEWS_DIGEST]).fetchall())
     if current == wanted:
         return False
-    con.execute("delete from internal.settings")
+    con.execute("delete from internal.settings where name <> ?", [VIEWS_DIGEST])
     con.executemany("insert into internal.settings values (?, ?)", list(wanted.items()))
     return True
 
