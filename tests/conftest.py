@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pytest
@@ -17,6 +18,20 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("RLWH_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 SAMPLES = FIXTURES / "rl-insight-samples"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _schema_cache(tmp_path_factory) -> Iterator[Path]:
+    """The schema template cache (rlwh.warehouse.template) of this session (of this xdist
+    worker), never the user's: rlwh commands the tests run, in-process or not, share it."""
+    folder = tmp_path_factory.mktemp("rlwh_cache")
+    before = os.environ.get("RLWH_CACHE_DIR")
+    os.environ["RLWH_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("RLWH_CACHE_DIR", None)
+    else:
+        os.environ["RLWH_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="session")

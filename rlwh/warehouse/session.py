@@ -26,6 +26,7 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
+from rlwh.warehouse import template
 from rlwh.warehouse.schema import VIEWS_DIGEST, adds_derived_tables, is_current, is_thin, migrate
 from rlwh.warehouse.storage import connect_writable
 
@@ -177,6 +178,18 @@ def _refuse_thin_file(con: duckdb.DuckDBPyConnection, config: Config) -> None:
                         "`rlwh ingest` with [warehouse] dataset (or --dataset) naming that dataset")
 
 
+def _open_working_copy(work: Path, from_template: bool) -> duckdb.DuckDBPyConnection:
+    """A write connection to `work`; a template copy that will not open (a damaged cache
+    file) is replaced by an empty file, which migrate() then makes whole."""
+    try:
+        return connect_writable(work)
+    except duckdb.Error:
+        if not from_template:
+            raise
+    _remove_working_files(work)
+    return connect_writable(work)
+
+
 @contextlib.contextmanager
 def working_copy(config: Config) -> Iterator[WriteSession]:
     """Copy the published file and migrate the copy; publish it if `changed` is set. The
@@ -192,14 +205,17 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         raise RlwhError(f"cannot create the warehouse folder {config.db_path.parent}: {exc.strerror}") from exc
     work = _working_path(config)
     _remove_working_files(work)  # left by a writer that was killed
+    from_template = False
     if config.db_path.exists():
         try:
             shutil.copyfile(config.db_path, work)
         except OSError as exc:
             _remove_working_files(work)
             raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
+    else:  # a new warehouse: the schema's template, else migrate() makes it below
+        from_template = template.copy_schema(work)
     try:
-        con = connect_writable(work)
+        con = _open_working_copy(work, from_template)
     except duckdb.Error as exc:
         _remove_working_files(work)
         first = str(exc).strip().splitlines()[0]
@@ -218,6 +234,8 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         # capture ~0.7 s of its ~1.2 s, growing with the file.
         con.execute(f"set checkpoint_threshold = {sql_literal(WRITER_CHECKPOINT)}")
         session.applied = migrate(con)
+        if from_template:
+            session.applied = template.stamp_copy(con)
         session.derived_stale = adds_derived_tables(session.applied)
         if store_settings(con, config) or session.applied or not config.db_path.exists():
             session.changed = True
