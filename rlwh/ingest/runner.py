@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from types import ModuleType
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest import to_dataset, to_warehouse
+from rlwh.ingest import to_warehouse
 from rlwh.ingest.discover import discover
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
@@ -64,7 +65,11 @@ def ingest(
             "NVTX .jsonl exports or group_list.pt dumps; nothing was written"
         )
     else:
-        target = to_dataset if config.dataset is not None else to_warehouse
+        target: ModuleType = to_warehouse
+        if config.dataset is not None:
+            from rlwh.ingest import to_dataset  # the Parquet writer's modules, only in dataset mode
+
+            target = to_dataset
         with writer_lock(config):
             plan = _read_plan(config, run, root, files)
             if plan.nothing_changed:
