@@ -162,8 +162,16 @@ def bench_scale_out(tmp: Path, scale: float) -> None:
                task_cpu_s_per_rank=m["task_cpu_s_per_rank"])
 
 
-BENCHES = {"one_rank": bench_one_rank, "rss": bench_rss_flat, "four_ranks": bench_four_ranks,
-           "torch": bench_torch_trace, "report": bench_reports, "scale_out": bench_scale_out}
+def bench_small_ingest(tmp: Path, scale: float) -> None:
+    """A small real trace: rlwh's fixed cost against a bare load and a bare query (bench/small.py)."""
+    from small import bench_small
+
+    bench_small(tmp, record)
+
+
+BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench_rss_flat,
+           "four_ranks": bench_four_ranks, "torch": bench_torch_trace, "report": bench_reports,
+           "scale_out": bench_scale_out}
 
 
 def main() -> int:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import sys
 
-import pytest
 from conftest import copy_fixture
 
 from rlwh.executors.run import in_process, local_pool
@@ -62,15 +60,3 @@ def test_a_small_profile_with_two_workers_starts_no_process(config, tmp_path, mo
     assert len(summary.results) == 4 and summary.failed == 0
     assert sum(r.rows for r in summary.results) > 0
     assert parsed_in == [os.getpid()] * 4
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="the import check runs a fresh interpreter")
-def test_the_cli_imports_no_report_or_pool_module():
-    """`rlwh --help` and the ingest path import neither plotly, jinja2 nor the worker pool's modules."""
-    import subprocess
-
-    code = ("import sys, rlwh.cli, rlwh.ingest.runner; "
-            "print(' '.join(m for m in ('plotly', 'jinja2', 'concurrent.futures.process', 'rlwh.report', "
-            "'rlwh.parquet.dataset', 'ray') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == ""
