@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import duckdb
 import pytest
@@ -102,12 +102,37 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], 
         derive.refresh_all(con)  # what rlwh ingest does after loading
 
 
+def _once_for_all_workers(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> Any:
+    """make(folder) once for the whole test run, its result (paths, or tuples of paths) shared:
+    under pytest-xdist every worker is a session of its own, so the first worker to ask
+    makes it under the run's common temp folder, holding a lock, and the others wait and
+    read the same files. Only for fixtures the tests read and never write."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return make(tmp_path_factory.mktemp(name))
+    import fcntl
+    import json
+
+    root = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
+    with open(f"{root}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / ".made.json"
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            made = make(root)
+            many = isinstance(made, tuple)
+            done.write_text(json.dumps({"paths": [str(p) for p in (made if many else (made,))], "many": many}))
+        saved = json.loads(done.read_text())
+    paths = tuple(Path(p) for p in saved["paths"])
+    return paths if saved["many"] else paths[0]
+
+
 @pytest.fixture(scope="session")
 def demo_profile(tmp_path_factory) -> Path:
     """The demo's profile dir (every format rlwh reads), made once; copy it before changing it."""
     from rlwh.demo import write_demo_profile
 
-    return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
+    return _once_for_all_workers(tmp_path_factory, "demo", lambda folder: write_demo_profile(folder / "demo"))
 
 
 def _ingested_once(profile: Path, db: Path, run: str, workers: int = 2) -> Path:
@@ -120,26 +145,33 @@ def _ingested_once(profile: Path, db: Path, run: str, workers: int = 2) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_warehouse(demo_profile, tmp_path_factory) -> Path:
-    """The demo profile ingested once per session (run "demo", two parse workers, the loader
+    """The demo profile ingested once per test run (run "demo", two parse workers, the loader
     derives): the reference other ingests of the demo are compared with. Read it, never write."""
-    return _ingested_once(demo_profile, tmp_path_factory.mktemp("demo-wh") / "warehouse.duckdb", "demo")
+    return _once_for_all_workers(tmp_path_factory, "demo-wh",
+                                 lambda folder: _ingested_once(demo_profile, folder / "warehouse.duckdb", "demo"))
 
 
 @pytest.fixture(scope="session")
 def small_warehouse(tmp_path_factory) -> tuple[Path, Path]:
     """(a copy of rl-insight-samples/memory_data, its warehouse): one real Ascend capture
-    ingested once per session (run "small", in-process, the loader derives), the fast
+    ingested once per test run (run "small", in-process, the loader derives), the fast
     loop's reference for the other paths. Read both, never write."""
-    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path_factory.mktemp("small"))
-    return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "small", workers=1)
+    def make(folder: Path) -> tuple[Path, Path]:
+        profile = copy_fixture("rl-insight-samples/memory_data", folder)
+        return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "small", workers=1)
+
+    return _once_for_all_workers(tmp_path_factory, "small", make)
 
 
 @pytest.fixture(scope="session")
 def real_corpus(tmp_path_factory) -> tuple[Path, Path]:
     """(a copy of ../shared/fixtures/real, its warehouse): every real file ingested once per
-    session (run "real", two parse workers, the loader derives). Read both, never write."""
-    profile = copy_fixture("real", tmp_path_factory.mktemp("real-corpus"))
-    return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "real")
+    test run (run "real", two parse workers, the loader derives). Read both, never write."""
+    def make(folder: Path) -> tuple[Path, Path]:
+        profile = copy_fixture("real", folder)
+        return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "real")
+
+    return _once_for_all_workers(tmp_path_factory, "real-corpus", make)
 
 
 # ---------------------------------------------------------------- CPU time per test
