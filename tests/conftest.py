@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -102,22 +103,30 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], 
         derive.refresh_all(con)  # what rlwh ingest does after loading
 
 
-def _once_for_all_workers(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> Any:
-    """make(folder) once for the whole test run, its result (paths, or tuples of paths) shared:
-    under pytest-xdist every worker is a session of its own, so the first worker to ask
-    makes it under the run's common temp folder, holding a lock, and the others wait and
-    read the same files. Only for fixtures the tests read and never write."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        return make(tmp_path_factory.mktemp(name))
+@contextlib.contextmanager
+def run_wide_folder(tmp_path_factory, name: str) -> Iterator[Path]:
+    """A folder that every pytest-xdist worker of this test run sees alike, held under a
+    lock for the block: the first worker makes what it holds, the others wait and find it.
+    (Without xdist, the session's own.) Only for what the tests read and never write."""
     import fcntl
-    import json
 
-    root = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"shared-{name}"
     with open(f"{root}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        root.mkdir(exist_ok=True)
+        yield root
+
+
+def _once_for_all_workers(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> Any:
+    """make(folder) once for the whole test run, its result (a path, or a tuple of paths)
+    shared by every xdist worker (run_wide_folder)."""
+    import json
+
+    with run_wide_folder(tmp_path_factory, name) as root:
         done = root / ".made.json"
-        if not done.exists():
-            shutil.rmtree(root, ignore_errors=True)
+        if not done.exists():  # new, or left half-made by a worker whose make() raised
+            shutil.rmtree(root)
             root.mkdir()
             made = make(root)
             many = isinstance(made, tuple)
@@ -185,6 +194,7 @@ def pytest_addoption(parser):
 
 
 _CPU: dict[str, float] = {}
+_CPU_START = pytest.StashKey[float]()
 
 
 def _cpu_seconds() -> float:
@@ -194,14 +204,26 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.config.getoption("--cpu-durations") is not None:
+        item.stash[_CPU_START] = _cpu_seconds()
+
+
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    if item.config.getoption("--cpu-durations") is None:
-        yield
-        return
-    start = _cpu_seconds()
-    yield
-    _CPU[item.nodeid] = _cpu_seconds() - start
+def pytest_runtest_makereport(item, call):
+    """The test's CPU seconds ride on its teardown report, so that under pytest-xdist the
+    controlling process, which prints the list, hears of the workers' tests too."""
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", _cpu_seconds() - item.stash[_CPU_START]))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        for key, value in report.user_properties:
+            if key == "cpu_s":
+                _CPU[report.nodeid] = value
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
