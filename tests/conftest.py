@@ -35,6 +35,15 @@ def _schema_cache(tmp_path_factory) -> Iterator[Path]:
         os.environ["RLWH_CACHE_DIR"] = before
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_default_duckdb_connection() -> None:
+    """Each test file starts with a new default DuckDB connection (duckdb.sql, duckdb.execute):
+    under pytest-xdist a worker runs files in another order than one process does, and a
+    result one file left unfinished on the shared default connection failed the next file's
+    duckdb.sql ("connection has an unfinished result")."""
+    duckdb.set_default_connection(duckdb.connect())
+
+
 @pytest.fixture(scope="session")
 def _migrated_template(tmp_path_factory) -> Path:
     """A warehouse file migrated once per session: copying it is ten times faster than migrating."""
