@@ -1,10 +1,14 @@
 # rlwh: `make demo` runs the main job on built-in demo data, `make test` runs every test
 # (what CI runs), `make check` the fast ones (not marked slow: under 2 minutes), and
 # `make coverage` the fast ones under coverage, failing when an rlwh module goes unexercised.
-# All set up .venv first.
+# All set up .venv first. test and check run on every core (pytest-xdist, TEST_WORKERS=auto;
+# TEST_WORKERS=0 for one process), a test file per worker (--dist loadfile: a file's module
+# fixtures are made once, and test_ray's one Ray cluster stays on one worker).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= demo
 
@@ -23,10 +27,10 @@ demo: install
 	$(BIN)/python -m rlwh.demo $(DEMO_DIR)
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 check: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
 coverage: install
 	$(BIN)/python -m coverage erase

@@ -301,9 +301,16 @@ def bench_many_ranks(tmp: Path, scale: float) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-BENCHES = {"one_rank": bench_one_rank, "rss": bench_rss_flat, "four_ranks": bench_four_ranks,
-           "torch": bench_torch_trace, "report": bench_reports, "scale_out": bench_scale_out,
-           "many_ranks": bench_many_ranks}
+def bench_small_ingest(tmp: Path, scale: float) -> None:
+    """A small real trace: rlwh's fixed cost against a bare load and a bare query (bench/small.py)."""
+    from small import bench_small
+
+    bench_small(tmp, record)
+
+
+BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench_rss_flat,
+           "four_ranks": bench_four_ranks, "torch": bench_torch_trace, "report": bench_reports,
+           "scale_out": bench_scale_out, "many_ranks": bench_many_ranks}
 
 
 def main() -> int:

@@ -35,6 +35,7 @@ class Config:
     threads: int = 2
     memory_limit: str = "1GB"
     workers: int = 2
+    pool_min_bytes: int = 16 * 1024 * 1024  # tasks reading less than this together parse in-process
     executor: str = "local"  # local | ray: where parse tasks run
     ray_address: str | None = None  # a Ray cluster's address; None: RAY_ADDRESS, else "auto"
     derive_in_workers: bool = False  # build whole captures in the workers (always with Ray)
@@ -109,6 +110,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Callable[[Any], Any]]] = {
     ("warehouse", "threads"): ("threads", int),
     ("warehouse", "memory_limit"): ("memory_limit", str),
     ("ingest", "workers"): ("workers", int),
+    ("ingest", "pool_min_bytes"): ("pool_min_bytes", int),
     ("ingest", "executor"): ("executor", str),
     ("ingest", "ray_address"): ("ray_address", str),
     ("ingest", "derive_in_workers"): ("derive_in_workers", _boolean),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import duckdb
 import pytest
@@ -20,6 +23,29 @@ DATA = REPO / "tests" / "data"
 FIXTURES = DATA
 SAMPLES = FIXTURES / "rl-insight-samples"
 CONTRACT_CHECK = DATA / "tools" / "contract_check.py"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _schema_cache(tmp_path_factory) -> Iterator[Path]:
+    """The schema template cache (rlwh.warehouse.template) of this session (of this xdist
+    worker), never the user's: rlwh commands the tests run, in-process or not, share it."""
+    folder = tmp_path_factory.mktemp("rlwh_cache")
+    before = os.environ.get("RLWH_CACHE_DIR")
+    os.environ["RLWH_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("RLWH_CACHE_DIR", None)
+    else:
+        os.environ["RLWH_CACHE_DIR"] = before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_default_duckdb_connection() -> None:
+    """Each test file starts with a new default DuckDB connection (duckdb.sql, duckdb.execute):
+    under pytest-xdist a worker runs files in another order than one process does, and a
+    result one file left unfinished on the shared default connection failed the next file's
+    duckdb.sql ("connection has an unfinished result")."""
+    duckdb.set_default_connection(duckdb.connect())
 
 
 @pytest.fixture(scope="session")
@@ -91,12 +117,45 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], 
         derive.refresh_all(con)  # what rlwh ingest does after loading
 
 
+@contextlib.contextmanager
+def run_wide_folder(tmp_path_factory, name: str) -> Iterator[Path]:
+    """A folder that every pytest-xdist worker of this test run sees alike, held under a
+    lock for the block: the first worker makes what it holds, the others wait and find it.
+    (Without xdist, the session's own.) Only for what the tests read and never write."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"shared-{name}"
+    with open(f"{root}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        root.mkdir(exist_ok=True)
+        yield root
+
+
+def _once_for_all_workers(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> Any:
+    """make(folder) once for the whole test run, its result (a path, or a tuple of paths)
+    shared by every xdist worker (run_wide_folder)."""
+    import json
+
+    with run_wide_folder(tmp_path_factory, name) as root:
+        done = root / ".made.json"
+        if not done.exists():  # new, or left half-made by a worker whose make() raised
+            shutil.rmtree(root)
+            root.mkdir()
+            made = make(root)
+            many = isinstance(made, tuple)
+            done.write_text(json.dumps({"paths": [str(p) for p in (made if many else (made,))], "many": many}))
+        saved = json.loads(done.read_text())
+    paths = tuple(Path(p) for p in saved["paths"])
+    return paths if saved["many"] else paths[0]
+
+
 @pytest.fixture(scope="session")
 def demo_profile(tmp_path_factory) -> Path:
     """The demo's profile dir (every format rlwh reads), made once; copy it before changing it."""
     from rlwh.demo import write_demo_profile
 
-    return write_demo_profile(tmp_path_factory.mktemp("demo") / "demo")
+    return _once_for_all_workers(tmp_path_factory, "demo", lambda folder: write_demo_profile(folder / "demo"))
 
 
 def _ingested_once(profile: Path, db: Path, run: str, workers: int = 2) -> Path:
@@ -109,26 +168,33 @@ def _ingested_once(profile: Path, db: Path, run: str, workers: int = 2) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_warehouse(demo_profile, tmp_path_factory) -> Path:
-    """The demo profile ingested once per session (run "demo", two parse workers, the loader
+    """The demo profile ingested once per test run (run "demo", two parse workers, the loader
     derives): the reference other ingests of the demo are compared with. Read it, never write."""
-    return _ingested_once(demo_profile, tmp_path_factory.mktemp("demo-wh") / "warehouse.duckdb", "demo")
+    return _once_for_all_workers(tmp_path_factory, "demo-wh",
+                                 lambda folder: _ingested_once(demo_profile, folder / "warehouse.duckdb", "demo"))
 
 
 @pytest.fixture(scope="session")
 def small_warehouse(tmp_path_factory) -> tuple[Path, Path]:
     """(a copy of rl-insight-samples/memory_data, its warehouse): one real Ascend capture
-    ingested once per session (run "small", in-process, the loader derives), the fast
+    ingested once per test run (run "small", in-process, the loader derives), the fast
     loop's reference for the other paths. Read both, never write."""
-    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path_factory.mktemp("small"))
-    return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "small", workers=1)
+    def make(folder: Path) -> tuple[Path, Path]:
+        profile = copy_fixture("rl-insight-samples/memory_data", folder)
+        return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "small", workers=1)
+
+    return _once_for_all_workers(tmp_path_factory, "small", make)
 
 
 @pytest.fixture(scope="session")
 def real_corpus(tmp_path_factory) -> tuple[Path, Path]:
     """(a copy of ../shared/fixtures/real, its warehouse): every real file ingested once per
-    session (run "real", two parse workers, the loader derives). Read both, never write."""
-    profile = copy_fixture("real", tmp_path_factory.mktemp("real-corpus"))
-    return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "real")
+    test run (run "real", two parse workers, the loader derives). Read both, never write."""
+    def make(folder: Path) -> tuple[Path, Path]:
+        profile = copy_fixture("real", folder)
+        return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "real")
+
+    return _once_for_all_workers(tmp_path_factory, "real-corpus", make)
 
 
 # ---------------------------------------------------------------- CPU time per test
@@ -142,6 +208,7 @@ def pytest_addoption(parser):
 
 
 _CPU: dict[str, float] = {}
+_CPU_START = pytest.StashKey[float]()
 
 
 def _cpu_seconds() -> float:
@@ -151,14 +218,26 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.config.getoption("--cpu-durations") is not None:
+        item.stash[_CPU_START] = _cpu_seconds()
+
+
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    if item.config.getoption("--cpu-durations") is None:
-        yield
-        return
-    start = _cpu_seconds()
-    yield
-    _CPU[item.nodeid] = _cpu_seconds() - start
+def pytest_runtest_makereport(item, call):
+    """The test's CPU seconds ride on its teardown report, so that under pytest-xdist the
+    controlling process, which prints the list, hears of the workers' tests too."""
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", _cpu_seconds() - item.stash[_CPU_START]))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        for key, value in report.user_properties:
+            if key == "cpu_s":
+                _CPU[report.nodeid] = value
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

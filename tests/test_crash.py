@@ -115,7 +115,8 @@ def db(tmp_path, base_db) -> Path:
 
 def _write_toml(folder: Path, workers: int, lock_timeout: float = 600) -> Path:
     path = folder / f"rlwh-{workers}-{lock_timeout}.toml"
-    path.write_text(f"[ingest]\nworkers = {workers}\nlock_timeout = {lock_timeout}\n")
+    # pool_min_bytes = 0: these small files still go to the worker pool the tests kill.
+    path.write_text(f"[ingest]\nworkers = {workers}\npool_min_bytes = 0\nlock_timeout = {lock_timeout}\n")
     return path
 
 

@@ -8,11 +8,13 @@ but not from a reader trying to see which way the layers depend.
 from __future__ import annotations
 
 import ast
+import importlib
 import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 import rlwh
@@ -170,3 +172,25 @@ def test_storage_never_runs_analysis():
     found = modules()
     for name in ("rlwh.warehouse.session", "rlwh.warehouse.schema"):
         assert "rlwh.warehouse.derive" not in imports_of(name, found[name], set(found)), name
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the import check runs a fresh interpreter")
+def test_commands_import_only_what_they_need():
+    """The CLI, an ingest that finds nothing changed, and `rlwh query`'s modules load no
+    pages (jinja2, plotly), no worker pool, no parser (pyarrow) and no Ray: each costs a
+    small command ~0.1-0.2 s."""
+    code = ("import sys, rlwh.cli, rlwh.ingest.runner, rlwh.report.terminal, rlwh.warehouse.catalog; "
+            "print(' '.join(m for m in ('plotly', 'jinja2', 'concurrent.futures.process', 'rlwh.report.build', "
+            "'rlwh.parquet.dataset', 'rlwh.ingest.to_warehouse', 'pyarrow', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
+
+
+def test_the_report_package_re_exports_every_name_it_lists():
+    import rlwh.report as report
+
+    assert sorted(report.__all__) == sorted(report._EXPORTS)
+    for name in report.__all__:
+        assert getattr(report, name) is getattr(importlib.import_module(f"rlwh.report.{report._EXPORTS[name]}"), name)
+    with pytest.raises(AttributeError):
+        getattr(report, "no_such_name")  # noqa: B009

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, run_wide_folder
 from jinja2 import meta
 
 from rlwh import report
@@ -244,15 +244,16 @@ def build_hostile_report(tmp: Path) -> Path:
 
 
 def shared_demo(tmp_path_factory) -> dict:
-    """The demo report, built once per pytest session (this module and the browser test share it)."""
-    tmp = tmp_path_factory.getbasetemp() / "demo-report"
-    done = tmp / "known.json"
-    if not done.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        out, known = build_demo_report(tmp)
-        done.write_text(json.dumps({**known, "page": str(known["page"]), "stacks": sorted(known["stacks"])}))
-    known = json.loads(done.read_text())
+    """The demo report, built once per test run (this module and the browser test share it,
+    on whichever xdist workers they run)."""
+    with run_wide_folder(tmp_path_factory, "demo-report") as tmp:
+        done = tmp / "known.json"
+        if not done.exists():  # new, or left half-made by a build that raised
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            out, known = build_demo_report(tmp)
+            done.write_text(json.dumps({**known, "page": str(known["page"]), "stacks": sorted(known["stacks"])}))
+        known = json.loads(done.read_text())
     known["page"], known["stacks"] = Path(known["page"]), set(known["stacks"])
     return {"out": tmp / "reports", "known": known, "config": _config(tmp)}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -9,9 +10,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import CONTRACT_CHECK
+from conftest import CONTRACT_CHECK, copy_fixture
 
 from rlwh.assets import asset_dir
+from rlwh.errors import RlwhError
+from rlwh.ingest.runner import ingest
+from rlwh.warehouse import schema as wh_schema
 from rlwh.warehouse.schema import MIGRATION_NAME, migrate, migration_files, view_files
 
 
@@ -241,3 +245,139 @@ def test_key_columns_mean_one_thing_everywhere(fresh_db):
     assert sorted(by_key) == ["capture", "rank_id", "role", "run", "source_id", "step"]
     split = {key: texts for key, texts in by_key.items() if len(texts) != 1 or not texts[0][0]}
     assert split == {}
+
+
+def test_migrate_makes_the_schema_in_one_transaction(monkeypatch):
+    """A view that fails to install takes every migration of the new file with it: nothing
+    half-made is left (one transaction), and the error names the view file."""
+    con = duckdb.connect()
+    real = wh_schema.view_files
+
+    def broken():
+        views = real()
+        bad = views[-1]
+        oops = wh_schema.ViewFile(bad.name, bad.path, "create or replace view oops as select * from nowhere", [], "")
+        return views[:-1] + [oops]
+
+    monkeypatch.setattr(wh_schema, "view_files", broken)
+    with pytest.raises(RlwhError, match=r"sql/.*\.sql failed"):
+        migrate(con)
+    assert con.execute("select count(*) from duckdb_tables()").fetchone()[0] == 0
+    assert con.execute("select count(*) from duckdb_views() where not internal").fetchone()[0] == 0
+    monkeypatch.undo()
+    assert migrate(con) == [path.name for _, path in migration_files()]
+
+
+def test_views_are_installed_only_when_their_files_change(monkeypatch):
+    con = duckdb.connect()
+    migrate(con)
+    digest = con.execute("select value from internal.settings where name = 'installed_views'").fetchall()
+    assert digest == [(wh_schema.views_digest(),)]
+    calls = []
+    real = wh_schema.install_views
+    monkeypatch.setattr(wh_schema, "install_views", lambda c: (calls.append(1), real(c)))
+    assert migrate(con) == [] and calls == []  # unchanged: no view re-created
+    # A view file that differs from the one installed (a newer rlwh): installed again.
+    con.execute("update internal.settings set value = 'another rlwh' where name = 'installed_views'")
+    con.execute("create or replace view memory_peak as select 1 as stale")
+    assert migrate(con) == [] and calls == [1]
+    assert "stale" not in [r[0] for r in con.execute("describe memory_peak").fetchall()]
+    assert con.execute("select value from internal.settings where name = 'installed_views'").fetchall() == digest
+
+
+def test_a_reingest_of_a_changed_file_installs_no_views(config, tmp_path, monkeypatch):
+    profile = copy_fixture("real/kineto/hta/amd_trace", tmp_path / "p")
+    assert ingest(profile, config).failed == 0
+    calls = []
+    real = wh_schema.install_views
+    monkeypatch.setattr(wh_schema, "install_views", lambda c: (calls.append(1), real(c)))
+    trace = next(profile.rglob("*.json.gz"))
+    os.utime(trace, (trace.stat().st_atime, trace.stat().st_mtime + 10))
+    summary = ingest(profile, config)
+    assert summary.failed == 0 and sum(r.rows for r in summary.results) > 0  # the file was loaded again
+    assert calls == []
+
+
+def _catalog(con) -> dict[str, list]:
+    """Every object of the file as DuckDB describes it: tables, columns, views, constraints,
+    indexes, sequences, macros (their SQL and comments), and rlwh's own bookkeeping rows."""
+    here = "database_name = current_database() and not internal"
+    return {
+        "tables": con.execute(f"select schema_name, table_name, comment, sql from duckdb_tables() where {here} "
+                              "order by all").fetchall(),
+        "columns": con.execute(
+            "select schema_name, table_name, column_index, column_name, data_type, column_default, is_nullable, "
+            f"comment from duckdb_columns() where {here} order by all").fetchall(),
+        "views": con.execute(f"select schema_name, view_name, comment, sql from duckdb_views() where {here} "
+                             "order by all").fetchall(),
+        "constraints": con.execute("select schema_name, table_name, constraint_type, constraint_text "
+                                   "from duckdb_constraints() where database_name = current_database() "
+                                   "order by all").fetchall(),
+        "indexes": con.execute("select schema_name, table_name, index_name, sql from duckdb_indexes() "
+                               "where database_name = current_database() order by all").fetchall(),
+        "sequences": con.execute("select schema_name, sequence_name, start_value, increment_by from "
+                                 "duckdb_sequences() where database_name = current_database() order by all").fetchall(),
+        "macros": con.execute("select schema_name, function_name, function_type, macro_definition, comment "
+                              "from duckdb_functions() where database_name = current_database() and not internal "
+                              "order by all").fetchall(),
+        "migrations": con.execute("select version, name from internal.migrations order by all").fetchall(),
+        "settings": con.execute("select * from internal.settings order by all").fetchall(),
+    }
+
+
+def test_a_new_warehouse_from_the_template_equals_the_migrations_applied_one_by_one(tmp_path, monkeypatch):
+    """A new warehouse starts as a copy of the schema template (rlwh.warehouse.template): it
+    must hold exactly what the migrations give when each is applied and committed on its own
+    and the views are installed after them, as rlwh did before the template."""
+    from rlwh.config import Config
+    from rlwh.warehouse.session import working_copy
+    from rlwh.warehouse.storage import connect_writable
+
+    monkeypatch.setenv("RLWH_CACHE_DIR", str(tmp_path / "cache"))
+    config = Config(db_path=tmp_path / "new.duckdb", workers=1)
+    with working_copy(config) as session:  # a new file: copied from the template, built now
+        assert session.applied == [path.name for _, path in migration_files()]
+        assert session.changed
+    assert list((tmp_path / "cache").glob("schema-*.duckdb"))
+    one_by_one = connect_writable(tmp_path / "one_by_one.duckdb")
+    one_by_one.execute("create schema internal")
+    one_by_one.execute("create table internal.migrations (version integer primary key, name varchar not null, "
+                       "applied_at timestamp not null)")
+    one_by_one.execute("comment on table internal.migrations is "
+                       "'The migrations (migrations/*.sql) this warehouse has, and when each was applied.'")
+    for version, path in migration_files():
+        one_by_one.execute("begin transaction")
+        one_by_one.execute(path.read_text(encoding="utf-8"))
+        one_by_one.execute("insert into internal.migrations values (?, ?, now())", [version, path.name])
+        one_by_one.execute("commit")
+    wh_schema.install_views(one_by_one)
+    one_by_one.executemany("insert into internal.settings values (?, ?)", list(config.view_settings().items()))
+    # Both read back from disk: DuckDB prints a view it has just bound with other parentheses.
+    one_by_one.execute("checkpoint")
+    one_by_one.close()
+    one_by_one = duckdb.connect(str(tmp_path / "one_by_one.duckdb"), read_only=True)
+    made = duckdb.connect(str(config.db_path), read_only=True)
+    got, want = _catalog(made), _catalog(one_by_one)
+    assert want["tables"] and want["views"] and want["columns"] and want["macros"]
+    for kind in want:
+        assert got[kind] == want[kind], kind
+    # Dated when this warehouse was made, not when the template was.
+    stamped = made.execute("select min(applied_at) from internal.migrations").fetchone()[0]
+    built = min(p.stat().st_mtime for p in (tmp_path / "cache").glob("schema-*.duckdb"))
+    assert stamped.timestamp() >= built - 1
+
+
+def test_a_new_warehouse_is_made_in_place_when_no_template_can_be_written(tmp_path, monkeypatch):
+    from rlwh.config import Config
+    from rlwh.warehouse.session import working_copy
+
+    blocked = tmp_path / "not_a_folder"
+    blocked.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("RLWH_CACHE_DIR", str(blocked / "cache"))
+    config = Config(db_path=tmp_path / "w.duckdb", workers=1)
+    with working_copy(config) as session:
+        assert session.applied == [path.name for _, path in migration_files()]
+    con = duckdb.connect(str(config.db_path), read_only=True)
+    assert con.execute("select count(*) from duckdb_views() where view_name = 'memory_peak'").fetchone()[0] == 1
+    assert con.execute("select value from internal.settings where name = 'installed_views'").fetchone()[0] == \
+        wh_schema.views_digest()

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -25,16 +23,29 @@ def _run(function: Callable, args: tuple, out: str) -> Any:
     return function(*args, out)
 
 
-def local_pool(tasks: list[Task], parts: Path, workers: int) -> Iterator[tuple[Task, Any]]:
-    """Yield (task, result) as tasks finish, on `workers` processes of this machine.
+def in_process(tasks: list[Task], workers: int, pool_min_bytes: int) -> bool:
+    """Whether the tasks run in this process, one after another: with one worker, one task,
+    or tasks reading less than `pool_min_bytes` together ([ingest] pool_min_bytes, 16 MB),
+    where starting worker processes (Python and the parse imports, ~0.5 s each) would cost
+    more than the second core saves."""
+    return workers <= 1 or len(tasks) <= 1 or sum(t.size for t in tasks) < pool_min_bytes
+
+
+def local_pool(tasks: list[Task], parts: Path, workers: int, pool_min_bytes: int = 0) -> Iterator[tuple[Task, Any]]:
+    """Yield (task, result) as tasks finish, on `workers` processes of this machine, or in
+    this process (in_process).
 
     Workers end with this process, even after kill -9, and leave Ctrl-C to it.
     """
     ordered = sorted(tasks, key=lambda t: -t.size)
-    if workers <= 1 or len(ordered) <= 1:
+    if in_process(ordered, workers, pool_min_bytes):
         for task in ordered:
             yield task, _run(task.function, task.args, str(parts / task.name))
         return
+    # Imported only for a pool: a small ingest does without them.
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
     from rlwh.executors.clean_main import main_left_out
     from rlwh.executors.local import die_with_parent, stop_now
 
@@ -57,7 +68,7 @@ def run_tasks(tasks: list[Task], config: Config, parts: Path) -> Iterator[tuple[
         from rlwh.executors.ray_pool import ray_pool  # imports ray only when asked for
 
         return ray_pool(tasks, parts, config)
-    return local_pool(tasks, parts, config.workers)
+    return local_pool(tasks, parts, config.workers, config.pool_min_bytes)
 
 
 def fresh_parts_dir(config: Config) -> Path:

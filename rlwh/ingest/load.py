@@ -68,6 +68,12 @@ def upsert_source(con, run: str, p: Planned, status: str, rows: int, message, se
     )
 
 
+def _storage_refused_commit(exc: BaseException) -> bool:
+    """A commit that failed because the working copy's WAL could not be written (a full disk,
+    a file size limit): DuckDB says so in a TransactionException, not an IOException."""
+    return isinstance(exc, duckdb.TransactionException) and "Could not write file" in str(exc)
+
+
 def _with_notes(message: str | None, *notes: str | None) -> str | None:
     """The reader's message, then the guesses discovery or the reader made, in one text."""
     parts = [m for m in (message, *notes) if m]
@@ -126,7 +132,7 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
     except (duckdb.Error, RlwhError) as exc:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")  # a commit that failed has rolled back already
-        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)) or _storage_refused_commit(exc):
             raise  # the warehouse could not be written (a full disk): no file is to blame
         message = str(exc) if isinstance(exc, RlwhError) else f"{p.source.rel_path}: loading failed: {exc}"
         con.execute("begin transaction")
@@ -152,7 +158,7 @@ def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
     except (duckdb.Error, RlwhError) as exc:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")
-        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)) or _storage_refused_commit(exc):
             raise
         return [load_file(con, run, p, parsed, with_step) for p, parsed in files]
 

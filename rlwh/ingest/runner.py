@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from types import ModuleType
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest import to_dataset, to_warehouse
 from rlwh.ingest.discover import discover
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
@@ -38,6 +38,18 @@ def _read_plan(config: Config, run: str, root: Path, files: list[Planned]) -> Pl
     finally:
         if con is not None:
             con.close()
+
+
+def _target(config: Config) -> ModuleType:
+    """The writer of this config's target, imported only when something is to be written:
+    an unchanged re-ingest never loads the parse and load modules (pyarrow and the readers)."""
+    if config.dataset is not None:
+        from rlwh.ingest import to_dataset
+
+        return to_dataset
+    from rlwh.ingest import to_warehouse
+
+    return to_warehouse
 
 
 def ingest(
@@ -64,13 +76,12 @@ def ingest(
             "NVTX .jsonl exports or group_list.pt dumps; nothing was written"
         )
     else:
-        target = to_dataset if config.dataset is not None else to_warehouse
         with writer_lock(config):
             plan = _read_plan(config, run, root, files)
             if plan.nothing_changed:
                 summary.results = [plan.unchanged_result(p) for p in files if not p.source.ignored]
             else:
-                target.write(summary, plan, config, progress)
+                _target(config).write(summary, plan, config, progress)
     summary.results.sort(key=lambda r: r.rel_path)
     summary.seconds = time.perf_counter() - started
     return summary

@@ -1,10 +1,15 @@
 """Migrations and views: bring a warehouse to the current schema.
 
-Migrations (migrations/NNNN_*.sql) hold table DDL, each applied once in its own
-transaction and recorded in internal.migrations; one that adds derived tables says so and
-they are filled once the views are in place. Views (sql/*.sql) are re-created after
-every migration, in the order their `-- depends:` lines give, and the comments in their
-files become COMMENT ON VIEW/COLUMN so BI tools show what each column means.
+Migrations (migrations/NNNN_*.sql) hold table DDL, each applied once and recorded in
+internal.migrations; one that adds derived tables says so and they are filled once the
+views are in place. Views (sql/*.sql) are created in the order their `-- depends:` lines
+give, and the comments in their files become COMMENT ON VIEW/COLUMN so BI tools show
+what each column means.
+
+`migrate` does all of it in one transaction (a new warehouse's ~450 DDL statements each
+committed on their own cost ~0.4 s more), and installs the views only when a migration
+ran or the view files differ from those installed (their digest, VIEWS_DIGEST in
+internal.settings): an unchanged re-ingest re-creates nothing.
 
 Two schemas. `main` holds the public tables and views only, what a BI tool lists; rlwh's
 own helpers (derived tables, settings, the migrations table, helper views in
@@ -13,6 +18,7 @@ sql/internal/, the source id sequence) live in the schema `internal` (PRIVATE_SC
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -27,6 +33,7 @@ from rlwh.sqltext import one_value, sql_ident, sql_literal
 # rlwh's private objects: everything a BI user should not have to list.
 PRIVATE_SCHEMA = "internal"
 MIGRATIONS_TABLE = f"{PRIVATE_SCHEMA}.migrations"
+SETTINGS_TABLE = f"{PRIVATE_SCHEMA}.settings"  # name -> value; created by migration 0010
 # Where a warehouse written before migration 0010 records its migrations.
 LEGACY_MIGRATIONS_TABLE = "_rlwh_migrations"  # its name before 0010, in main
 # The table that makes a DuckDB file a Parquet dataset's thin file (rlwh.parquet.dataset).
@@ -35,6 +42,8 @@ THIN_MARKER = f"{PRIVATE_SCHEMA}.dataset"
 # A migration holding this line adds or changes derived tables: they are recomputed after it.
 AFTER_REFRESH = "-- after: refresh derived tables"
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+# The internal.settings row holding the digest of the view files installed (views_digest).
+VIEWS_DIGEST = "installed_views"
 
 
 @dataclass
@@ -103,33 +112,43 @@ def pending_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, Path]]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Apply pending migrations, then re-install every view. Returns the applied names."""
+    """Apply pending migrations and, when they or the view files changed, re-install the
+    views, in one transaction: a failure leaves the file as it was. Returns the applied names."""
+    con.execute("begin transaction")
+    try:
+        applied = _apply_pending(con)
+        if applied or installed_views_digest(con) != views_digest():
+            install_views(con)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return applied
+
+
+def _apply_pending(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply every pending migration in the caller's transaction; returns their names."""
     _create_migrations_table(con)
     applied = []
     for version, path in pending_migrations(con):
-        sql = path.read_text(encoding="utf-8")
-        con.execute("begin transaction")
         try:
-            con.execute(sql)
+            con.execute(path.read_text(encoding="utf-8"))
             con.execute(
                 f"insert into {MIGRATIONS_TABLE} values (?, ?, ?)",
                 [version, path.name, datetime.now(timezone.utc).replace(tzinfo=None)],
             )
-            con.execute("commit")
         except duckdb.Error as exc:
-            con.execute("rollback")
             raise RlwhError(f"migration {path.name} failed: {exc}") from exc
         applied.append(path.name)
-    install_views(con)
     return applied
 
 
 def _create_migrations_table(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the private schema and internal.migrations; a warehouse written before 0010
-    has main's legacy table, whose rows move here first (0010 moves the other objects)."""
+    """Create the private schema and internal.migrations (in the caller's transaction); a
+    warehouse written before 0010 has main's legacy table, whose rows move here first
+    (0010 moves the other objects)."""
     if _has_table(con, MIGRATIONS_TABLE) and not _has_table(con, LEGACY_MIGRATIONS_TABLE):
         return
-    con.execute("begin transaction")
     try:
         con.execute(f"create schema if not exists {PRIVATE_SCHEMA}")
         con.execute(
@@ -141,9 +160,7 @@ def _create_migrations_table(con: duckdb.DuckDBPyConnection) -> None:
         if _has_table(con, LEGACY_MIGRATIONS_TABLE):
             con.execute(f"insert or ignore into {MIGRATIONS_TABLE} select * from main.{LEGACY_MIGRATIONS_TABLE}")
             con.execute(f"drop table main.{LEGACY_MIGRATIONS_TABLE}")
-        con.execute("commit")
     except duckdb.Error as exc:
-        con.execute("rollback")
         raise RlwhError(f"cannot create {MIGRATIONS_TABLE}: {exc}") from exc
 
 
@@ -286,9 +303,29 @@ def comment_key_columns(con: duckdb.DuckDBPyConnection) -> None:
                     f"{sql_literal(KEY_COLUMN_COMMENTS[column])}")
 
 
+def views_digest(views: list[ViewFile] | None = None) -> str:
+    """A digest of what install_views installs: every view file (`views`, default all of
+    them) and the key columns' comments."""
+    digest = hashlib.sha256()
+    for view in view_files() if views is None else views:
+        digest.update(f"{view.name}\0{view.sql}\0".encode())
+    digest.update(repr(sorted(KEY_COLUMN_COMMENTS.items())).encode())
+    return digest.hexdigest()
+
+
+def installed_views_digest(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The digest of the views install_views last installed here; None before any (or in a
+    warehouse from before the digest was kept)."""
+    if not _has_table(con, SETTINGS_TABLE):
+        return None
+    return one_value(con.execute(f"select max(value) from {SETTINGS_TABLE} where name = ?", [VIEWS_DIGEST]))
+
+
 def install_views(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create every view and its comments, then the key columns' one comment."""
-    for view in view_files():
+    """(Re)create every view and its comments, then the key columns' one comment; record
+    their digest in internal.settings so an unchanged warehouse is not redone."""
+    views = view_files()
+    for view in views:
         try:
             con.execute(view.sql)
         except duckdb.Error as exc:
@@ -310,3 +347,5 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
                     f"(alias it in the final select): {exc}"
                 ) from exc
     comment_key_columns(con)
+    con.execute(f"delete from {SETTINGS_TABLE} where name = ?", [VIEWS_DIGEST])
+    con.execute(f"insert into {SETTINGS_TABLE} values (?, ?)", [VIEWS_DIGEST, views_digest(views)])

@@ -26,7 +26,8 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse.schema import adds_derived_tables, is_current, is_thin, migrate
+from rlwh.warehouse import template
+from rlwh.warehouse.schema import VIEWS_DIGEST, adds_derived_tables, is_current, is_thin, migrate
 from rlwh.warehouse.storage import connect_writable
 
 WRITER_CHECKPOINT = "1GB"
@@ -158,12 +159,13 @@ class WriteSession:
 
 
 def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
-    """Copy the settings views read into internal.settings; True when one changed."""
+    """Copy the settings views read into internal.settings; True when one changed. The
+    installed views' digest (schema.VIEWS_DIGEST) shares the table and stays."""
     wanted = config.view_settings()
-    current = dict(con.execute("select name, value from internal.settings").fetchall())
+    current = dict(con.execute("select name, value from internal.settings where name <> ?", [VIEWS_DIGEST]).fetchall())
     if current == wanted:
         return False
-    con.execute("delete from internal.settings")
+    con.execute("delete from internal.settings where name <> ?", [VIEWS_DIGEST])
     con.executemany("insert into internal.settings values (?, ?)", list(wanted.items()))
     return True
 
@@ -174,6 +176,18 @@ def _refuse_thin_file(con: duckdb.DuckDBPyConnection, config: Config) -> None:
     if is_thin(con):
         raise RlwhError(f"{config.db_path} is the thin file of a Parquet dataset: it changes only through "
                         "`rlwh ingest` with [warehouse] dataset (or --dataset) naming that dataset")
+
+
+def _open_working_copy(work: Path, from_template: bool) -> duckdb.DuckDBPyConnection:
+    """A write connection to `work`; a template copy that will not open (a damaged cache
+    file) is replaced by an empty file, which migrate() then makes whole."""
+    try:
+        return connect_writable(work)
+    except duckdb.Error:
+        if not from_template:
+            raise
+    _remove_working_files(work)
+    return connect_writable(work)
 
 
 @contextlib.contextmanager
@@ -191,6 +205,7 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         raise RlwhError(f"cannot create the warehouse folder {config.db_path.parent}: {exc.strerror}") from exc
     work = _working_path(config)
     _remove_working_files(work)  # left by a writer that was killed
+    from_template = False
     if config.db_path.exists():
         try:
             shutil.copyfile(config.db_path, work)
@@ -200,8 +215,14 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         except BaseException:  # Ctrl-C during the copy: no half copy left beside the warehouse
             _remove_working_files(work)
             raise
+    else:  # a new warehouse: the schema's template, else migrate() makes it below
+        try:
+            from_template = template.copy_schema(work)
+        except BaseException:  # Ctrl-C during the copy, as above
+            _remove_working_files(work)
+            raise
     try:
-        con = connect_writable(work)
+        con = _open_working_copy(work, from_template)
     except BaseException as exc:
         _remove_working_files(work)
         if not isinstance(exc, duckdb.Error):
@@ -222,6 +243,8 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         # capture ~0.7 s of its ~1.2 s, growing with the file.
         con.execute(f"set checkpoint_threshold = {sql_literal(WRITER_CHECKPOINT)}")
         session.applied = migrate(con)
+        if from_template:
+            session.applied = template.stamp_copy(con)
         session.derived_stale = adds_derived_tables(session.applied)
         if store_settings(con, config) or session.applied or not config.db_path.exists():
             session.changed = True
