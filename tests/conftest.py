@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import duckdb
+import path_guard
 import pytest
-from path_guard import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
 from rlwh.config import Config
 from rlwh.warehouse import derive
@@ -201,6 +201,13 @@ def real_corpus(tmp_path_factory) -> tuple[Path, Path]:
 # On a shared 2-core machine wall times swing with the load; `--cpu-durations=N` also lists
 # the N tests that used the most CPU (this process and its reaped children, setup included),
 # which is what decides the `slow` mark: over 5 s is slow.
+
+def pytest_configure(config):
+    """The path guard (tests/path_guard.py) as a plugin of its own, so that its hooks stand
+    beside this file's hooks of the same names instead of being replaced by them."""
+    if not config.pluginmanager.has_plugin("path_guard"):
+        config.pluginmanager.register(path_guard, "path_guard")
+
 
 def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
