@@ -68,7 +68,7 @@ with raw as (
 
 aligned as (
   select
-    r.* exclude (arrive_ns, end_ns),
+    r.run, r.role, r.step, r.name, r.collective, r."group", r.seq, r.seq_is_global, r.rank_id,
     coalesce(o.applied_offset_ns, 0) as clock_offset_ns,
     r.arrive_ns - coalesce(o.applied_offset_ns, 0) as arrive_ns,
     r.end_ns - coalesce(o.applied_offset_ns, 0) as end_ns,
