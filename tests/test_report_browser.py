@@ -71,7 +71,8 @@ class Browser:
         self._buffer = b""
         self._next_id = 0
         self.events: list[dict] = []
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        # A cold start beside another pytest worker on 2 busy cores took over 30 s once.
+        target = self.call("Target.createTarget", {"url": "about:blank"}, timeout=180)["targetId"]
         self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
             self.call(domain, session=True)
