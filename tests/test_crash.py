@@ -485,7 +485,7 @@ def big_ingest_s(area, base_db, big) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fraction", [0.2, 0.35, 0.5, 0.6, 0.7])
+@pytest.mark.parametrize("fraction", [0.15, 0.25, 0.35, 0.45, 0.55])  # margin for a load that changes
 def test_ctrl_c_in_the_middle_of_a_large_parse_or_query(db, tmp_path, big, big_ingest_s, fraction):
     """Ctrl-C at a time, not a hook: in-process parsing (workers=1) of a 100 MB trace, so it
     lands in Python, in DuckDB's JSON scan or in a load query (at a fraction of what the whole

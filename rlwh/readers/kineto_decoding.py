@@ -13,18 +13,13 @@ workers already use the other cores. A trace smaller than two pieces is decoded 
 from __future__ import annotations
 
 import atexit
-import ctypes
-import ctypes.util
 import multiprocessing
 import os
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from rlwh.child_process import end_with_parent
 from rlwh.readers import kineto_events
 from rlwh.readers.kineto_rows import decode_rows
 
@@ -67,28 +62,9 @@ def _get_pool(workers: int) -> ProcessPoolExecutor:
         if _pool is not None:
             _pool.shutdown(wait=False, cancel_futures=True)
         _pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                    initializer=_end_with, initargs=(os.getpid(),))
+                                    initializer=end_with_parent, initargs=(os.getpid(), "rlwh-decode-watch"))
         _pool_size = workers
     return _pool
-
-
-def _end_with(parent_pid: int) -> None:
-    """Pool initializer: this decoding process ends when the reader's process does, however
-    that ends (else a worker blocked on its task queue outlives a kill -9), and leaves
-    Ctrl-C to it. The rule of rlwh.executors.local, which readers cannot import."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        try:  # PR_SET_PDEATHSIG (1): the kernel sends SIGKILL as the parent exits
-            ctypes.CDLL(ctypes.util.find_library("c") or None).prctl(1, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    threading.Thread(target=_watch, args=(parent_pid,), name="rlwh-decode-watch", daemon=True).start()
-
-
-def _watch(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
-        time.sleep(1.0)
-    os._exit(1)  # reparented: the reader's process is gone
 
 
 def forget_pool() -> None:

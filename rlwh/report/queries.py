@@ -57,11 +57,10 @@ qualify row_number() over (partition by clock order by dur_ns desc, start_ns) <=
 order by clock, role, rank_id, start_ns
 """
 
-# Each rank's device lanes under its role spans: union islands of compute and of
-# communication (kernels overlapping on several streams are one bar), and idle, the gaps
-# between islands of any device work; the longest $max_spans bars are kept.
-DEVICE_LANES = """
-with ops as (
+# The first steps of both device queries below: each rank's device ops on the compute,
+# communication and busy lanes, numbered by the union island (overlapping ops on several
+# streams are one island) each belongs to.
+_DEVICE_OPS_NUMBERED = """ops as (
   select role, rank_id, capture, kind, start_ns, end_ns
   from device_ops
   where run = $run and kind <> 'other' and end_ns > start_ns
@@ -82,7 +81,13 @@ numbered as (
       partition by role, rank_id, capture, lane order by start_ns, end_ns rows unbounded preceding) as island
   from marked
 ),
-islands as (
+"""
+
+# Each rank's device lanes under its role spans: union islands of compute and of
+# communication (kernels overlapping on several streams are one bar), and idle, the gaps
+# between islands of any device work; the longest $max_spans bars are kept.
+DEVICE_LANES = """
+with """ + _DEVICE_OPS_NUMBERED + """islands as (
   select role, rank_id, capture, lane, min(start_ns) as start_ns, max(end_ns) as end_ns, count(*) as ops
   from numbered
   group by role, rank_id, capture, lane, island
@@ -110,28 +115,7 @@ order by role, rank_id, lane, start_ns
 # their union with every other device op; a bin's idle is its part of the rank's range
 # (first device start to last end) that no op covers.
 DEVICE_BINS = """
-with ops as (
-  select role, rank_id, capture, kind, start_ns, end_ns
-  from device_ops
-  where run = $run and kind <> 'other' and end_ns > start_ns
-),
-lanes as (
-  select role, rank_id, capture, kind as lane, start_ns, end_ns from ops where kind in ('compute', 'communication')
-  union all
-  select role, rank_id, capture, 'busy' as lane, start_ns, end_ns from ops
-),
-marked as (
-  select *, coalesce(start_ns > max(end_ns) over (
-      partition by role, rank_id, capture, lane order by start_ns, end_ns
-      rows between unbounded preceding and 1 preceding), true) as new_island
-  from lanes
-),
-numbered as (
-  select *, sum(new_island::integer) over (
-      partition by role, rank_id, capture, lane order by start_ns, end_ns rows unbounded preceding) as island
-  from marked
-),
-islands as (
+with """ + _DEVICE_OPS_NUMBERED + """islands as (
   select role, rank_id, lane, min(start_ns) as start_ns, max(end_ns) as end_ns
   from numbered
   group by role, rank_id, capture, lane, island
