@@ -73,8 +73,8 @@ class _Group(click.Group):
     "Query interrupted" traceback."""
 
     def invoke(self, ctx):
-        interrupts.arm()
         try:
+            interrupts.arm()  # raises a Ctrl-C that came during start-up (rlwh.__main__)
             return super().invoke(ctx)
         except (SystemExit, click.exceptions.Exit):
             raise

@@ -5,6 +5,9 @@ an error of its own ("Query interrupted"), and a reader's catch-all would record
 a bad file and go on. The CLI arms this handler, which notes that SIGINT came; code that
 turns errors into results asks `reraise_if_seen()` first, and the CLI reports any error
 raised after SIGINT as the interrupt it is. Parse workers ignore SIGINT (the parent decides).
+
+Before the CLI exists (the command's imports: click, duckdb, pyarrow) the entry point
+`defer()`s: SIGINT is only noted then, and `arm()` raises it once the CLI can report it.
 """
 
 from __future__ import annotations
@@ -23,12 +26,32 @@ def _handler(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+_deferred = False
+
+
+def _note(signum, frame) -> None:
+    global _deferred
+    _deferred = True
+
+
+def defer() -> None:
+    """Only note SIGINT until `arm()` (the command's start-up, where nothing could report it)."""
+    global _deferred
+    _deferred = False
+    signal.signal(signal.SIGINT, _note)
+
+
 def arm() -> None:
-    """Catch SIGINT from now on (in the main thread; elsewhere nothing changes)."""
-    global _seen
+    """Catch SIGINT from now on (in the main thread; elsewhere nothing changes); one that
+    came while deferred is raised now."""
+    global _seen, _deferred
     _seen = False
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _handler)
+    if _deferred:
+        _deferred = False
+        _seen = True
+        raise KeyboardInterrupt
 
 
 def seen() -> bool:

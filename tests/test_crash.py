@@ -131,7 +131,7 @@ def _start(db: Path, profile: Path, tmp_path: Path, workers: int = 1, lock_timeo
     if pause_at:
         env["RLWH_TEST_PAUSE_AT"] = pause_at
     return subprocess.Popen(
-        [sys.executable, "-m", "rlwh.cli", "ingest", str(profile), "--db", str(db), "--run", RUN, "-q"],
+        [sys.executable, "-m", "rlwh", "ingest", str(profile), "--db", str(db), "--run", RUN, "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr_apart else subprocess.STDOUT, text=True,
         env=env, cwd=tmp_path,
         start_new_session=True,
@@ -449,11 +449,11 @@ def _one_line_130(proc: subprocess.Popen) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize("stage", ["between_files", "publish"])
+@pytest.mark.parametrize("stage", ["start_up", "between_files", "publish"])
 def test_ctrl_c_at_a_stage_prints_one_line_and_leaves_nothing(db, tmp_path, small, stage, workers):
-    """Ctrl-C while the ingest is between two files' loads, or just before the working copy
-    replaces the warehouse (the process stopped there by the test hook, then continued
-    with SIGINT pending): one line, exit 130, the warehouse as it was, nothing beside it."""
+    """Ctrl-C while the command starts (before click and duckdb are imported), while the
+    ingest is between two files' loads, or just before the working copy replaces the
+    warehouse (the process stopped there by the test hook, then continued with SIGINT pending): one line, exit 130, the warehouse as it was, nothing beside it."""
     before = _sha(db)
     proc = _start(db, small, tmp_path, workers=workers, pause_at=stage)
     _wait_stopped(proc, stage)
