@@ -453,7 +453,8 @@ def _one_line_130(proc: subprocess.Popen) -> str:
 def test_ctrl_c_at_a_stage_prints_one_line_and_leaves_nothing(db, tmp_path, small, stage, workers):
     """Ctrl-C while the command starts (before click and duckdb are imported), while the
     ingest is between two files' loads, or just before the working copy replaces the
-    warehouse (the process stopped there by the test hook, then continued with SIGINT pending): one line, exit 130, the warehouse as it was, nothing beside it."""
+    warehouse (the process stopped there by the test hook, then continued with SIGINT
+    pending): one line, exit 130, the warehouse as it was, nothing beside it."""
     before = _sha(db)
     proc = _start(db, small, tmp_path, workers=workers, pause_at=stage)
     _wait_stopped(proc, stage)
