@@ -150,7 +150,7 @@ def bench_four_ranks(tmp: Path, scale: float) -> None:
            cpu_utilisation=m.cpu_s / m.wall_s, peak_tree_rss_mb=m.peak_tree_rss_mb)
 
 
-TORCH_SOURCE = REPO.parent / "shared" / "fixtures" / "torch_profile" / "actor_update" / "prof_rank-0.pt.trace.json.gz"
+TORCH_SOURCE = REPO / "tests" / "data" / "torch_profile" / "actor_update" / "prof_rank-0.pt.trace.json.gz"
 TORCH_SIZES_MB = (300, 1000, 3000)
 JSON_LOAD = "import json, sys; json.load(open(sys.argv[1], 'rb'))"
 # The typed decoder alone on the same bytes, one process: the floor of the reader's decoding.
@@ -301,6 +301,32 @@ def bench_many_ranks(tmp: Path, scale: float) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def bench_check_gzip(tmp: Path, scale: float) -> None:
+    """`rlwh check` on a gzip trace against `rlwh ingest` of it: check finds a cut stream by
+    inflating it to its end (deflate has no index to seek by), with the output thrown away."""
+    import gzip
+
+    from tile_torch_trace import tile
+
+    folder = tmp / "check_gzip" / "actor_update"
+    folder.mkdir(parents=True)
+    plain = folder / "prof_rank-0.pt.trace.json"
+    tile(TORCH_SOURCE, plain, int(300 * scale * 1e6))
+    packed = folder / (plain.name + ".gz")
+    with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    mb = plain.stat().st_size / 1e6
+    plain.unlink()
+    check = measure([PY, "-m", "rlwh.cli", "check", str(tmp / "check_gzip")])
+    db = tmp / "check_gzip.duckdb"
+    m = ingest(tmp / "check_gzip", db)
+    record(f"rlwh check of a gzip PyTorch trace ({mb:.0f} MB inflated, {packed.stat().st_size / 1e6:.0f} MB "
+           "on disk) against ingest", check_s=check.wall_s, check_peak_rss_mb=check.peak_process_rss_mb,
+           ingest_s=m.wall_s, check_vs_ingest=check.wall_s / m.wall_s, load=os.getloadavg()[0])
+    shutil.rmtree(tmp / "check_gzip")
+    db.unlink(missing_ok=True)
+
+
 def bench_small_ingest(tmp: Path, scale: float) -> None:
     """A small real trace: rlwh's fixed cost against a bare load and a bare query (bench/small.py)."""
     from small import bench_small
@@ -310,7 +336,7 @@ def bench_small_ingest(tmp: Path, scale: float) -> None:
 
 BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench_rss_flat,
            "four_ranks": bench_four_ranks, "torch": bench_torch_trace, "report": bench_reports,
-           "scale_out": bench_scale_out, "many_ranks": bench_many_ranks}
+           "scale_out": bench_scale_out, "many_ranks": bench_many_ranks, "check_gzip": bench_check_gzip}
 
 
 def main() -> int:
