@@ -92,12 +92,14 @@ snapshot_held as (
 ),
 
 freed_before_recording as (
-  -- Blocks allocated before the trace began and freed while it ran; the trace's clock.
+  -- Blocks allocated before the trace began and freed while it ran, and the trace's clock
+  -- (a trace that allocates nothing holds no other blocks).
   select
     run, role, rank_id, capture, device,
-    sum(size_bytes) filter (where alloc_seq is null and release_seq is not null)::bigint as freed_bytes,
+    sum(size_bytes) filter (where release_seq is not null)::bigint as freed_bytes,
     any_value(clock) as clock,
   from snapshot_trace_blocks
+  where alloc_seq is null
   group by run, role, rank_id, capture, device
 ),
 
