@@ -6,6 +6,22 @@
 -- snapshot records no totals: its allocator peak is the peak of memory_timeline's
 -- allocator_live_bytes, what the allocator held with the blocks allocated before recording
 -- began (its peak_live_bytes counts only the blocks its trace allocated).
+--
+-- A snapshot device whose trace allocates nothing (it holds only frees, or no entry, or
+-- the snapshot has no device_traces at all, as an old list-format snapshot) has no timeline
+-- rows, yet its segments say what the allocator held; it gets its row from them. The
+-- figure is the allocator's held bytes, as for every snapshot (memory that is allocated,
+-- not what the allocator reserves, so ranks compare on what their programs used): the
+-- blocks the segments hold at snapshot time (states active_allocated and
+-- active_pending_free; the sum of the segments' allocated and pending-free blocks) plus
+-- the blocks the trace freed that were allocated before it began. With no allocation in
+-- the trace, held bytes only fall while it runs, so that sum is what the allocator held
+-- when recording began, its highest (with no trace at all, what it holds at snapshot
+-- time). No trace entry marks that moment: allocator_peak_at_ns and peak_at_ns are NULL,
+-- and peak_live_bytes is 0 (the trace allocated no block). For every snapshot
+-- allocator_reserved_peak_bytes is what its segments reserve at snapshot time (the sum of
+-- their total_size): the snapshot keeps no reserved total over time, so it is the lowest
+-- the peak can be.
 -- depends: internal.memory_rules
 create or replace view memory_peak (
   -- Run name.
@@ -18,15 +34,15 @@ create or replace view memory_peak (
   capture,
   -- Device, e.g. NPU:0 or cuda:0.
   device,
-  -- Highest live bytes of attributable blocks.
+  -- Highest live bytes of attributable blocks (for a memory snapshot, of the blocks its trace allocated: 0 where it allocated none).
   peak_live_bytes,
-  -- First time live bytes reached the peak, ns since the epoch.
+  -- First time live bytes reached the peak, ns since the epoch; NULL for a snapshot device whose trace allocated nothing.
   peak_at_ns,
-  -- Highest total allocated bytes the framework allocator reported (PyTorch's or PTA; not GE's); for a memory snapshot, the highest allocator_live_bytes.
+  -- Highest total allocated bytes the framework allocator reported (PyTorch's or PTA; not GE's); for a memory snapshot, the highest allocator_live_bytes, or where its trace allocated nothing the bytes its segments hold plus those its trace freed.
   allocator_peak_bytes,
-  -- First time the allocator reported that total, ns since the epoch (a trace position where clock is 'sequence').
+  -- First time the allocator reported that total, ns since the epoch (a trace position where clock is 'sequence'); NULL for a snapshot device whose trace allocated nothing.
   allocator_peak_at_ns,
-  -- Highest total reserved bytes the framework allocator reported (PyTorch's or PTA; not GE's).
+  -- Highest total reserved bytes the framework allocator reported (PyTorch's or PTA; not GE's); for a memory snapshot, the bytes its segments reserve at snapshot time (the sum of their total_size).
   allocator_reserved_peak_bytes,
   -- peak_live_bytes in MiB, for people.
   peak_live_mb,
@@ -62,6 +78,58 @@ peaks as (
   group by run, role, rank_id, capture, device
 ),
 
+snapshot_reserved as (
+  select run, role, rank_id, capture, device, sum(total_size_bytes)::bigint as reserved_bytes,
+  from snapshot_segments
+  group by run, role, rank_id, capture, device
+),
+
+snapshot_held as (
+  select run, role, rank_id, capture, device, sum(size_bytes)::bigint as held_bytes,
+  from snapshot_blocks
+  where internal.snapshot_held(state)
+  group by run, role, rank_id, capture, device
+),
+
+freed_before_recording as (
+  -- Blocks allocated before the trace began and freed while it ran, and the trace's clock
+  -- (a trace that allocates nothing holds no other blocks).
+  select
+    run, role, rank_id, capture, device,
+    sum(size_bytes) filter (where release_seq is not null)::bigint as freed_bytes,
+    any_value(clock) as clock,
+  from snapshot_trace_blocks
+  where alloc_seq is null
+  group by run, role, rank_id, capture, device
+),
+
+untraced_snapshots as (
+  -- Snapshot devices whose trace allocated nothing: no timeline rows.
+  select
+    r.run, r.role, r.rank_id, r.capture, r.device,
+    0::bigint as peak_live_bytes, null::bigint as peak_at_ns,
+    (coalesce(h.held_bytes, 0) + coalesce(f.freed_bytes, 0))::bigint as allocator_peak_bytes,
+    null::bigint as allocator_peak_at_ns,
+    r.reserved_bytes as allocator_reserved_peak_bytes,
+    coalesce(f.clock, 'sequence') as clock,
+  from snapshot_reserved as r
+  left join snapshot_held as h using (run, role, rank_id, capture, device)
+  left join freed_before_recording as f using (run, role, rank_id, capture, device)
+  anti join peaks as p using (run, role, rank_id, capture, device)
+),
+
+all_peaks as (
+  select
+    p.run, p.role, p.rank_id, p.capture, p.device, p.peak_live_bytes, p.peak_at_ns,
+    p.allocator_peak_bytes, p.allocator_peak_at_ns,
+    coalesce(p.allocator_reserved_peak_bytes, r.reserved_bytes) as allocator_reserved_peak_bytes,
+    p.clock,
+  from peaks as p
+  left join snapshot_reserved as r using (run, role, rank_id, capture, device)
+  union all
+  select * from untraced_snapshots
+),
+
 final as (
   select
     run, role, rank_id, capture, device, peak_live_bytes, peak_at_ns,
@@ -69,7 +137,7 @@ final as (
     round(peak_live_bytes / 1048576.0, 3) as peak_live_mb,
     round(allocator_peak_bytes / 1048576.0, 3) as allocator_peak_mb,
     clock,
-  from peaks
+  from all_peaks
 )
 
 select * from final

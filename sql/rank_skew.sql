@@ -43,7 +43,7 @@ create or replace view rank_skew (
   is_straggler,
   -- Which rule set is_straggler: 'collectives' (who the others waited for, from stragglers) or 'span_vs_median' (the role has no collectives: time spent against the median rank).
   straggler_rule,
-  -- Highest live bytes of the rank in the role (over its captures and devices); for a memory snapshot, memory_peak.allocator_peak_bytes (what its allocator held, blocks from before recording included).
+  -- Highest live bytes of the rank in the role (over its captures and devices); for a memory snapshot, memory_peak.allocator_peak_bytes (what its allocator held, blocks from before recording included; from its segments where its trace allocated nothing).
   peak_live_bytes,
   -- The reference peak: the median peak_live_bytes over the role's ranks (the lower middle value for an even count).
   median_peak_live_bytes,

@@ -180,6 +180,13 @@ CASES: dict[str, Expect] = {
     "gmm_empty": Expect("failed", 0, r"empty"),
     "gmm_garbage": Expect("failed", 0, r"zip|torch\.save"),
     "gmm_hostile": Expect("failed", 0, r"refus"),
+    "pickle_not_snapshot": Expect("failed", 0,
+                                  r"not a memory snapshot .*; found a dict with keys '\\x1b\[31mloss', 'step'$"),
+    "pickle_empty": Expect("failed", 0, r"empty file \(0 bytes\)"),
+    "pickle_garbage": Expect("failed", 0, r"not a readable pickle \(\d+ bytes\)"),
+    "pickle_asks_for_code": Expect("failed", 0,
+                                   r"refused: the pickle asks for os\.system \(opcode GLOBAL at byte 30\)"),
+    "pickle_cut": Expect("failed", 0, r"cut short: the pickle ends at byte \d+"),
 }
 
 

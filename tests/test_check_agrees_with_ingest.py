@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import pickle
 
 import duckdb
 import pytest
@@ -19,6 +21,8 @@ from test_readers_nvtx import base_records, write_jsonl
 from rlwh.config import Config
 from rlwh.ingest.check import check
 from rlwh.ingest.runner import ingest
+
+SNAPSHOTS = FIXTURES / "real" / "snapshots-cuda" / "cs336-medium"
 
 
 def _same_words(check_message: str, ingest_message: str, root) -> bool:
@@ -89,35 +93,98 @@ def test_every_real_file_gets_one_verdict(part, tmp_path):
     assert verdicts
 
 
-def test_pickles_and_cut_traces_get_ingests_verdict(tmp_path):
-    """A pickle that is no snapshot, a pickle that is no pickle, a cut snapshot, a cut
-    gzipped trace and a cut plain one: the verdicts check gives, ingest gives."""
-    import pickle
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch ran-pickle-code",))
 
+
+def _real_snapshot() -> dict:
+    """The real CUDA training snapshot, loaded with no global allowed."""
+    class Plain(pickle.Unpickler):
+        def find_class(self, module, name):
+            raise AssertionError(f"the fixture asks for {module}.{name}")
+
+    with open(SNAPSHOTS / "medium_128_training_memory_snapshot.pickle", "rb") as handle:
+        return Plain(handle).load()
+
+
+def _pickles(root) -> dict[str, str]:
+    """Pickles users keep beside profiles, small and over 64 KiB (check's head), each in a
+    rank dir: path -> the status ingest must give."""
+    snapshot = _real_snapshot()
+    big = pickle.dumps(snapshot, protocol=4)
+    files = {
+        "optimizer.pickle": (pickle.dumps({"lr": 0.1, "betas": [0.9, 0.99]}), "failed"),
+        "scores.pkl": (pickle.dumps([1, 2, 3]), "failed"),
+        "empty.pkl": (b"", "failed"),
+        "noise.pkl": (bytes(range(7, 250)), "failed"),
+        "cut.pickle": (pickle.dumps({"segments": [], "device_traces": [[]]})[:-3], "failed"),
+        "evil.pickle": (pickle.dumps({"segments": [], "device_traces": [], "x": _RunsCode()}), "failed"),
+        "segments_only.pickle": (pickle.dumps({"segments": snapshot["segments"][:3]}), "ok"),
+        "old_list.pickle": (pickle.dumps(snapshot["segments"][:3]), "ok"),
+        "big_snapshot.pickle": (big, "ok"),
+        "big_cut.pickle": (big[: len(big) // 2], "failed"),
+        "big_old_list.pickle": (pickle.dumps(snapshot["segments"]), "ok"),
+        "big_weights.pkl": (pickle.dumps({"weights": list(range(50_000))}), "failed"),
+        "big_evil.pkl": (pickle.dumps([_RunsCode(), list(range(50_000))]), "failed"),
+        "big_noise.pkl": (bytes(range(7, 250)) * 400, "failed"),
+    }
+    want = {}
+    for rank, (name, (data, status)) in enumerate(sorted(files.items())):
+        assert not name.startswith("big") or len(data) > 65536, name
+        path = root / "snaps" / f"rank{rank}" / name
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+        want[str(path.relative_to(root))] = status
+    return want
+
+
+@pytest.mark.parametrize("load_limit", [None, 0], ids=["loaded-whole", "judged-by-head"])
+def test_pickles_get_ingests_verdict(load_limit, tmp_path, monkeypatch):
+    """A pickle that is no snapshot, asks for code, is no pickle, is empty or cut fails in
+    both, in the same words; a snapshot, one with segments only and an old list-format one
+    load. With no load limit, check judges every pickle over 64 KiB by its first bytes."""
+    from rlwh.ingest import check as check_module
+
+    if load_limit is not None:
+        monkeypatch.setattr(check_module, "_PICKLE_LOAD_LIMIT", load_limit)
+    monkeypatch.chdir(tmp_path)
     root = tmp_path / "run"
-    (root / "snaps").mkdir(parents=True)
-    (root / "snaps" / "optimizer.pickle").write_bytes(pickle.dumps({"lr": 0.1, "betas": [0.9, 0.99]}))
-    (root / "snaps" / "scores.pkl").write_bytes(pickle.dumps([1, 2, 3]))
-    (root / "snaps" / "noise.pkl").write_bytes(bytes(range(7, 250)))
-    snapshot = pickle.dumps({"segments": [], "device_traces": [[]]})
-    (root / "snaps" / "cut.pickle").write_bytes(snapshot[:-3])
+    want = _pickles(root)
+    verdicts = _agree(root, tmp_path)
+    assert {path: status for path, (status, _) in verdicts.items()} == want
+    assert not (tmp_path / "ran-pickle-code").exists()
+    messages = {path.rsplit("/", 1)[1]: message for path, (_, message) in verdicts.items() if message}
+    assert all(m.isprintable() for m in messages.values()), messages  # no reason prints undecoded bytes
+    for name in ("optimizer.pickle", "scores.pkl"):
+        assert "not a memory snapshot" in messages[name] and "found a" in messages[name]
+    assert "refused: the pickle asks for" in messages["evil.pickle"] and "system" in messages["evil.pickle"]
+    assert "refused: the pickle asks for" in messages["big_evil.pkl"]
+    assert "not a readable pickle" in messages["noise.pkl"] and "not a readable pickle" in messages["big_noise.pkl"]
+    assert "empty file" in messages["empty.pkl"]
+    assert "cut short" in messages["cut.pickle"] and "cut short" in messages["big_cut.pickle"]
+    assert "not a memory snapshot" in messages["big_weights.pkl"]
+
+
+def test_cut_traces_get_ingests_verdict(tmp_path):
+    """A cut gzipped trace and a cut plain one: partial in both."""
     trace = (FIXTURES / "torch_profile/actor_update/prof_rank-0.pt.trace.json.gz").read_bytes()
-    (root / "tr").mkdir()
+    root = tmp_path / "run"
+    (root / "tr").mkdir(parents=True)
     (root / "tr" / "prof_rank-0.pt.trace.json.gz").write_bytes(trace[: len(trace) // 2])
     text = gzip.decompress(trace)
     (root / "tr" / "prof_rank-1.pt.trace.json").write_bytes(text[: len(text) * 2 // 3])
     (root / "tr" / "prof_rank-2.pt.trace.json").write_bytes(text[: text.rindex(b"}", 0, len(text) // 2) + 1])
     verdicts = _agree(root, tmp_path)
-    assert verdicts["snaps/optimizer.pickle"][0] == verdicts["snaps/scores.pkl"][0] == "ignored"
-    assert verdicts["snaps/noise.pkl"][0] == verdicts["snaps/cut.pickle"][0] == "failed"
-    assert "\\x" not in verdicts["snaps/noise.pkl"][1] or "invalid load key" in verdicts["snaps/noise.pkl"][1]
     assert {verdicts[f"tr/prof_rank-{k}.pt.trace.json" + ("" if k else ".gz")][0] for k in range(3)} == {"partial"}
 
 
-def test_the_bad_input_corpus_gets_ingests_verdict(tmp_path):
-    """Every case of tests/data/bad (and the generated ones), each in its rank dir."""
+def test_the_bad_input_corpus_gets_ingests_verdict(tmp_path, monkeypatch):
+    """Every case of tests/data/bad (and the generated ones), each in its rank dir; the
+    pickles that ask for code run none (they would `touch rlwh-hostile-ran` here)."""
     import test_bad_inputs as bad
 
+    monkeypatch.chdir(tmp_path)
     root = bad._profile(tmp_path / "profile")
     files = {**bad._committed_cases(), **bad._generated_cases()}
     for rank, case in enumerate(sorted(bad.CASES), start=1):
@@ -127,3 +194,6 @@ def test_the_bad_input_corpus_gets_ingests_verdict(tmp_path):
     printable = [m for _, m in verdicts.values() if m and not m.isprintable()]
     assert printable == [], printable  # no reason prints undecoded bytes
     assert sum(1 for s, _ in verdicts.values() if s == "failed") >= 8
+    assert not (tmp_path / "rlwh-hostile-ran").exists()
+    pickles = {path: verdict for path, verdict in verdicts.items() if path.endswith(".pickle")}
+    assert len(pickles) == 5 and {status for status, _ in pickles.values()} == {"failed"}, pickles

@@ -1,6 +1,7 @@
 """PyTorch memory snapshots: the two real torch_npu pickles against a reading written here
 (pickletools proves they hold no global, so the standard loader is safe for the test), and
-pickles that ask for code, are cut short or are no snapshot."""
+pickles that ask for code, are cut short or are no snapshot (each fails), and an old
+list-format snapshot (loaded)."""
 
 from __future__ import annotations
 
@@ -204,18 +205,54 @@ def test_cut_pickle_fails_naming_the_file_and_size(tmp_path):
         read(cut, tmp_path)
 
 
-def test_not_a_snapshot_is_ignored_and_a_malformed_one_fails(tmp_path):
-    sink = TableSink(tmp_path / "other")
-    outcome = torch_snapshot.read(write_pickle(tmp_path / "list.pkl", [1, 2]), sink, {})
-    assert outcome.status == "ignored" and "list.pkl: not a memory snapshot" in outcome.message
-    assert "found a list" in outcome.message
+@pytest.mark.parametrize("obj, found", [
+    ([1, 2], "found a list of 2 items, the first a int"),
+    ({"lr": 0.1, "betas": [0.9]}, "found a dict with keys 'betas', 'lr'"),
+    ({"device_traces": [[]]}, "found a dict with keys 'device_traces'"),
+    ([], "found an empty list"),
+    ([{"device": 0, "address": 0}], "found a list of 1 items, the first a dict with keys 'address', 'device'"),
+    ({"k\x07\n": 1}, "found a dict with keys 'k\\x07\\n'"),
+    (3.5, "found a float"),
+])
+def test_a_pickle_that_is_no_snapshot_fails_saying_what_it_holds(obj, found, tmp_path):
+    path = write_pickle(tmp_path / "other.pkl", obj)
+    with pytest.raises(SourceError) as info:
+        read(path, tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a memory snapshot") and message.endswith(found), message
+    assert message.isprintable()
+
+
+def test_a_malformed_snapshot_fails_naming_the_field(tmp_path):
     with pytest.raises(SourceError, match=r"segments\[0\]\.address: expected an integer"):
         read(write_pickle(tmp_path / "bad.pkl", {"segments": [{"device": 0, "address": "x", "total_size": 1}],
                                                  "device_traces": []}), tmp_path)
 
 
+def test_an_empty_file_fails(tmp_path):
+    (tmp_path / "empty.pickle").write_bytes(b"")
+    with pytest.raises(SourceError, match=r"empty\.pickle: empty file \(0 bytes\)"):
+        read(tmp_path / "empty.pickle", tmp_path)
+
+
+def test_an_old_list_format_snapshot_loads_its_segments(tmp_path):
+    """torch.cuda.memory_snapshot() returns the segments alone, as a list."""
+    segments = plain_load(SINGLE)["segments"]
+    path = write_pickle(tmp_path / "old.pickle", segments)
+    sink = TableSink(tmp_path / "parts")
+    outcome = torch_snapshot.read(path, sink, {})
+    sink.close()
+    assert outcome.status == "ok" and "old list-format snapshot" in outcome.message
+    rows = {table: pq.read_table(parts).to_pylist() for table, parts in sink.tables().items()}
+    assert [(r["address"], r["total_size_bytes"], r["blocks"]) for r in rows["snapshot_segments"]] == [
+        (s["address"], s["total_size"], len(s["blocks"])) for s in segments]
+    assert len(rows["snapshot_blocks"]) == sum(len(s["blocks"]) for s in segments)
+    assert "snapshot_trace_blocks" not in rows or rows["snapshot_trace_blocks"] == []
+    assert outcome.rank["metadata"]["snapshot_clock"] == "sequence"
+
+
 @pytest.mark.slow
-def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config, monkeypatch):
+def test_ingest_lands_snapshots_and_fails_the_hostile_one_and_the_one_that_is_none(tmp_path, config, monkeypatch):
     from rlwh.ingest.runner import ingest
 
     monkeypatch.chdir(tmp_path)
@@ -224,7 +261,7 @@ def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config,
     (profile / "rank3").mkdir()
     write_pickle(profile / "rank3" / "notes.pkl", {"a": 1})  # plain data, but no snapshot
     summary = ingest(profile, config)
-    assert summary.failed == 1 and not (tmp_path / "ran-pickle-code").exists()
+    assert summary.failed == 2 and not (tmp_path / "ran-pickle-code").exists()
     con = read_db(config)
     try:
         sources = {p: (k, s, m) for p, k, s, m in con.execute(
@@ -238,7 +275,7 @@ def test_ingest_lands_snapshots_and_fails_only_the_hostile_one(tmp_path, config,
     finally:
         con.close()
     assert sources["evil.pickle"][:2] == ("torch_snapshot", "failed") and "asks for" in sources["evil.pickle"][2]
-    assert sources["rank3/notes.pkl"][1] == "ignored"
+    assert sources["rank3/notes.pkl"][1] == "failed" and "not a memory snapshot" in sources["rank3/notes.pkl"][2]
     assert sources[SINGLE.name][1] == "ok" and "read as rank 0" in sources[SINGLE.name][2]
     assert counts == {SINGLE.name: 3216, MULTI.name: 6115} and ranks == [(0,)]
     assert rank_rows == [(SINGLE.name, 0, "NPU:0", None, "sequence"), (MULTI.name, 0, None, None, "sequence")]

@@ -172,3 +172,100 @@ def test_rank_skew_compares_what_the_allocators_held(snapshots):
     assert [(r[0], r[1]) for r in rows] == sorted(peaks.items())
     assert rows[0][3] == pytest.approx(peaks[0] / peaks[1]) and rows[0][4]
     assert rows[1][2] == peaks[1]  # the lower middle value is the reference
+
+
+HELD_OR_FREED_ACTIONS = ("alloc", "free_completed")
+
+
+def _segment_figures(snapshot) -> dict[int, dict]:
+    """Per device index of a snapshot whose trace allocates nothing (a dict, or the old list
+    of segments): what its segments hold and reserve, the bytes its trace frees (blocks
+    allocated before recording), and so what the allocator held when recording began."""
+    segments = snapshot if isinstance(snapshot, list) else snapshot["segments"]
+    traces = [] if isinstance(snapshot, list) else snapshot.get("device_traces") or []
+    out: dict[int, dict] = {}
+    for segment in segments:
+        figures = out.setdefault(segment["device"], {"held": 0, "reserved": 0, "freed": 0})
+        figures["reserved"] += segment["total_size"]
+        figures["held"] += sum(b["size"] for b in segment["blocks"] if b["state"] in HELD)
+    for device, trace in enumerate(traces):
+        assert not [e for e in trace if e["action"] == "alloc"]  # the case at hand: no allocation
+        freed = sum(e["size"] for e in trace if e["action"] == "free_completed")
+        out.setdefault(device, {"held": 0, "reserved": 0, "freed": 0})["freed"] += freed
+    return out
+
+
+@pytest.fixture(scope="module")
+def untraced(tmp_path_factory):
+    """Snapshots whose device traces hold no allocation, made from the real pickles: an empty
+    trace, no device_traces key, the old list format, and a trace of frees only (of blocks
+    allocated before recording, at addresses no segment holds, with times), beside the real
+    training snapshot; one role, a rank each."""
+    tmp = tmp_path_factory.mktemp("untraced")
+    training = _load(SNAPSHOTS / "medium_128_training_memory_snapshot.pickle")
+    inference = _load(SNAPSHOTS / "medium_128_inference_memory_snapshot.pickle")
+    top = max(s["address"] + s["total_size"] for s in training["segments"])
+    frees = []
+    for k, size in enumerate((1 << 20, 3 << 20, 512)):
+        addr = top + (k + 1) * (8 << 20)
+        frees += [{"action": "free_requested", "addr": addr, "size": size, "stream": 0, "frames": [],
+                   "time_us": 1_700_000_000_000_000 + 10 * k},
+                  {"action": "free_completed", "addr": addr, "size": size, "stream": 0, "frames": [],
+                   "time_us": 1_700_000_000_000_000 + 10 * k + 5}]
+    frees.append({"action": "segment_free", "addr": top, "size": 2 << 20, "stream": 0, "frames": [],
+                  "time_us": 1_700_000_000_000_100})
+    snapshots = {
+        "empty_trace.pickle": {"segments": inference["segments"], "device_traces": [[]]},
+        "no_traces.pickle": {"segments": training["segments"]},
+        "old_list.pickle": inference["segments"],
+        "frees_only.pickle": {"segments": training["segments"], "device_traces": [frees]},
+        "training.pickle": training,
+    }
+    root = tmp / "run"
+    for rank, (name, snapshot) in enumerate(snapshots.items()):
+        (root / "critic" / f"rank{rank}").mkdir(parents=True)
+        (root / "critic" / f"rank{rank}" / name).write_bytes(pickle.dumps(snapshot, protocol=4))
+    ingest(root, Config(db_path=tmp / "w.duckdb", workers=1))
+    con = duckdb.connect(str(tmp / "w.duckdb"), read_only=True)
+    yield con, snapshots
+    con.close()
+
+
+@pytest.mark.slow
+def test_a_snapshot_whose_trace_allocates_nothing_has_its_peak_from_its_segments(untraced):
+    con, snapshots = untraced
+    statuses = dict(con.execute("select split_part(path, '/', -1), status from sources").fetchall())
+    assert statuses == dict.fromkeys(snapshots, "ok")
+    rows = con.execute("""select split_part(capture, '/', -1), device, peak_live_bytes, peak_at_ns,
+                            allocator_peak_bytes, allocator_peak_at_ns, allocator_reserved_peak_bytes, clock
+                          from memory_peak where role = 'critic' and capture not like '%training.pickle'""").fetchall()
+    want = {(name, f"cuda:{device}", 0, None, f["held"] + f["freed"], None, f["reserved"],
+             "epoch" if name == "frees_only.pickle" else "sequence")
+            for name, snapshot in snapshots.items() if name != "training.pickle"
+            for device, f in _segment_figures(snapshot).items()}
+    assert set(rows) == want and len(rows) == len(want)
+    frees_only = _segment_figures(snapshots["frees_only.pickle"])[0]
+    assert frees_only["freed"] == (1 << 20) + (3 << 20) + 512  # the segment_free is no block's
+
+
+@pytest.mark.slow
+def test_rank_skew_compares_snapshots_with_and_without_traced_allocations(untraced):
+    con, snapshots = untraced
+    peaks = {}
+    for rank, (name, snapshot) in enumerate(snapshots.items()):
+        if name == "training.pickle":
+            peaks[rank] = expected(SNAPSHOTS / "medium_128_training_memory_snapshot.pickle")[0]["allocator_peak"]
+        else:
+            peaks[rank] = max(f["held"] + f["freed"] for f in _segment_figures(snapshot).values())
+    median = sorted(peaks.values())[(len(peaks) - 1) // 2]
+    rows = con.execute("""select rank_id, peak_live_bytes, median_peak_live_bytes, peak_vs_median, is_memory_outlier
+                          from rank_skew where role = 'critic' order by rank_id""").fetchall()
+    assert [(r[0], r[1], r[2]) for r in rows] == [(rank, peak, median) for rank, peak in sorted(peaks.items())]
+    for rank, _peak, _median, vs_median, outlier in rows:
+        assert vs_median == pytest.approx(peaks[rank] / median)
+        assert outlier == (abs(peaks[rank] / median - 1) > 0.1)
+    assert any(r[4] for r in rows) and not all(r[4] for r in rows)  # inference and training differ ~4x
+    # The training snapshot's reserved bytes are its segments' at snapshot time, like the others'.
+    reserved = con.execute("""select allocator_reserved_peak_bytes from memory_peak
+                              where capture like '%training.pickle'""").fetchone()[0]
+    assert reserved == sum(s["total_size"] for s in snapshots["training.pickle"]["segments"])

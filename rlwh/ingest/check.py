@@ -6,7 +6,8 @@ first bytes and, for traces and pickles, its last ones: a multi-GB trace costs t
 in seconds before hours of ingest. It finds what is visible from there: a rank nobody
 names, an Ascend capture without profiler_info, a CSV header without the columns its
 reader needs, a trace that does not start like one or is cut, a pickle that is no
-snapshot or is cut, a legacy nsys JSON export, a GMM dump outside the layouts. A problem
+snapshot, asks for code or is cut (a pickle up to 64 MiB is loaded whole as ingest loads
+it, running no code), a legacy nsys JSON export, a GMM dump outside the layouts. A problem
 marked `fails` is one ingest would mark failed, one marked `partial` one it would load in
 part; damage in the middle of a file (a bad CSV row, a bad event) only ingest sees.
 """
@@ -26,8 +27,8 @@ from rlwh.ingest.sniff import read_head, read_tail, shown_start
 
 _DIST_RANK = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _INFO_LIMIT = 1 << 20
-# A pickle whose head is no snapshot is loaded whole (as ingest will) up to this size, to
-# tell a readable non-snapshot (ignored) from a damaged one (failed).
+# A pickle is loaded whole (as ingest will, running no code) up to this size, so check
+# says what ingest will, in its words; a larger one is judged by its first bytes.
 _PICKLE_LOAD_LIMIT = 64 << 20
 
 
@@ -213,51 +214,68 @@ def _cut(f: SourceFile, closer: bytes) -> list[Problem]:
 
 
 def _snapshot(f: SourceFile, head: bytes) -> list[Problem]:
-    """A memory snapshot pickle: a dict whose first key is segments (or device_traces),
-    ending with the STOP opcode. Anything else is loaded as ingest will load it."""
-    from rlwh.readers.torch_snapshot import load_plain, snapshot_verdict
+    """A pickle up to _PICKLE_LOAD_LIMIT (or held whole in its head) is loaded as ingest
+    loads it (no code runs), so check's verdict and words are ingest's: one that is no
+    snapshot, asks for code or is cut fails; an old list-format snapshot loads, with a
+    note. A larger one is judged by its head: an error in its first MiB (a global it asks
+    for, bytes that are no pickle) is ingest's; else a dict naming segments first, or a list whose
+    first dict names a segment key first, is a snapshot when it ends with the STOP
+    opcode; anything else fails as no snapshot, ingest's words without what a whole load
+    would have found."""
+    from rlwh.readers.torch_snapshot import LIST_FORMAT, NOT_A_SNAPSHOT, as_snapshot, head_verdict, load_plain
 
     size = f.path.stat().st_size
-    if _looks_like_snapshot(head):
+    list_note = [Problem(f.rel_path, f"{f.rel_path}: {LIST_FORMAT}", False)]
+    if size <= max(_PICKLE_LOAD_LIMIT, len(head)):
+        try:
+            loaded = load_plain(f.path)
+            as_snapshot(loaded, f.path)
+        except SourceError as exc:
+            return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
+        return list_note if isinstance(loaded, list) else []
+    said = head_verdict(f.path)
+    shape = None if said else _snapshot_shape(head)
+    if shape:
         with open(f.path, "rb") as handle:
             handle.seek(size - 1)
-            if handle.read(1) == b".":
-                return []
-        return [Problem(f.rel_path, f"{f.rel_path}: cut short: the pickle ends at byte {size} before it is "
-                        "complete", True)]
-    if size > _PICKLE_LOAD_LIMIT:
-        return [Problem(f.rel_path, f"{f.rel_path}: its first bytes are no memory snapshot's; too large for "
-                        "check to load (ingest will say whether it is one)", False)]
-    try:
-        message = snapshot_verdict(load_plain(f.path), f.path)
-    except SourceError as exc:
-        return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
-    if message is None:
-        return []
-    return [Problem(f.rel_path, message.replace(str(f.path), f.rel_path, 1), False, ignored=True)]
+            if handle.read(1) != b".":
+                return [Problem(f.rel_path, f"{f.rel_path}: cut short: the pickle ends at byte {size} before it is "
+                                "complete", True)]
+        return list_note if shape == "list" else []
+    message = said or f"{f.path}: {NOT_A_SNAPSHOT}"
+    return [Problem(f.rel_path, message.replace(str(f.path), f.rel_path, 1), True)]
 
 
-_SNAPSHOT_KEYS = ("segments", "device_traces")
+_SNAPSHOT_KEYS = ("segments",)
+_SEGMENT_KEYS = ("device", "address", "total_size")
+_SKIPPED_OPCODES = ("PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT", "MARK")
 
 
-def _looks_like_snapshot(head: bytes) -> bool:
-    """The pickle's opcodes build a dict and then name a snapshot key first."""
+def _snapshot_shape(head: bytes) -> str | None:
+    """'dict' when the pickle's opcodes build a dict and then name segments first,
+    'list' when they build a list whose first item is a dict naming a segment key first
+    (the old list format), else None. MARK is passed over: pickle writes none before a
+    container's only item."""
     import io
     import pickletools
 
     seen = []
     try:
         for opcode, arg, _pos in pickletools.genops(io.BytesIO(head)):
-            if opcode.name in ("PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):
+            if opcode.name in _SKIPPED_OPCODES:
                 continue
             seen.append((opcode.name, arg))
             if len(seen) == 3:
                 break
     except (ValueError, EOFError):
-        return False
-    names = [name for name, _ in seen]
-    return (len(seen) == 3 and names[0] == "EMPTY_DICT" and names[1] == "MARK"
-            and "UNICODE" in names[2] and seen[2][1] in _SNAPSHOT_KEYS)
+        return None
+    names = [name for name, _ in seen] + ["", "", ""]
+    if names[0] in ("EMPTY_DICT", "DICT") and "UNICODE" in names[1] and seen[1][1] in _SNAPSHOT_KEYS:
+        return "dict"
+    if names[0] in ("EMPTY_LIST", "LIST") and names[1] in ("EMPTY_DICT", "DICT") and "UNICODE" in names[2] \
+            and seen[2][1] in _SEGMENT_KEYS:
+        return "list"
+    return None
 
 
 def _nvtx(f: SourceFile, head: bytes) -> list[Problem]:
@@ -319,7 +337,7 @@ def _usage_csv(fmt_name: str):
 
 # What each reader says of an empty file (the readers with a look of their own say it there).
 _EMPTY = {"ascend_trace": "{rel}: empty file ({size} bytes), no trace events"}
-_READERS_OWN = ("ascend_info", "gmm_group_list", "ascend_memory_csv", "ascend_memory_record_csv",
+_READERS_OWN = ("torch_snapshot", "ascend_info", "gmm_group_list", "ascend_memory_csv", "ascend_memory_record_csv",
                 "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
 
 _LOOKS = {

@@ -84,7 +84,7 @@ RULES: tuple[Rule, ...] = (
          r"task_time|communication_matrix|data_preprocess|dataset)\.(csv|json)", "output",
          reason="an Ascend analysis export rlwh does not load (per-kernel and summary tables)"),
     Rule("gmm_group_list", r".*group_list\.pt"),
-    Rule("torch_snapshot", r".*\.(pkl|pickle)"),  # the reader ignores a pickle that is no snapshot
+    Rule("torch_snapshot", r".*\.(pkl|pickle)"),  # the reader fails a pickle that is no snapshot
     Rule("torch_trace", content="chrome_object"),
     Rule("ascend_trace", r"trace_view\.json", content="chrome_array"),
     Rule("nvtx_jsonl", content="nsys_jsonl"),

@@ -20,6 +20,7 @@ ingest/derived/memory.sql), so the reader checks that the two can both be true
 
 from __future__ import annotations
 
+import io
 import pickle
 import pickletools
 from pathlib import Path
@@ -82,26 +83,69 @@ def _asking_offset(path: Path) -> str:
     return "offset unknown"
 
 
+def _printable(text: str) -> str:
+    """`text` with every character that does not print escaped (a reason never prints raw bytes)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _refusal(path, exc: _Refused, where: str) -> str:
+    return (f"{path}: refused: the pickle asks for {_printable(str(exc))} ({where}); a memory snapshot is "
+            "plain dicts and lists, and rlwh runs no pickle code")
+
+
+class _HeadEnds(Exception):
+    """The first bytes read so far end before the pickle does: only the whole file says more."""
+
+
+_LOAD_ERRORS = (pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+                MemoryError, RecursionError, UnicodeDecodeError, OverflowError)
+
+
+def _unpickle(handle, path: Path, size: int, whole: bool = True):
+    """The object `handle` holds; SourceError in the words ingest records. With whole False
+    (the file's first bytes only), _HeadEnds where those bytes end before the pickle."""
+    try:
+        return _PlainData(handle).load()
+    except _Refused as exc:
+        raise SourceError(_refusal(path, exc, _asking_offset(path))) from None
+    except (EOFError, *_LOAD_ERRORS) as exc:
+        cut = isinstance(exc, EOFError) or "truncated" in str(exc)
+        if cut and not whole:
+            raise _HeadEnds from None
+        if cut:
+            raise SourceError(f"{path}: cut short: the pickle ends at byte {size} before it is complete "
+                              f"({_printable(str(exc))})") from None
+        raise SourceError(f"{path}: not a readable pickle ({size} bytes): {type(exc).__name__}: "
+                          f"{_printable(str(exc))}") from None
+
+
 def load_plain(path: Path):
     """The pickled object, or SourceError naming the file and what went wrong where."""
     size = path.stat().st_size
+    if size == 0:
+        raise SourceError(f"{path}: empty file (0 bytes), no pickle")
     with open(path, "rb") as handle:
-        unpickler = _PlainData(handle)
-        try:
-            return unpickler.load()
-        except _Refused as exc:
-            raise SourceError(
-                f"{path}: refused: the pickle asks for {exc} ({_asking_offset(path)}); a memory snapshot "
-                "is plain dicts and lists, and rlwh runs no pickle code") from None
-        except EOFError as exc:
-            raise SourceError(
-                f"{path}: cut short: the pickle ends at byte {size} before it is complete ({exc})") from None
-        except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-                MemoryError, RecursionError, UnicodeDecodeError, OverflowError) as exc:
-            if "truncated" in str(exc):
-                raise SourceError(f"{path}: cut short: the pickle ends at byte {size} before it is complete "
-                                  f"({exc})") from None
-            raise SourceError(f"{path}: not a readable pickle ({size} bytes): {type(exc).__name__}: {exc}") from None
+        return _unpickle(handle, path, size)
+
+
+HEAD_BYTES = 1 << 20
+
+
+def head_verdict(path: Path, head_bytes: int = HEAD_BYTES) -> str | None:
+    """What load_plain would say of `path` where its first head_bytes already say it (a
+    global it asks for, an opcode that is none), else None: `rlwh check` judges a pickle
+    too large to load whole by its head, in ingest's words. The unpickler reads in order,
+    so an error inside the head is the whole file's first error. (A MiB, not check's
+    64 KiB head: protocol 4 reads a frame of up to 64 KiB whole before its first opcode.)"""
+    with open(path, "rb") as handle:
+        head = handle.read(head_bytes)
+    try:
+        _unpickle(io.BytesIO(head), path, path.stat().st_size, whole=False)
+    except SourceError as exc:
+        return str(exc)
+    except _HeadEnds:
+        return None
+    return None
 
 
 def _device_kind(snapshot: dict) -> str:
@@ -361,23 +405,57 @@ def _write(sink: TableSink, table: str, rows: list[dict], schema: pa.Schema) -> 
         sink.write(table, pa.RecordBatch.from_pylist(rows[start:start + BATCH_ROWS], schema=schema))
 
 
-def snapshot_verdict(snapshot, path: Path) -> str | None:
-    """None for a memory snapshot, else why this unpickled object is none (ingest's and
-    `rlwh check`'s words for an ignored pickle)."""
-    if isinstance(snapshot, dict) and "segments" in snapshot:
-        return None
-    found = f"a dict with keys {sorted(map(str, snapshot))[:6]}" if isinstance(snapshot, dict) else \
-        f"a {type(snapshot).__name__}"
-    return f"{path}: not a memory snapshot (a dict with segments and device_traces); found {found}"
+NOT_A_SNAPSHOT = ("not a memory snapshot (a dict with segments and device_traces, as "
+                  "torch.cuda.memory._snapshot() returns, or a list of segments, as torch.cuda.memory_snapshot() does)")
+LIST_FORMAT = ("an old list-format snapshot (a list of segments, as torch.cuda.memory_snapshot() returns): "
+               "segments only, no device_traces")
+_SEGMENT_KEYS = ("total_size", "blocks")
+
+
+def _shown_keys(d: dict) -> str:
+    keys = sorted(d, key=str)
+    shown = ", ".join(repr(k)[:40] for k in keys[:6])
+    return shown + (f", ... ({len(keys)} keys)" if len(keys) > 6 else "")
+
+
+def _found(obj) -> str:
+    """What a pickle that is no snapshot holds, in a few printable words."""
+    if isinstance(obj, dict):
+        return f"a dict with keys {_shown_keys(obj)}" if obj else "an empty dict"
+    if isinstance(obj, list):
+        if not obj:
+            return "an empty list"
+        first = obj[0]
+        if isinstance(first, dict):
+            what = f"a dict with keys {_shown_keys(first)}" if first else "an empty dict"
+        else:
+            what = f"a {type(first).__name__}"
+        return f"a list of {len(obj)} items, the first {what}"
+    return f"a {type(obj).__name__}"
+
+
+def _is_segment_list(obj) -> bool:
+    return (isinstance(obj, list) and bool(obj)
+            and all(isinstance(s, dict) and all(k in s for k in _SEGMENT_KEYS) for s in obj))
+
+
+def as_snapshot(obj, path: Path) -> dict:
+    """The unpickled object as a snapshot dict (a list of segments, the old format, becomes
+    one without device_traces); SourceError when it is none: ingest and `rlwh check` fail
+    such a pickle in these words (one kept beside a profile under a snapshot's name is
+    more likely a snapshot gone wrong than data to pass over)."""
+    if isinstance(obj, dict) and "segments" in obj:
+        return obj
+    if _is_segment_list(obj):
+        return {"segments": obj, "device_traces": []}
+    raise SourceError(f"{path}: {NOT_A_SNAPSHOT}; found {_found(obj)}")
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
-    """A plain-data pickle that is no snapshot is ignored (users keep other pickles near their
-    profiles); one that asks for code, or is cut, fails."""
-    snapshot = load_plain(path)
-    not_one = snapshot_verdict(snapshot, path)
-    if not_one:
-        return ReadOutcome(status="ignored", message=not_one)
+    """A pickle that is no snapshot, asks for code or is cut fails; an old list-format
+    snapshot loads its segments."""
+    loaded = load_plain(path)
+    snapshot = as_snapshot(loaded, path)
     kind = _device_kind(snapshot)
     stacks = _Stacks()
     segment_devices, held = _segments(path, snapshot, kind, stacks, sink)
@@ -393,4 +471,4 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         return ReadOutcome(status="partial", rank=rank, message=(
             f"{path}: segments and device_traces disagree, so the allocator's live bytes replayed from the "
             f"segments may be off there (every row is loaded): {'; '.join(disagree)}"))
-    return ReadOutcome(rank=rank)
+    return ReadOutcome(rank=rank, message=f"{path}: {LIST_FORMAT}" if isinstance(loaded, list) else None)

@@ -2,7 +2,8 @@
 
     .venv/bin/python tests/data/bad/make_bad_files.py
 
-One folder per case, holding the one damaged file under the name the profiler gives it;
+One folder per case, holding the one damaged file under the name the profiler gives it
+(or, for a memory snapshot, a name users give it: memory_snapshot.pickle);
 tests/test_bad_inputs.py puts each into its own rank dir beside a good one and says what
 must happen to it. Cases too big to commit (10 MB lines, deep nesting) and those the file
 system must make (permissions, FIFOs, symlink loops, non-UTF-8 names, a full disk) are
@@ -12,6 +13,7 @@ made by the tests at run time.
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -94,6 +96,16 @@ def cases() -> dict[str, tuple[str, bytes]]:
         # group_list.pt
         "gmm_empty": ("group_list.pt", b""),
         "gmm_garbage": ("group_list.pt", bytes(range(256)) * 4),
+        # a memory snapshot's name (*.pickle), written as protocol-0 bytes (stable across Pythons)
+        "pickle_not_snapshot": ("memory_snapshot.pickle", pickle.dumps({"step": 3, "\x1b[31mloss": 0.25}, protocol=0)),
+        "pickle_empty": ("memory_snapshot.pickle", b""),
+        "pickle_garbage": ("memory_snapshot.pickle", b"\x07\xff\xfe" + bytes(range(256))),
+        "pickle_asks_for_code": ("memory_snapshot.pickle",
+                                 b"(dp0\nVsegments\np1\n(lp2\nsVx\np3\ncos\nsystem\np4\n"
+                                 b"(Vtouch rlwh-hostile-ran\np5\ntp6\nRp7\ns."),
+        "pickle_cut": ("memory_snapshot.pickle", pickle.dumps(
+            {"segments": [{"device": 0, "address": 4096, "total_size": 2097152, "blocks": []}],
+             "device_traces": [[]]}, protocol=0)[:-20]),
     }
 
 
