@@ -61,11 +61,11 @@ class _Tables(HTMLParser):
             self._cell["text"] += data
 
 
-def page_tables(page: Path, view: str) -> list[dict]:
-    """Every table of `view` on the page: its role, its rows as dicts by the view's column names
-    (a cell's exact ns where it has one, else its text) and the texts shown."""
+def page_tables(page: Path | str, view: str) -> list[dict]:
+    """Every table of `view` on the page (a path, or its text): its role, its rows as dicts by
+    the view's column names (a cell's exact ns where it has one, else its text) and the texts shown."""
     parser = _Tables()
-    parser.feed(page.read_text(encoding="utf-8"))
+    parser.feed(page.read_text(encoding="utf-8") if isinstance(page, Path) else page)
     out = []
     for table in parser.tables:
         if table["view"] != view:

@@ -177,10 +177,11 @@ def _phase_ranges(rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda r: (r["depth"], r["rank_id"], r["start_ns"]))  # outer ones drawn first
 
 
-def _phase_hover(r: dict, when) -> str:
+def _phase_hover(r: dict, when, reference: int | None) -> str:
     origin = label(r["source"]) + ("" if r["domain"] == "default" else f" (domain {label(r['domain'])})")
     lines = [f"rank {r['rank_id']} · phase {label(r['phase'])}", f"{origin}, capture {label(r['capture'])}",
-             f"CPU range from {when(r['start_ns'])}, {r['dur_ns'] / 1e6:,.3f} ms"]
+             f"CPU range from {when(r['start_ns'])}, {r['dur_ns'] / 1e6:,.3f} ms"
+             + _shift_text(r["rank_id"], r["shift_ns"], reference)]
     for d in r["devices"]:
         lines.append(f"{label(d['device'])}: {d['activities']:,} activities launched in it, device window "
                      f"{d['window_ns'] / 1e6:,.3f} ms")
@@ -190,7 +191,7 @@ def _phase_hover(r: dict, when) -> str:
     return "<br>".join(lines)
 
 
-def _phase_bars(ranges: list[dict], axis: "_Axis", when) -> list[dict]:
+def _phase_bars(ranges: list[dict], axis: "_Axis", when, reference: int | None) -> list[dict]:
     """One bar per phase range on its rank's phase lane, coloured by phase, named where it fits."""
     names = list(dict.fromkeys(r["phase"] for r in sorted(ranges, key=lambda r: r["start_ns"])))
     color = {name: PHASE_COLORS[k % len(PHASE_COLORS)] for k, name in enumerate(names)}
@@ -203,7 +204,7 @@ def _phase_bars(ranges: list[dict], axis: "_Axis", when) -> list[dict]:
         "textfont": {"size": 10, "color": "#1d2330"},
         # the recorded CPU range (before any clock shift): what phase_device_time's start_ns, end_ns hold
         "customdata": [[r["start_ns"] + r["shift_ns"], r["end_ns"] + r["shift_ns"]] for r in ranges],
-        "hovertext": [_phase_hover(r, when) for r in ranges], "hoverinfo": "text",
+        "hovertext": [_phase_hover(r, when, reference) for r in ranges], "hoverinfo": "text",
         "marker": {"color": [color[r["phase"]] for r in ranges], "line": {"color": "#5b6675", "width": 0.5}},
     }]
 
@@ -255,6 +256,7 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
             for row in [span_row[k]] + ([label(f"rank {k} · phases")] if k in with_phases else [])
             + [label(f"rank {k} · {lane}") for lane in lane_names[k]]]
     reference = clocks[0]["reference_rank"] if clocks else None
+    shift_of = {c["rank_id"]: c["applied_offset_ns"] for c in clocks or []}  # what the device queries subtracted
 
     def when(ns: int) -> str:
         return f"{utc_text(ns)} UTC" if epoch else f"{ns / 1e9:,.6f} s on the {label(clock)} clock"
@@ -265,7 +267,7 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
                               f"<br>{r['dur_ns'] / 1e6:,.3f} ms"
                               + _shift_text(r["rank_id"], r["shift_ns"], reference)))
     if ranges:
-        traces += _phase_bars(ranges, axis, when)
+        traces += _phase_bars(ranges, axis, when, reference)
     for lane in LANES:
         mine = [r for r in lanes if r["lane"] == lane]
         if mine and binned:
@@ -275,7 +277,8 @@ def _role_figure(index: int, clock: str, role: str, color: str, spans: list[dict
                             f"device {lane}", LANE_COLORS[lane],
                             lambda r: (f"rank {r['rank_id']} · device {r['lane']}"
                                        + (f" ({r['ops']:,} ops, overlapping ones once)" if r["ops"] else "")
-                                       + f"<br>start {when(r['start_ns'])}<br>{r['dur_ns'] / 1e6:,.3f} ms"))
+                                       + f"<br>start {when(r['start_ns'])}<br>{r['dur_ns'] / 1e6:,.3f} ms"
+                                       + _shift_text(r["rank_id"], shift_of.get(r["rank_id"], 0), reference)))
     xaxis, shapes, annotations = axis.layout(role, clock)
     layout = {
         "barmode": "overlay", "height": 170 + 26 * len(rows), "margin": {"l": 220, "r": 20, "t": 10, "b": 70},
