@@ -342,10 +342,12 @@ def test_role_timeline_draws_device_lanes_under_each_rank(demo):
     figures = _figures((demo["out"] / "demo-run" / "role_timeline.html").read_text(encoding="utf-8"))
     actor = next(f for f in figures if any(t["name"] == "actor_update" for t in f["data"]))
     rows = actor["layout"]["yaxis"]["categoryarray"]
-    assert rows == [f"{row}" for k in (0, 1) for row in (f"actor_update · rank {k}", f"rank {k} · compute",
-                                                         f"rank {k} · communication", f"rank {k} · idle")]
+    assert rows == [f"{row}" for k in (0, 1) for row in (f"actor_update · rank {k}", f"rank {k} · phases",
+                                                         f"rank {k} · compute", f"rank {k} · communication",
+                                                         f"rank {k} · idle")]
     lanes = {t["name"] for t in actor["data"]}
-    assert lanes == {"actor_update", "device compute", "device communication", "device idle"}
+    assert lanes == {"actor_update", "phase ranges (CPU side)", "device compute", "device communication",
+                     "device idle"}
 
 
 def test_collectives_page_per_role_names_the_late_rank(demo):
@@ -624,6 +626,7 @@ def test_queries_read_only_public_views():
     allowed = {"memory_timeline", "memory_peak", "memory_peak_breakdown", "memory_blocks", "role_timeline",
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
                "collectives", "stragglers", "clock_offsets",  # who waits for whom, on whose clock
+               "phase_device_time", "device_time", "device_idle",  # the role timeline's device tables
                "memory_usage", "npu_module_memory",  # public base tables no view adds to
                "device_ops",  # the device lanes: kernels as they ran (device_time sums them away)
                "duckdb_tables", "information_schema",  # the catalog: does this warehouse have those tables yet

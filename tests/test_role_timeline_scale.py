@@ -142,3 +142,35 @@ def test_bars_are_bins_and_the_page_says_so(wide):
         idle = [t for t in figure["data"] if t["name"] == "device idle (busy per bin)"]
         assert idle and all(v > 0 for v in idle[0]["customdata"])
 
+
+
+def test_every_rank_has_its_phase_lane_and_its_table_rows(wide):
+    """16 ranks: each has a phase lane and a row in each table; device_time's compute is the union
+    of the rank's own kernels, the phase's that of every kernel the rank started inside the range
+    (phase_device_time matches work on (run, rank_id), whichever capture: here both roles run on
+    ranks 0-7 at once, so a phase counts the other role's kernels too)."""
+    from test_report_role_timeline import page_tables
+
+    for figure in wide["figures"]:
+        rows = figure["layout"]["yaxis"]["categoryarray"]
+        assert [r for r in rows if r.endswith(" · phases")] == [f"rank {k} · phases" for k in range(8)]
+    ops = wide["ops"]
+    for table in page_tables(wide["page"], "phase_device_time"):
+        role = table["role"]
+        got = {int(r["rank_id"]): r["compute_ns"] for r in table["rows"]}
+        expected = {}
+        for rank in range(8):
+            mine = [o for o in ops if (o["role"], o["rank_id"]) == (role, rank)]
+            start, end = min(o["start_ns"] for o in mine), max(o["end_ns"] for o in mine)
+            expected[rank] = _union([(o["start_ns"], o["end_ns"]) for o in ops if o["rank_id"] == rank
+                                     and o["kind"] == "compute" and start <= o["start_ns"] < end])
+        assert got == expected
+    tables = page_tables(wide["page"], "device_time, device_idle")
+    assert sorted(t["role"] for t in tables) == list(ROLES)
+    for table in tables:
+        assert {int(r["rank_id"]): r["compute_ns"] for r in table["rows"]} == {
+            rank: _union([(o["start_ns"], o["end_ns"]) for o in ops
+                          if (o["role"], o["rank_id"], o["kind"]) == (table["role"], rank, "compute")])
+            for rank in range(8)}
+    clocks = page_tables(wide["page"], "clock_offsets")
+    assert [sorted(int(r["rank_id"]) for r in t["rows"]) for t in clocks] == [list(range(8))] * 2

@@ -21,6 +21,7 @@ MAX_POINTS = 2 * BUCKETS  # fewer events than this are drawn unreduced
 MAX_BARS = 2000  # allocation bars per panel: the largest of each bucket above this
 HOVER_BUDGET = 20_000_000  # (block, point) pairs the live-block lists may cost
 MAX_SPANS = 20_000  # role timeline bars; the longest are kept
+MAX_PHASES = 5_000  # phase ranges drawn on the role timeline; the longest are kept
 MAX_HEATMAPS = 48  # GMM heatmaps on one page
 MIB = 1048576
 
@@ -135,11 +136,39 @@ class MemoryTimelinePage(Page):
     )
 
 
+@dataclass
+class Cell:
+    text: str
+    ns: int | None = None  # the view's exact figure a ms cell shows (its data-ns)
+    shares: list[tuple[str, float]] | None = None  # (part, % of the window): a stacked bar in the cell
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    note: str
+    view: str  # the public views its figures come from, named on the page
+    columns: list[tuple[str, str]]  # (name: the view's column or the table's own, heading)
+    rows: list[list[Cell]]
+    queries: list[QueryText]
+    legend: list[tuple[str, str]] = field(default_factory=list)  # (part, words) of the cells' stacked bars
+
+
+@dataclass
+class RoleSection:
+    role: str
+    figure: Figure | None  # None: a role with device tables and no span to draw
+    tables: list[Table]
+
+
 @dataclass(kw_only=True)
 class RoleTimelinePage(Page):
     run: str = _help("Run name.")
-    figures: list[Figure] = _help("One Gantt chart of role_timeline spans per (clock, role), epoch first, with each "
-                                  "rank's device lanes under its spans.")
+    sections: list[RoleSection] = _help(
+        "One Gantt chart of role_timeline spans per (clock, role), epoch first, each rank's phase ranges and device "
+        "lanes under its spans; under a role's first chart its tables: device time per phase (phase_device_time), "
+        "clocks across ranks (clock_offsets), device time and why it idled (device_time, device_idle).")
 
 
 @dataclass(kw_only=True)

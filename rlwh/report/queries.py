@@ -44,12 +44,23 @@ where run = $run
 order by role, rank_id
 """
 
+# Each rank's shift onto its role's reference clock: clock_offsets.applied_offset_ns, not
+# 0 only where the role's clocks are aligned (the rule is in sql/clock_offsets.sql). The
+# timeline subtracts it from every epoch time of the rank, as collectives does.
+_CLOCK_SHIFTS = """shifts as (
+  select role, rank_id, applied_offset_ns from clock_offsets where run = $run and applied_offset_ns <> 0
+),
+"""
+
 # Each clock is drawn on its own axis: an NVTX export's session clock is not the epoch.
 ROLE_TIMELINE = """
-with spans as (
-  select clock, role, rank_id, capture, source, name, start_ns, end_ns, dur_ns
-  from role_timeline
-  where run = $run
+with """ + _CLOCK_SHIFTS + """spans as (
+  select t.clock, t.role, t.rank_id, t.capture, t.source, t.name, t.dur_ns,
+    coalesce(s.applied_offset_ns, 0) as shift_ns,
+    t.start_ns - coalesce(s.applied_offset_ns, 0) as start_ns, t.end_ns - coalesce(s.applied_offset_ns, 0) as end_ns,
+  from role_timeline as t
+  left join shifts as s on t.clock = 'epoch' and s.role = t.role and s.rank_id = t.rank_id
+  where t.run = $run
 )
 select *, count(*) over (partition by clock) as total_spans
 from spans
@@ -57,13 +68,16 @@ qualify row_number() over (partition by clock order by dur_ns desc, start_ns) <=
 order by clock, role, rank_id, start_ns
 """
 
-# The first steps of both device queries below: each rank's device ops on the compute,
-# communication and busy lanes, numbered by the union island (overlapping ops on several
-# streams are one island) each belongs to.
-_DEVICE_OPS_NUMBERED = """ops as (
-  select role, rank_id, capture, kind, start_ns, end_ns
-  from device_ops
-  where run = $run and kind <> 'other' and end_ns > start_ns
+# The first steps of both device queries below: each rank's device ops (shifted onto its
+# role's reference clock where aligned) on the compute, communication and busy lanes,
+# numbered by the union island (overlapping ops on several streams are one island) each
+# belongs to.
+_DEVICE_OPS_NUMBERED = _CLOCK_SHIFTS + """ops as (
+  select d.role, d.rank_id, d.capture, d.kind,
+    d.start_ns - coalesce(s.applied_offset_ns, 0) as start_ns, d.end_ns - coalesce(s.applied_offset_ns, 0) as end_ns,
+  from device_ops as d
+  left join shifts as s on s.role = d.role and s.rank_id = d.rank_id
+  where d.run = $run and d.kind <> 'other' and d.end_ns > d.start_ns
 ),
 lanes as (
   select role, rank_id, capture, kind as lane, start_ns, end_ns from ops where kind in ('compute', 'communication')
@@ -157,6 +171,70 @@ idle as (
 select role, rank_id, lane, bin, start_ns, width_ns, busy_ns
 from (select * from binned where lane <> 'busy' union all select * from idle where busy_ns > 0)
 order by role, rank_id, lane, bin
+"""
+
+# Each phase range the device worked for (phase_device_time), its CPU range on the rank's
+# aligned clock, one row per device it used; the $max_phases longest ranges.
+PHASE_RANGES = """
+with """ + _CLOCK_SHIFTS + """phases as (
+  select p.role, p.rank_id, p.capture, p.phase, p.source, p.domain, p.step, p.device, p.activities,
+    p.start_ns - coalesce(s.applied_offset_ns, 0) as start_ns, p.end_ns - coalesce(s.applied_offset_ns, 0) as end_ns,
+    p.end_ns - p.start_ns as dur_ns, coalesce(s.applied_offset_ns, 0) as shift_ns,
+    p.window_ns, p.compute_ns, p.communication_ns, p.exposed_communication_ns, p.memcpy_ns, p.idle_ns,
+    dense_rank() over (order by p.end_ns - p.start_ns desc, p.start_ns, p.rank_id, p.role, p.phase, p.capture)
+      as longest,
+  from phase_device_time as p
+  left join shifts as s on s.role = p.role and s.rank_id = p.rank_id
+  where p.run = $run
+)
+select * exclude (longest), max(longest) over () as total_ranges
+from phases
+qualify longest <= $max_phases
+order by role, rank_id, start_ns, end_ns desc, device
+"""
+
+# What the device did for each phase on each rank: phase_device_time summed over the
+# phase's ranges on the rank (and the devices they used), phases in the order they began
+# (of two that began together, the one with the longer range, the enclosing one, first).
+PHASE_TIME = """
+select role, phase, rank_id, count(*) as ranges, sum(activities)::bigint as activities,
+  sum(window_ns)::bigint as window_ns, sum(compute_ns)::bigint as compute_ns,
+  sum(communication_ns)::bigint as communication_ns,
+  sum(exposed_communication_ns)::bigint as exposed_communication_ns, sum(memcpy_ns)::bigint as memcpy_ns,
+  sum(idle_ns)::bigint as idle_ns,
+  min(min(start_ns)) over (partition by role, phase) as phase_start_ns,
+  max(max(end_ns - start_ns)) over (partition by role, phase) as longest_range_ns,
+from phase_device_time
+where run = $run
+group by role, phase, rank_id
+order by role, phase_start_ns, longest_range_ns desc, phase, rank_id
+"""
+
+# Each rank's device time (device_time) beside why it idled (device_idle), summed over
+# its steps, captures and devices.
+DEVICE_BY_RANK = """
+with device as (
+  select role, rank_id, count(*) as steps, sum(window_ns)::bigint as window_ns,
+    sum(window_ns - idle_ns)::bigint as busy_ns, sum(compute_ns)::bigint as compute_ns,
+    sum(communication_ns)::bigint as communication_ns,
+    sum(exposed_communication_ns)::bigint as exposed_communication_ns, sum(memcpy_ns)::bigint as memcpy_ns,
+    sum(idle_ns)::bigint as idle_ns, string_agg(distinct method, ', ' order by method) as methods,
+  from device_time
+  where run = $run
+  group by role, rank_id
+),
+idle as (
+  select role, rank_id, sum(gaps)::bigint as gaps, sum(idle_ns)::bigint as gap_ns,
+    sum(host_wait_ns)::bigint as host_wait_ns, sum(kernel_wait_ns)::bigint as kernel_wait_ns,
+    sum(other_wait_ns)::bigint as other_wait_ns, sum(unlinked_ns)::bigint as unlinked_ns,
+  from device_idle
+  where run = $run
+  group by role, rank_id
+)
+select *
+from device
+full join idle using (role, rank_id)
+order by role, rank_id
 """
 
 # The collectives page: every rank's arrival at every collective instance of a role, and

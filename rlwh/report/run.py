@@ -40,7 +40,7 @@ from rlwh.report.context import (
 )
 from rlwh.report.gmm import gmm_heatmaps
 from rlwh.report.memory import memory_panels
-from rlwh.report.timeline import role_timeline_figures
+from rlwh.report.role_tables import role_sections
 from rlwh.report.train_metrics import train_metric_figures
 
 
@@ -130,9 +130,9 @@ def render_run(s: ReportSession, run: dict, out: Path,
     skew = s.skew(name)
     links: list[Link] = []
 
-    timelines = role_timeline_figures(s, name)
-    if timelines:
-        page: Page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, figures=timelines)
+    sections = role_sections(s, name)
+    if sections:
+        page: Page = RoleTimelinePage(**base(f"Role timeline · {name}"), run=name, sections=sections)
         written.append(_write(out, run_dir / "role_timeline.html", "role_timeline.html", page))
         links.append(Link("Role timeline (Gantt of role spans)", "role_timeline.html"))
     for page_facts in collectives_pages(s, name):
