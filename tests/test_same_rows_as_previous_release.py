@@ -22,6 +22,7 @@ CHANGED_ON_PURPOSE = {
     "stragglers": "nobody is charged for a mismatched instance or beyond a capped wait",
     "rank_skew": "built on stragglers",
     "kernel_stats": "its share of device time is built on device_time",
+    "memory_peak": "a snapshot's reserved bytes from its segments; a row where its trace allocates nothing",
 }
 NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth"}
 
