@@ -22,8 +22,10 @@ CHANGED_ON_PURPOSE = {
     "stragglers": "nobody is charged for a mismatched instance or beyond a capped wait",
     "rank_skew": "built on stragglers",
     "kernel_stats": "its share of device time is built on device_time",
+    "sources": "communication_matrix.json is loaded (was ignored); a db export counts its CommAnalyzerMatrix links",
 }
-NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth"}
+NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth",
+                       "communication_links", "slowest_links"}
 
 pytestmark = pytest.mark.slow
 

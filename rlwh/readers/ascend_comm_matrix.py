@@ -98,9 +98,8 @@ def _rank(value, what: str) -> int:
 def link_row(step: int | None, op_kind: str | None, label: str, src, dst, figures: dict) -> dict:
     """One communication_links row (without source_row) from an entry's parts; BadLink
     when a figure is no number or a rank no integer."""
-    name, at, group = label.rpartition("@")
-    if not at:
-        name, group = label, None
+    before, at, after = label.rpartition("@")
+    name, group = (before, after) if at else (label, None)
     transport, op_name = figures.get("Transport Type"), figures.get("Op Name")
     return {
         "step": step, "op_kind": op_kind, "name": name, "group": group,

@@ -12,6 +12,7 @@ the db, that file is loaded instead.
 from __future__ import annotations
 
 import sqlite3
+
 import pyarrow as pa
 
 from rlwh.readers.ascend_comm_matrix import BANDWIDTH, SCHEMA, SIZE, TIME, BadLink, link_row, step_of
