@@ -74,7 +74,7 @@ def test_every_link_of_the_text_export_lands_as_the_file_records_it(alexnet, ran
     # The file is loaded now, not ignored.
     status = con.execute("select kind, status, rows from sources where path = ?",
                          [f"{capture}/{OUTPUT}/communication_matrix.json"]).fetchone()
-    assert status == ("ascend_communication_matrix", "ok", 48)
+    assert status == ("ascend_comm_matrix", "ok", 48)
 
 
 @pytest.mark.parametrize("rank", [0, 1])

@@ -337,7 +337,7 @@ def _usage_csv(fmt_name: str):
 
 # What each reader says of an empty file (the readers with a look of their own say it there).
 _EMPTY = {"ascend_trace": "{rel}: empty file ({size} bytes), no trace events"}
-_READERS_OWN = ("ascend_info", "ascend_communication_matrix", "gmm_group_list", "ascend_memory_csv",
+_READERS_OWN = ("ascend_info", "ascend_comm_matrix", "gmm_group_list", "ascend_memory_csv",
                 "ascend_memory_record_csv", "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
 
 _LOOKS = {
@@ -347,7 +347,7 @@ _LOOKS = {
     "nvtx_jsonl": _nvtx,
     "ascend_info": _readers_own(_ascend_info),
     "gmm_group_list": _readers_own(_gmm),
-    "ascend_communication_matrix": _communication_matrix,
+    "ascend_comm_matrix": _communication_matrix,
     "ascend_memory_csv": _readers_own(_operator_memory),
     "ascend_memory_record_csv": _readers_own(_usage_csv("MEMORY_RECORD")),
     "ascend_npu_module_mem_csv": _readers_own(_usage_csv("NPU_MODULE_MEM")),

@@ -81,7 +81,7 @@ RULES: tuple[Rule, ...] = (
     # A rank dir's device activity comes from one file (see one_device_source).
     Rule("ascend_kernel_details_csv", r"kernel_details\.csv", "output"),
     Rule(IGNORED, r"communication\.json", "output", reason=COMMUNICATION_JSON_ALONE),
-    Rule("ascend_communication_matrix", r"communication_matrix\.json", "output"),
+    Rule("ascend_comm_matrix", r"communication_matrix\.json", "output"),
     Rule(IGNORED, r"(operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
          r"task_time|data_preprocess|dataset)\.(csv|json)", "output",
          reason="an Ascend analysis export rlwh does not load (per-kernel and summary tables)"),

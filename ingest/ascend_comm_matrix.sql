@@ -1,4 +1,4 @@
--- job: ascend_communication_matrix
+-- job: ascend_comm_matrix
 -- reader: rlwh.readers.ascend_comm_matrix
 -- fills: communication_links
 -- communication_matrix.json (ASCEND_PROFILER_OUTPUT of a text export): one row per link of
