@@ -50,10 +50,12 @@ create or replace view collective_bandwidth (
   mismatched
 ) as
 with sizes as (
+  -- Type names as the sources spell them, lowercased: HCCL's (FP32, BFP16 in the db export's
+  -- ENUM_HCCL_DATA_TYPE, INT128) and PyTorch's (Float, BFloat16, Half, Long).
   select * from (values
-    ('fp64', 8), ('double', 8), ('float64', 8), ('int64', 8), ('long', 8), ('uint64', 8),
+    ('int128', 16), ('fp64', 8), ('double', 8), ('float64', 8), ('int64', 8), ('long', 8), ('uint64', 8),
     ('fp32', 4), ('float', 4), ('float32', 4), ('int32', 4), ('int', 4), ('uint32', 4),
-    ('fp16', 2), ('half', 2), ('float16', 2), ('bf16', 2), ('bfloat16', 2), ('int16', 2), ('short', 2),
+    ('fp16', 2), ('half', 2), ('float16', 2), ('bf16', 2), ('bfp16', 2), ('bfloat16', 2), ('int16', 2), ('short', 2),
     ('uint16', 2), ('int8', 1), ('uint8', 1), ('char', 1), ('byte', 1), ('bool', 1), ('fp8', 1),
     ('float8_e4m3fn', 1), ('float8_e5m2', 1), ('hif8', 1)
   ) as v(data_type, element_bytes)

@@ -51,8 +51,17 @@ def _drop_views(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f'drop view "{schema}"."{view}"')
 
 
+def undo_0013(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop communication_links, added by migration 0013 (the views that read it go first)."""
+    _drop_views(con)
+    con.execute("drop table communication_links")
+    con.execute("delete from internal.migrations where version >= 13")
+
+
 def undo_0012(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop device_ops.seq_is_global, added by migration 0012 (the views that read it go first)."""
+    """Drop device_ops.seq_is_global, added by migration 0012 (the views that read it go first).
+    Migration 0013 is undone first."""
+    undo_0013(con)
     _drop_views(con)
     con.execute("alter table device_ops drop column seq_is_global")
     con.execute("delete from internal.migrations where version >= 12")

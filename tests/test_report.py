@@ -243,6 +243,17 @@ def build_hostile_report(tmp: Path) -> Path:
     return out
 
 
+def build_alexnet_report(tmp: Path) -> Path:
+    """The real alexnet text export (two Ascend ranks whose profiler wrote a communication
+    matrix) ingested as run "alexnet" and rendered; returns its collectives page (role "text")."""
+    config = _config(tmp)
+    profile = tmp / "profile" / "text"
+    shutil.copytree(FIXTURES / "real/ascend/msinsight-alexnet-level1/text", profile)
+    assert ingest(profile, config, run="alexnet").failed == 0
+    report.build_report(config, out=tmp / "reports", run="alexnet")
+    return tmp / "reports" / "alexnet" / "collectives" / "text.html"
+
+
 def shared_demo(tmp_path_factory) -> dict:
     """The demo report, built once per test run (this module and the browser test share it,
     on whichever xdist workers they run)."""
@@ -365,6 +376,28 @@ def test_collectives_page_per_role_names_the_late_rank(demo):
         assert "<td>1</td>" in page  # the stragglers table names rank 1
     index = (demo["out"] / "demo-run" / "index.html").read_text(encoding="utf-8")
     assert "collectives/actor_update.html" in index
+
+
+def test_collectives_page_lists_each_step_s_slowest_links(tmp_path):
+    """The table's rows: the matrix totals between ranks, slowest first, as computed here from
+    the raw communication_matrix.json of both ranks."""
+    page = build_alexnet_report(tmp_path).read_text(encoding="utf-8")
+    links = []
+    for rank in (0, 1):
+        path = FIXTURES / f"real/ascend/msinsight-alexnet-level1/text/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT"
+        data = json.loads((path / "communication_matrix.json").read_text(encoding="utf-8"))
+        for label, per_link in data["step50"]["collective"].items():
+            for link, f in per_link.items():
+                src, dst = (int(x) for x in link.split("-"))
+                if label.startswith("allreduce-total@") and src != dst:
+                    links.append((f["Bandwidth(GB/s)"], rank, dst, f["Transport Type"]))
+    links.sort()
+    want = [(f"{k} of {len(links)}", str(rank), str(dst) if dst in (0, 1) else f"group rank {dst}", transport,
+             f"{gbps:,.2f}") for k, (gbps, rank, dst, transport) in enumerate(links[:10], start=1)]
+    table = page[page.index("Slowest links"):]
+    got = re.findall(r"<tr><td>50</td><td>([^<]+)</td><td>(\d+)</td><td>([^<]+)</td><td>allreduce</td>"
+                     r"<td>(\w+)</td><td>[^<]+</td><td>[^<]+</td><td>([^<]+)</td>", table)
+    assert len(links) == 14 and got == want
 
 
 def test_role_timeline_draws_each_clock_on_its_own_axis(shaped):
@@ -627,6 +660,7 @@ def test_queries_read_only_public_views():
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
                "collectives", "stragglers", "clock_offsets",  # who waits for whom, on whose clock
                "phase_device_time", "device_time", "device_idle",  # the role timeline's device tables
+               "slowest_links",  # how fast the links are
                "memory_usage", "npu_module_memory",  # public base tables no view adds to
                "device_ops",  # the device lanes: kernels as they ran (device_time sums them away)
                "duckdb_tables", "information_schema",  # the catalog: does this warehouse have those tables yet

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_report import HOSTILE, build_hostile_report, shaped_report, shared_demo
+from test_report import HOSTILE, build_alexnet_report, build_hostile_report, shaped_report, shared_demo
 
 pytestmark = pytest.mark.slow  # starts a browser; the demo report it reads takes an ingest
 
@@ -226,6 +226,16 @@ def test_every_demo_page_draws_without_errors(browser, tmp_path_factory):
     assert [known["op"], f"{known['size_bytes'] / 1048576:.3f}"] == got["rows"][0][:2]
     assert known["op"] in got["hoverText"]
     assert got["stack"] in known["stacks"], got["stack"][:200]
+
+
+def test_the_collectives_page_with_slowest_links_draws_without_errors(browser, tmp_path):
+    page = build_alexnet_report(tmp_path)
+    _check_every_page(browser, page.parent)
+    browser.open(page, charts=True)
+    rows = browser.evaluate("""[...document.querySelectorAll('table')].filter(
+      t => t.querySelector('th') && [...t.querySelectorAll('th')].some(h => h.textContent === '× median')
+    ).map(t => t.querySelectorAll('tbody tr').length)""")
+    assert rows == [10]  # the ten slowest of the step's 14 links
 
 
 def test_hostile_names_render_as_text(browser, tmp_path):

@@ -23,8 +23,10 @@ CHANGED_ON_PURPOSE = {
     "rank_skew": "built on stragglers",
     "kernel_stats": "its share of device time is built on device_time",
     "memory_peak": "a snapshot's reserved bytes from its segments; a row where its trace allocates nothing",
+    "sources": "communication_matrix.json is loaded (was ignored); a db export counts its CommAnalyzerMatrix links",
 }
-NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth"}
+NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth",
+                       "communication_links", "slowest_links"}
 
 pytestmark = pytest.mark.slow
 

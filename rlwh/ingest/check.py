@@ -30,6 +30,7 @@ _INFO_LIMIT = 1 << 20
 # A pickle is loaded whole (as ingest will, running no code) up to this size, so check
 # says what ingest will, in its words; a larger one is judged by its first bytes.
 _PICKLE_LOAD_LIMIT = 64 << 20
+_MATRIX_LOAD_LIMIT = 64 << 20
 
 
 @dataclass
@@ -312,6 +313,23 @@ def _ascend_info(path: Path) -> None:
             rank_id_of(info, path)
 
 
+def _communication_matrix(f: SourceFile, head: bytes) -> list[Problem]:
+    """communication_matrix.json is read whole by its reader (a few MB at most): check reads
+    it the same way, so a damaged file or link gets ingest's verdict in ingest's words."""
+    from rlwh.readers.ascend_comm_matrix import load_matrix, matrix_rows, problems_outcome
+
+    if f.path.stat().st_size > _MATRIX_LOAD_LIMIT:
+        return []
+    try:
+        rows, bad = matrix_rows(load_matrix(f.path))
+        outcome = problems_outcome(f.path, len(rows), bad)
+    except SourceError as exc:
+        return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
+    if outcome.message is None:
+        return []
+    return [Problem(f.rel_path, outcome.message.replace(str(f.path), f.rel_path, 1), False, partial=True)]
+
+
 def _gmm(path: Path) -> None:
     """A group list is a few KiB: loaded as ingest loads it (a refused pickle runs nothing)."""
     from rlwh.readers.gmm import load_counts
@@ -337,8 +355,8 @@ def _usage_csv(fmt_name: str):
 
 # What each reader says of an empty file (the readers with a look of their own say it there).
 _EMPTY = {"ascend_trace": "{rel}: empty file ({size} bytes), no trace events"}
-_READERS_OWN = ("torch_snapshot", "ascend_info", "gmm_group_list", "ascend_memory_csv", "ascend_memory_record_csv",
-                "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
+_READERS_OWN = ("torch_snapshot", "ascend_info", "ascend_comm_matrix", "gmm_group_list", "ascend_memory_csv",
+                "ascend_memory_record_csv", "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
 
 _LOOKS = {
     "torch_trace": _torch_trace,
@@ -347,6 +365,7 @@ _LOOKS = {
     "nvtx_jsonl": _nvtx,
     "ascend_info": _readers_own(_ascend_info),
     "gmm_group_list": _readers_own(_gmm),
+    "ascend_comm_matrix": _communication_matrix,
     "ascend_memory_csv": _readers_own(_operator_memory),
     "ascend_memory_record_csv": _readers_own(_usage_csv("MEMORY_RECORD")),
     "ascend_npu_module_mem_csv": _readers_own(_usage_csv("NPU_MODULE_MEM")),

@@ -75,13 +75,15 @@ RULES: tuple[Rule, ...] = (
     Rule("ascend_step_trace_csv", r"step_trace_time\.csv", "output"),
     Rule("ascend_db", r"ascend_pytorch_profiler(_\d+)?\.db", "output"),
     Rule(IGNORED, r"analysis\.db", "output",
-         reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages)"),
+         reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages; "
+                "CommAnalyzerMatrix: communication_links)"),
     Rule(IGNORED, r".*\.db", "output", reason=f"{NOT_LOADED_YET} (Ascend db export)"),
     # A rank dir's device activity comes from one file (see one_device_source).
     Rule("ascend_kernel_details_csv", r"kernel_details\.csv", "output"),
     Rule(IGNORED, r"communication\.json", "output", reason=COMMUNICATION_JSON_ALONE),
+    Rule("ascend_comm_matrix", r"communication_matrix\.json", "output"),
     Rule(IGNORED, r"(operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
-         r"task_time|communication_matrix|data_preprocess|dataset)\.(csv|json)", "output",
+         r"task_time|data_preprocess|dataset)\.(csv|json)", "output",
          reason="an Ascend analysis export rlwh does not load (per-kernel and summary tables)"),
     Rule("gmm_group_list", r".*group_list\.pt"),
     Rule("torch_snapshot", r".*\.(pkl|pickle)"),  # the reader fails a pickle that is no snapshot

@@ -1,8 +1,9 @@
 """ascend_pytorch_profiler_<rank>.db (torch_npu export_type=db) -> the tables a text export
 of the same capture lands: memory_records (OP_MEMORY), memory_usage (MEMORY_RECORD),
 npu_module_memory (NPU_MODULE_MEM), step_times (STEP_TIME, with analysis.db's StepTraceTime
-beside it for the stage times), cpu_ops and call_stacks (PYTORCH_API, PYTORCH_CALLCHAINS)
-and ranges (PYTORCH_API's mstx rows, OVERLAP_ANALYSIS), spelled as the text export spells them.
+beside it for the stage times), cpu_ops and call_stacks (PYTORCH_API, PYTORCH_CALLCHAINS),
+ranges (PYTORCH_API's mstx rows, OVERLAP_ANALYSIS) and communication_links (analysis.db's
+CommAnalyzerMatrix), spelled as the text export spells them.
 
 The file is opened read-only and immutable through sqlite3's URI, so SQLite writes
 nothing (no journal, no lock) even on a shared file system. The db stores text as
@@ -25,6 +26,7 @@ import pyarrow as pa
 from rlwh.errors import SourceError
 from rlwh.readers.ascend_db_device import SCHEMA as DEVICE_SCHEMA
 from rlwh.readers.ascend_db_device import device_rows
+from rlwh.readers.ascend_db_matrix import MATRIX_JSON, matrix_links
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack, scaled
 
 BATCH_ROWS = 65536
@@ -385,6 +387,29 @@ def _device_ops(r: _Reader) -> None:
     r.sink.ensure("device_ops", DEVICE_SCHEMA)  # a db with no device rows
 
 
+def _communication_links(r: _Reader) -> None:
+    """analysis.db's CommAnalyzerMatrix beside the db (rlwh.readers.ascend_db_matrix),
+    unless communication_matrix.json beside it is loaded instead."""
+    analysis = r.path.with_name("analysis.db")
+    if not analysis.is_file() or r.path.with_name(MATRIX_JSON).is_file():
+        return
+    try:
+        check_header(analysis)
+        con = connect_read_only(analysis)
+    except (SourceError, sqlite3.Error):
+        return  # _stage_times names what is wrong with the file
+    try:
+        links = matrix_links(con, analysis.name, r.problems)
+    except sqlite3.DatabaseError as exc:
+        r.problems.append(f"{analysis.name}: CommAnalyzerMatrix unreadable ({exc})")
+        links = None
+    finally:
+        con.close()
+    if links is not None:
+        r.sink.write("communication_links", links)
+        r.rows += links.num_rows
+
+
 def text_export_beside(path: Path) -> list[str]:
     return [name for name in TEXT_EXPORT_FILES if (path.parent / name).is_file()]
 
@@ -416,6 +441,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             if table in reader.tables or table == "STEP_TIME":
                 step()
         _device_ops(reader)
+        _communication_links(reader)
     except sqlite3.DatabaseError as exc:
         reader.problems.append(f"unreadable ({exc})")
     finally:

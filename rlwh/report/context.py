@@ -179,7 +179,10 @@ class CollectivesPage(Page):
     stragglers: list[dict] = _help("Rows of the stragglers view: per step, the rank the others waited for.")
     clocks: list[dict] = _help("Rows of clock_offsets for the role: each rank's clock against the reference rank.")
     capped: int = _help("Waits capped at their collective's duration (collectives.wait_capped) in the role.")
-    queries: list[QueryText] = _help("The SQL behind the straggler and clock tables.")
+    links: list[dict] = _help("Rows of slowest_links for the role: each step's slowest links between ranks, with "
+                              "their figures as text (size_mb, duration_ms, gbps, median_gbps, of_median, peer); "
+                              "empty where no communication matrix was loaded.")
+    queries: list[QueryText] = _help("The SQL behind the straggler, clock and link tables.")
 
 
 @dataclass(kw_only=True)

@@ -262,6 +262,16 @@ where run = $run
 order by role, rank_id
 """
 
+# The collectives page: each step's slowest links between ranks (the communication matrix's
+# totals, slowest_links), the first few of every step.
+SLOWEST_LINKS = """
+select role, step, slowness_rank, links, rank_id, dst_rank_id, src_rank, dst_rank, collective, "group",
+  transport_type, size_bytes, duration_ns, bandwidth_gbps, transport_median_gbps, of_transport_median
+from slowest_links
+where run = $run and slowness_rank <= $max_links
+order by role, step, slowness_rank
+"""
+
 STRAGGLERS = """
 select role, step, rank_id, waited_for_ns, late_ns, last_at, collectives, ranks, is_straggler
 from stragglers

@@ -29,3 +29,13 @@ def test_bytes_and_rates(fresh_db):
         ("ar", 1, mib4, 600_000, 600_000, mib4 / 600_000, mib4 / 600_000),
         ("bc", 0, None, 100_000, 100_000, None, None),  # a type the view does not know
     ]
+
+
+def test_the_ascend_db_spellings_of_types_have_their_sizes(fresh_db):
+    # ENUM_HCCL_DATA_TYPE of a torch_npu db export writes bfloat16 as BFP16; INT128 is 16 bytes.
+    insert_rows(fresh_db, "device_ops", COLUMNS, [
+        (0, 1, "hcom_allGather_", "communication", "allgather", "g", 0, 1000, 500, "BFP16"),
+        (0, 1, "hcom_broadcast_", "communication", "broadcast", "g", 2000, 4000, 3, "INT128"),
+    ], **KEY)
+    rows = fresh_db.execute("select name, element_bytes, bytes, algbw_gbps from collective_bandwidth order by name")
+    assert rows.fetchall() == [("hcom_allGather_", 2, 1000, 1000 / 1000), ("hcom_broadcast_", 16, 48, 48 / 2000)]

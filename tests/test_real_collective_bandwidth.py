@@ -1,0 +1,108 @@
+"""collective_bandwidth on the real Ascend captures that record their collectives' sizes: the
+alexnet text export (trace_view.json's HCCL op rows carry count and data_type; communication.json
+gives each op's elapsed time) and its db export (COMMUNICATION_OP). Bytes, duration and GB/s
+per (collective instance, rank) are computed here from the raw files with json and sqlite3.
+
+No real Kineto trace here has NCCL kernels that record their message size (the HTA
+ns-resolution trace records In msg nelems only on record_param_comms CPU ops, of a
+one-rank group with no NCCL kernel; the other NCCL traces record none), so on Kineto the
+view's bytes are checked on made-up rows only (tests/sql/test_collective_bandwidth.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from decimal import ROUND_HALF_UP, Decimal
+
+import duckdb
+import pytest
+from conftest import copy_fixture
+
+from rlwh.config import Config
+from rlwh.ingest.runner import ingest
+
+ALEXNET = "real/ascend/msinsight-alexnet-level1"
+OUTPUT = "ASCEND_PROFILER_OUTPUT"
+TYPE_BYTES = {"FP32": 4, "FP16": 2, "BFP16": 2, "INT32": 4, "INT8": 1, "FP64": 8, "INT64": 8}
+
+
+def _ns(value: Decimal, factor: int) -> int:
+    return int((value * factor).to_integral_value(ROUND_HALF_UP))
+
+
+@pytest.fixture(scope="module")
+def alexnet(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("alexnet-bandwidth")
+    profile = copy_fixture(ALEXNET, tmp)
+    assert ingest(profile, Config(db_path=tmp / "w.duckdb", workers=1)).failed == 0
+    con = duckdb.connect(str(tmp / "w.duckdb"), read_only=True)
+    yield profile, con
+    con.close()
+
+
+def _view(con, role: str) -> dict[tuple, tuple]:
+    rows = con.execute("""select rank_id, name, step, bytes, duration_ns, algbw_gbps from collective_bandwidth
+                          where role = ?""", [role]).fetchall()
+    return {(rank, name): (step, size, duration, gbps) for rank, name, step, size, duration, gbps in rows}
+
+
+def _text_truth(rank_dir) -> dict[str, tuple]:
+    """name -> (step, bytes, duration_ns): the HCCL op rows of trace_view.json (count x type
+    size), their elapsed time from communication.json (checked against the trace's dur)."""
+    with open(rank_dir / OUTPUT / "trace_view.json", encoding="utf-8") as handle:
+        events = json.load(handle, parse_float=Decimal)
+    hccl = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+            and e["args"]["name"] == "HCCL"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    ops = {e["name"]: e for e in events if e.get("ph") == "X" and e["pid"] in hccl
+           and threads.get((e["pid"], e["tid"]), "").endswith("Communication")}
+    with open(rank_dir / OUTPUT / "communication.json", encoding="utf-8") as handle:
+        steps = json.load(handle, parse_float=Decimal)
+    truth = {}
+    for step_key, sections in steps.items():
+        for key, op in sections["collective"].items():
+            name = key.rpartition("@")[0] or key
+            if name == "Total Op Info":
+                continue
+            duration = _ns(op["Communication Time Info"]["Elapse Time(ms)"], 10**6)
+            event = ops[name]
+            assert _ns(event["dur"], 1000) == duration  # the trace and communication.json agree
+            size = event["args"]["count"] * TYPE_BYTES[event["args"]["data_type"]]
+            truth[name] = (int(step_key.removeprefix("step")), size, duration)
+    return truth
+
+
+def test_the_text_export_s_bytes_duration_and_rate_per_collective_and_rank(alexnet):
+    profile, con = alexnet
+    got = _view(con, "text")
+    want = {}
+    for rank in (0, 1):
+        for name, (step, size, duration) in _text_truth(profile / "text" / f"rank{rank}_ascend_pt").items():
+            want[(rank, name)] = (step, size, duration)
+    assert len(want) == 8
+    assert {k: v[:3] for k, v in got.items()} == want
+    for key, (_step, size, duration) in want.items():
+        assert got[key][3] == pytest.approx(size / duration, rel=1e-12)
+    # The 151 MB all-reduce ran at about 63 GB/s on both ranks; the first one sat waiting for 79 ms.
+    assert 62 < got[(0, "hcom_allReduce__586_2_1")][3] < 64
+
+
+def test_the_db_export_s_bytes_duration_and_rate_per_collective_and_rank(alexnet):
+    profile, con = alexnet
+    got = _view(con, "db")
+    want = {}
+    for rank in (0, 1):
+        path = profile / "db" / f"rank{rank}_ascend_pt" / OUTPUT / f"ascend_pytorch_profiler_{rank}.db"
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        rows = db.execute("""select s.value, o.startNs, o.endNs, o.count, t.name from COMMUNICATION_OP o
+                             join STRING_IDS s on s.id = o.opName
+                             join ENUM_HCCL_DATA_TYPE t on t.id = o.dataType""").fetchall()
+        db.close()
+        for name, start, end, count, data_type in rows:
+            want[(rank, name)] = (int(count) * TYPE_BYTES[data_type], end - start)
+    assert len(want) == 8
+    assert {k: (v[1], v[2]) for k, v in got.items()} == want
+    for key, (size, duration) in want.items():
+        assert got[key][3] == pytest.approx(size / duration, rel=1e-12)
