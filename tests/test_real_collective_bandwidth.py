@@ -6,7 +6,7 @@ per (collective instance, rank) are computed here from the raw files with json a
 No real Kineto trace here has NCCL kernels that record their message size (the HTA
 ns-resolution trace records In msg nelems only on record_param_comms CPU ops, of a
 one-rank group with no NCCL kernel; the other NCCL traces record none), so on Kineto the
-view's bytes are checked on made-up rows only (tests/sql/test_collective_bandwidth.py).
+view is checked on traces written by the test (tests/test_kineto_collective_bandwidth.py).
 """
 
 from __future__ import annotations
