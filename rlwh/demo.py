@@ -66,20 +66,41 @@ def write_demo_profile(root: Path) -> Path:
 # The demo trainer's steps and the phases (ms) of step 2, which its profile captured with nsys.
 LOG_STEPS = 6
 PROFILED_PHASES_MS = {"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200}
+LOG_PHASE_OF = {"generate_sequences": "gen", "compute_log_prob": "old_log_prob", "update_actor": "update_actor"}
 
 
 def write_verl_demo_log(root: Path, critic_at_ns: int) -> None:
     """The trainer's console log (wandb's files/output.log) for steps 1..LOG_STEPS, and an
-    NVTX capture of step 2 in VeRL's step_<n> layout whose phases the log's step 2 reports:
-    with the GMM dumps of steps 1 and 2, the log's steps match the profile's."""
+    NVTX capture of step 2 of every rank in VeRL's step_<n> layout. The log's step-2 phases
+    are what the driver times: from the first rank entering a phase to the last leaving
+    it, as the capture shows them; with the GMM dumps of steps 1 and 2, the log's steps
+    match the profile's."""
     from rlwh.synth import timelines as synth_timelines
     from rlwh.synth.verl_log import write_verl_log
 
-    synth_timelines.write_nvtx_export(root / "nvtx" / "step_2" / "worker_process_7000.2.jsonl", rank=0,
-                                      roles=PROFILED_PHASES_MS, utc_start_ns=critic_at_ns + 120_000_000_000)
-    phases = {"gen": 0.9, "old_log_prob": 0.3, "update_actor": 1.2}
+    captures = [synth_timelines.write_nvtx_export(
+        root / "nvtx" / "step_2" / f"worker_process_{7000 + rank}.2.jsonl", rank=rank,
+        roles=PROFILED_PHASES_MS, seed=2, utc_start_ns=critic_at_ns + 120_000_000_000)
+        for rank in range(RANKS)]  # VeRL profiles every rank at the same steps
+    phases = {LOG_PHASE_OF[name]: round(seconds, 3) for name, seconds in _phase_spans_s(captures).items()}
     write_verl_log(root / "trainer" / "wandb" / f"run-{CAPTURE_TIME}-demo" / "files" / "output.log",
                    steps=LOG_STEPS, phases={2: phases})
+
+
+def _phase_spans_s(captures: list[Path]) -> dict[str, float]:
+    """Per NVTX range name, seconds from its earliest start to its latest end over the files."""
+    import json
+
+    spans: dict[str, tuple[int, int]] = {}
+    for path in captures:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        names = {r["id"]: r["value"] for r in rows if r.get("table") == "StringIds"}
+        for r in rows:
+            if r.get("table") == "NVTX_EVENTS":
+                name = names[r["textId"]]
+                lo, hi = spans.get(name, (r["start"], r["end"]))
+                spans[name] = (min(lo, r["start"]), max(hi, r["end"]))
+    return {name: (hi - lo) / 1e9 for name, (lo, hi) in spans.items()}
 
 
 PEAKS_SQL = """

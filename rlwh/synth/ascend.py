@@ -13,7 +13,8 @@ so this module fabricates them from a seed:
   decimals and, for `stacked_fraction` of them, a "Call stack" drawn from a pool of
   `n_stacks` distinct python stacks (innermost frame first, frames joined by ";\\r\\n");
   plus Kernel / HostToDevice events and process/thread M events (so cpu_ops are a
-  subset), mstx ranges and marks, and the "Overlap Analysis" process (pid > 2**31).
+  subset), mstx ranges and marks, and the "Overlap Analysis" process (pid > 2**31) whose
+  rows are derived from the device ops written (unions of kernels and collectives, gaps).
 
 Files are written step by step (one training step, <= 20 k ops, at a time), so memory
 stays bounded whatever the size. Each step is drawn from the seeded RNG in a fixed
@@ -348,6 +349,7 @@ class _RankGenerator:
         self.stack_count = pa.array(pool.count, pa.int64())
         self.n_events = 0
         self.n_kernels = 0
+        self.busy_until: int | None = None  # end of the device's last busy stretch so far
         self.pretty = opts.trace_format == "pretty"
 
     def _uniform(self, n: int) -> pa.Array:
@@ -456,10 +458,10 @@ class _RankGenerator:
         extra = []
         if self.o.with_mstx:
             extra += self._mstx_events(step, step_start, ops["bounds"])
+        spans = self._collective_spans(ops["bounds"]) if self.o.with_collectives else []
         if self.o.with_overlap:
-            extra += self._overlap_events(ops["bounds"])
-        if self.o.with_collectives:
-            extra += self._collective_events(step, ops["bounds"])
+            parts["overlap"] = self._overlap_events(ops, parts, spans)
+        extra += self._collective_events(step, spans)
         parts["extra"] = extra
         return ops, allocs, parts
 
@@ -649,6 +651,8 @@ class _RankGenerator:
                                    f'", "pid": {dev}, "tid": ', stream, ', "ts": "', kts,
                                    '", "cat": "HostToDevice"}'))
         self._emit(trace, d["extra"])
+        if "overlap" in d:
+            self._emit(trace, d["overlap"])
 
     def _mstx_events(self, step, step_start, bounds) -> list[str]:
         """A range named after the role (what role_timeline draws), phase ranges, marks."""
@@ -667,39 +671,56 @@ class _RankGenerator:
                 span("forward", fwd0, bwd0, "verl"), span("backward", bwd0, opt0, "verl"),
                 span("optimizer_step", opt0, end, "verl"), mark(f"step_{step}_end", end)]
 
-    def _collective_events(self, step, bounds) -> list[str]:
-        """Two HCCL allreduce ops on the "Group 0 Communication" thread: the gradients' during
-        backward and the optimizer's, where the Overlap Analysis rows put communication."""
+    @staticmethod
+    def _collective_spans(bounds) -> list[tuple[int, int]]:
+        """The step's two HCCL allreduces (ns): the gradients' in the second half of
+        backward, the optimizer's in the first half of the optimizer step."""
         fwd0, bwd0, opt0, end = bounds
         comm_end = opt0 + (end - opt0) // 2 // 10 * 10
         mid = bwd0 + (opt0 - bwd0) // 2 // 10 * 10
+        return [(mid, opt0), (opt0, comm_end)]
+
+    def _collective_events(self, step, spans) -> list[str]:
+        """The allreduces as HCCL ops on the "Group 0 Communication" thread."""
         p = self.hccl_pid
         return [(f',\n{{"name": "hcom_allReduce__{step}_{k}_1", "pid": {p}, "tid": 0, "ts": "{_us(a)}", '
                  f'"dur": {_us(b - a)}, "ph": "X", "args": {{"model id": 4294967295, "data_type": "FP32", '
                  f'"alg_type": "MESH-RING", "count": {4096 * (k + 1)}}}}}')
-                for k, (a, b) in enumerate(((mid, opt0), (opt0, comm_end)))]
+                for k, (a, b) in enumerate(spans)]
 
-    def _overlap_events(self, bounds) -> list[str]:
-        """Computing / Communication / Communication(Not Overlapped) / Free X events."""
-        rnd, p = self.rng.random, self.overlap_pid
-        fwd0, bwd0, opt0, end = bounds
-        out = []
-
-        def x(tid, a, b):
-            return (f',\n{{"name": "{OVERLAP_THREADS[tid]}", "pid": {p}, "tid": {tid}, "ts": "{_us(a)}", '
-                    f'"dur": {_us(b - a)}, "ph": "X", "args": {{}}}}')
-
-        t = fwd0
-        for k in range(12):  # compute with idle gaps through forward and backward
-            seg_end = fwd0 + (opt0 - fwd0) * (k + 1) // 12 // 10 * 10
-            busy = t + int((seg_end - t) * (0.85 + 0.1 * rnd())) // 10 * 10
-            out += [x(2, t, busy), x(3, busy, seg_end)]
-            if k >= 6:  # gradient reduce-scatter overlapped with backward compute
-                out.append(x(0, t + (busy - t) // 3 // 10 * 10, busy))
-            t = seg_end
-        comm_end = opt0 + (end - opt0) // 2 // 10 * 10
-        out += [x(0, opt0, comm_end), x(1, opt0, comm_end), x(2, comm_end, end)]
-        return out
+    def _overlap_events(self, ops: dict, d: dict, spans: list[tuple[int, int]]) -> pa.Array:
+        """Computing / Communication / Communication(Not Overlapped) / Free X events, derived
+        from this step's device ops as the Ascend profiler derives them from its tasks:
+        Computing is the union of the kernels, Communication the union of the collectives,
+        Communication(Not Overlapped) the collectives' time no kernel runs, Free the gaps
+        where neither runs, from the end of the device's last busy stretch (the previous
+        step's, so the pause between steps is Free too) to the end of this step's."""
+        k_start = pc.add(pc.filter(ops["ts"], d["launch"]), d["latency"])
+        k_end = pc.add(k_start, d["kernel_dur"])
+        c_start = pa.array([a for a, _ in spans], pa.int64())
+        c_end = pa.array([b for _, b in spans], pa.int64())
+        compute = _union(k_start, k_end)
+        comm = _union(c_start, c_end)
+        exposed = _minus(comm, compute)
+        busy_s, busy_e = _union(pa.concat_arrays([k_start, c_start]), pa.concat_arrays([k_end, c_end]))
+        if len(busy_s) == 0:
+            return pa.array([], pa.string())
+        free_s, free_e = busy_e[:-1], busy_s[1:]
+        if self.busy_until is not None and self.busy_until < busy_s[0].as_py():
+            free_s = pa.concat_arrays([pa.array([self.busy_until], pa.int64()), free_s])
+            free_e = pa.concat_arrays([busy_s[:1], free_e])
+        self.busy_until = busy_e[-1].as_py()
+        p = self.overlap_pid
+        rows = []
+        for tid, (a, b) in ((OVERLAP_THREADS.index("Computing"), compute),
+                            (OVERLAP_THREADS.index("Communication"), comm),
+                            (OVERLAP_THREADS.index("Communication(Not Overlapped)"), exposed),
+                            (OVERLAP_THREADS.index("Free"), (free_s, free_e))):
+            if len(a):
+                rows.append(pc.binary_join_element_wise(
+                    f',\n{{"name": "{OVERLAP_THREADS[tid]}", "pid": {p}, "tid": {tid}, "ts": "', _us_any(a),
+                    '", "dur": ', _us_any(pc.subtract(b, a)), ', "ph": "X", "args": {}}', ""))
+        return pa.concat_arrays(rows)
 
 
 # ---- column helpers (pyarrow.compute)
@@ -756,6 +777,45 @@ def _us_text(ns: pa.Array) -> pa.Array:
 def _quoted_us(ns: pa.Array) -> pa.Array:
     """The CSV's time cell: quoted, with a TAB before the closing quote; null stays null."""
     return pc.binary_join_element_wise('"', _us_text(ns), '\t"', "")
+
+
+def _us_any(ns: pa.Array) -> pa.Array:
+    """int64 ns (>= 0) -> microseconds with three decimals, also below 1 us ("0.040")."""
+    whole = pc.divide(ns, 1000)  # integer division
+    frac = pc.utf8_lpad(pc.cast(pc.subtract(ns, pc.multiply(whole, 1000)), pa.string()), width=3, padding="0")
+    return pc.binary_join_element_wise(pc.cast(whole, pa.string()), frac, ".")
+
+
+def _union(starts: pa.Array, ends: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The union of intervals [start, end) as sorted, disjoint stretches (touching ones merge)."""
+    if len(starts) == 0:
+        return pa.array([], pa.int64()), pa.array([], pa.int64())
+    order = pc.sort_indices(pa.table({"s": starts, "e": ends}), sort_keys=[("s", "ascending"), ("e", "ascending")])
+    s, e = pc.take(starts, order), pc.take(ends, order)
+    reach = pc.cumulative_max(e)  # the end of everything up to here
+    before = pa.concat_arrays([pa.array([-(2**62)], pa.int64()), reach[:-1]])
+    new = pc.greater(s, before)  # starts after everything before it ended: a new stretch
+    first = pc.indices_nonzero(new)
+    last = pa.concat_arrays([pc.subtract(pc.cast(first[1:], pa.int64()), 1),
+                             pa.array([len(s) - 1], pa.int64())])
+    return pc.filter(s, new), pc.take(reach, last)
+
+
+def _minus(a: tuple[pa.Array, pa.Array], b: tuple[pa.Array, pa.Array]) -> tuple[pa.Array, pa.Array]:
+    """Stretches `a` less the union `b` (both sorted and disjoint): per stretch of a, the
+    gaps of b clipped to it. a holds a few stretches (a step's collectives)."""
+    b_s, b_e = b
+    gap_s = pa.concat_arrays([pa.array([-(2**62)], pa.int64()), b_e])
+    gap_e = pa.concat_arrays([b_s, pa.array([2**62], pa.int64())])
+    starts, ends = [], []
+    for lo, hi in zip(a[0].to_pylist(), a[1].to_pylist()):
+        s, e = pc.max_element_wise(gap_s, lo), pc.min_element_wise(gap_e, hi)
+        keep = pc.greater(e, s)
+        starts.append(pc.filter(s, keep))
+        ends.append(pc.filter(e, keep))
+    if not starts:
+        return pa.array([], pa.int64()), pa.array([], pa.int64())
+    return pa.concat_arrays(starts), pa.concat_arrays(ends)
 
 
 def _reserved_mb(peak):
