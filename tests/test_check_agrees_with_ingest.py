@@ -113,6 +113,14 @@ def _pickles(root) -> dict[str, str]:
     rank dir: path -> the status ingest must give."""
     snapshot = _real_snapshot()
     big = pickle.dumps(snapshot, protocol=4)
+    first = snapshot["segments"][0]  # without its blocks' stacks: a file check reads whole under any limit
+    segment = {**first, "blocks": [{k: v for k, v in b.items() if k != "frames"} for b in first["blocks"]]}
+    bad_address = {**segment, "address": "0x7f00"}  # a segment address that is no integer
+    # A trace that allocates at the address of a block the segments hold, and never frees it
+    # (so the segments and the trace disagree: the address is allocated twice).
+    held = next(b for b in segment["blocks"] if b["state"] == "active_allocated")
+    address = held.get("address", segment["address"])
+    twice = [{"action": "alloc", "addr": address, "size": held["size"], "stream": 0, "frames": []}] * 2
     files = {
         "optimizer.pickle": (pickle.dumps({"lr": 0.1, "betas": [0.9, 0.99]}), "failed"),
         "scores.pkl": (pickle.dumps([1, 2, 3]), "failed"),
@@ -122,6 +130,8 @@ def _pickles(root) -> dict[str, str]:
         "evil.pickle": (pickle.dumps({"segments": [], "device_traces": [], "x": _RunsCode()}), "failed"),
         "segments_only.pickle": (pickle.dumps({"segments": snapshot["segments"][:3]}), "ok"),
         "old_list.pickle": (pickle.dumps(snapshot["segments"][:3]), "ok"),
+        "small_malformed.pickle": (pickle.dumps({"segments": [bad_address], "device_traces": [[]]}), "failed"),
+        "small_disagreeing.pickle": (pickle.dumps({"segments": [segment], "device_traces": [twice]}), "partial"),
         "big_snapshot.pickle": (big, "ok"),
         "big_cut.pickle": (big[: len(big) // 2], "failed"),
         "big_old_list.pickle": (pickle.dumps(snapshot["segments"]), "ok"),
@@ -132,6 +142,7 @@ def _pickles(root) -> dict[str, str]:
     want = {}
     for rank, (name, (data, status)) in enumerate(sorted(files.items())):
         assert not name.startswith("big") or len(data) > 65536, name
+        assert not name.startswith("small") or len(data) < 65536, name
         path = root / "snaps" / f"rank{rank}" / name
         path.parent.mkdir(parents=True)
         path.write_bytes(data)
@@ -164,6 +175,8 @@ def test_pickles_get_ingests_verdict(load_limit, tmp_path, monkeypatch):
     assert "empty file" in messages["empty.pkl"]
     assert "cut short" in messages["cut.pickle"] and "cut short" in messages["big_cut.pickle"]
     assert "not a memory snapshot" in messages["big_weights.pkl"]
+    assert "segments[0].address" in messages["small_malformed.pickle"]
+    assert "disagree" in messages["small_disagreeing.pickle"]
 
 
 def test_cut_traces_get_ingests_verdict(tmp_path):

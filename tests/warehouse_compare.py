@@ -102,12 +102,13 @@ def every_table_differences(got: Path, want: Path) -> dict[str, tuple[int, int]]
         con.close()
 
 
-def every_public_difference(got: Path, want: Path) -> dict[str, tuple[int, int]]:
+def every_public_difference(got: Path, want: Path, apart: dict[str, str] | None = None) -> dict[str, tuple[int, int]]:
     """{table or view of main: (rows only in got, rows only in want)}, duplicates counted;
     {} when equal. Views are answered by each warehouse's own connection (a view's SQL
     names its tables without a catalog) and compared as Parquet; a fact row's source_id
     becomes its file's path and volatile columns are left out. A name on one side only
-    is (-1, -1)."""
+    is (-1, -1). `apart`: name -> a condition on its rows; the rows it holds for are
+    compared on neither side (what a release changed on purpose, and nothing beside)."""
     with tempfile.TemporaryDirectory(prefix="rlwh-compare-") as out:
         names = {tag: _dump_public(db, Path(out), tag) for tag, db in (("got", got), ("want", want))}
         con = duckdb.connect()
@@ -119,8 +120,9 @@ def every_public_difference(got: Path, want: Path) -> dict[str, tuple[int, int]]
                 # Columns of one side only (a column this release added) are not compared.
                 kept = [c for c in _columns(con, files[0]) if c in set(_columns(con, files[1]))]
                 picked = ", ".join(f'"{c}"' for c in kept)
-                extra, lacking = _multiset_difference(con, f"select {picked} from {files[0]}",
-                                                      f"select {picked} from {files[1]}")
+                where = f" where not coalesce({apart[name]}, false)" if apart and name in apart else ""
+                extra, lacking = _multiset_difference(con, f"select {picked} from {files[0]}{where}",
+                                                      f"select {picked} from {files[1]}{where}")
                 if extra or lacking:
                     found[name] = (extra, lacking)
             return found

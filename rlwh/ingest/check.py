@@ -23,7 +23,7 @@ from pathlib import Path
 from rlwh.errors import RlwhError, SourceError
 from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover
 from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
-from rlwh.ingest.sniff import read_head, read_tail, shown_start
+from rlwh.ingest.sniff import HEAD_BYTES, read_head, read_tail, shown_start
 
 _DIST_RANK = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _INFO_LIMIT = 1 << 20
@@ -215,45 +215,52 @@ def _cut(f: SourceFile, closer: bytes) -> list[Problem]:
 
 
 def _snapshot(f: SourceFile, head: bytes) -> list[Problem]:
-    """A pickle up to _PICKLE_LOAD_LIMIT (or held whole in its head) is loaded as ingest
-    loads it (no code runs), so check's verdict and words are ingest's: one that is no
-    snapshot, asks for code or is cut fails; an old list-format snapshot loads, with a
-    note. A larger one is judged by its head: an error in its first MiB (a global it asks
-    for, bytes that are no pickle) is ingest's; else a dict naming segments first, or a list whose
-    first dict names a segment key first, is a snapshot when it ends with the STOP
-    opcode; anything else fails as no snapshot, ingest's words without what a whole load
-    would have found."""
-    from rlwh.readers.torch_snapshot import LIST_FORMAT, NOT_A_SNAPSHOT, as_snapshot, head_verdict, load_plain
+    """A pickle up to _PICKLE_LOAD_LIMIT (and any of 64 KiB or less) is read by the snapshot
+    reader itself, its rows thrown away (no code runs), so check's verdict and words are
+    ingest's: one that is no snapshot, asks for code, is cut or holds a malformed segment
+    fails, one whose segments and trace disagree is partial, an old list-format snapshot
+    loads with a note. A larger one is judged by its head: an error in its first MiB (a
+    global it asks for, bytes that are no pickle) is ingest's; else a dict naming segments
+    or device_traces first, or a list whose first dict names a segment's first key, is a
+    snapshot when it ends with the STOP opcode; anything else fails as no snapshot,
+    ingest's words without what a whole load would have found."""
+    from rlwh.readers import torch_snapshot
+    from rlwh.readers.base import DiscardingSink
 
     size = f.path.stat().st_size
-    list_note = [Problem(f.rel_path, f"{f.rel_path}: {LIST_FORMAT}", False)]
-    if size <= max(_PICKLE_LOAD_LIMIT, len(head)):
+    if size <= max(_PICKLE_LOAD_LIMIT, HEAD_BYTES):
         try:
-            loaded = load_plain(f.path)
-            as_snapshot(loaded, f.path)
+            outcome = torch_snapshot.read(f.path, DiscardingSink(), {})
         except SourceError as exc:
-            return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
-        return list_note if isinstance(loaded, list) else []
-    said = head_verdict(f.path)
-    shape = None if said else _snapshot_shape(head)
+            return [Problem(f.rel_path, _relative(str(exc), f), True)]
+        if outcome.message is None:
+            return []
+        return [Problem(f.rel_path, _relative(outcome.message, f), False, partial=outcome.status == "partial")]
+    said = torch_snapshot.head_verdict(f.path)
+    shape = None if said else _snapshot_shape(head, torch_snapshot.SNAPSHOT_KEYS)
     if shape:
         with open(f.path, "rb") as handle:
             handle.seek(size - 1)
             if handle.read(1) != b".":
                 return [Problem(f.rel_path, f"{f.rel_path}: cut short: the pickle ends at byte {size} before it is "
                                 "complete", True)]
-        return list_note if shape == "list" else []
-    message = said or f"{f.path}: {NOT_A_SNAPSHOT}"
-    return [Problem(f.rel_path, message.replace(str(f.path), f.rel_path, 1), True)]
+        return [Problem(f.rel_path, f"{f.rel_path}: {torch_snapshot.LIST_FORMAT}", False)] if shape == "list" else []
+    message = said or f"{f.path}: {torch_snapshot.NOT_A_SNAPSHOT}"
+    return [Problem(f.rel_path, _relative(message, f), True)]
 
 
-_SNAPSHOT_KEYS = ("segments",)
-_SEGMENT_KEYS = ("device", "address", "total_size")
+def _relative(message: str, f: SourceFile) -> str:
+    return message.replace(str(f.path), f.rel_path, 1)
+
+
+# The keys a segment dict of torch's begins with (device, address, total_size, ...): how
+# the head of a list-format snapshot is told from another list.
+_FIRST_SEGMENT_KEYS = ("device", "address", "total_size")
 _SKIPPED_OPCODES = ("PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT", "MARK")
 
 
-def _snapshot_shape(head: bytes) -> str | None:
-    """'dict' when the pickle's opcodes build a dict and then name segments first,
+def _snapshot_shape(head: bytes, snapshot_keys: tuple[str, ...]) -> str | None:
+    """'dict' when the pickle's opcodes build a dict and then name one of snapshot_keys first,
     'list' when they build a list whose first item is a dict naming a segment key first
     (the old list format), else None. MARK is passed over: pickle writes none before a
     container's only item."""
@@ -271,10 +278,10 @@ def _snapshot_shape(head: bytes) -> str | None:
     except (ValueError, EOFError):
         return None
     names = [name for name, _ in seen] + ["", "", ""]
-    if names[0] in ("EMPTY_DICT", "DICT") and "UNICODE" in names[1] and seen[1][1] in _SNAPSHOT_KEYS:
+    if names[0] in ("EMPTY_DICT", "DICT") and "UNICODE" in names[1] and seen[1][1] in snapshot_keys:
         return "dict"
     if names[0] in ("EMPTY_LIST", "LIST") and names[1] in ("EMPTY_DICT", "DICT") and "UNICODE" in names[2] \
-            and seen[2][1] in _SEGMENT_KEYS:
+            and seen[2][1] in _FIRST_SEGMENT_KEYS:
         return "list"
     return None
 

@@ -91,6 +91,26 @@ class TableSink:
         }
 
 
+class DiscardingSink(TableSink):
+    """A sink that keeps no row: `rlwh check` runs a reader through it to hear the verdict
+    ingest will record, in its words, without writing anything."""
+
+    def __init__(self) -> None:
+        super().__init__(Path("."))
+
+    def write(self, table: str, batch: pa.RecordBatch | pa.Table) -> None:
+        pass
+
+    def ensure(self, table: str, schema: pa.Schema) -> None:
+        pass
+
+    def finish(self, table: str) -> None:
+        pass
+
+    def tables(self) -> dict[str, list[Path]]:
+        return {}
+
+
 def scaled(text: str, factor: int) -> int:
     """Decimal text times factor (µs -> ns, KB -> bytes), rounded half away from zero:
     exact where a DOUBLE is not. InvalidOperation for text that is no finite number or

@@ -409,7 +409,10 @@ NOT_A_SNAPSHOT = ("not a memory snapshot (a dict with segments and device_traces
                   "torch.cuda.memory._snapshot() returns, or a list of segments, as torch.cuda.memory_snapshot() does)")
 LIST_FORMAT = ("an old list-format snapshot (a list of segments, as torch.cuda.memory_snapshot() returns): "
                "segments only, no device_traces")
-_SEGMENT_KEYS = ("total_size", "blocks")
+# What a snapshot dict is named by (torch writes segments first, then device_traces), and
+# what every segment of the old list format holds.
+SNAPSHOT_KEYS = ("segments", "device_traces")
+SEGMENT_KEYS = ("total_size", "blocks")
 
 
 def _shown_keys(d: dict) -> str:
@@ -436,7 +439,7 @@ def _found(obj) -> str:
 
 def _is_segment_list(obj) -> bool:
     return (isinstance(obj, list) and bool(obj)
-            and all(isinstance(s, dict) and all(k in s for k in _SEGMENT_KEYS) for s in obj))
+            and all(isinstance(s, dict) and all(k in s for k in SEGMENT_KEYS) for s in obj))
 
 
 def as_snapshot(obj, path: Path) -> dict:
