@@ -400,6 +400,26 @@ def test_collectives_page_lists_each_step_s_slowest_links(tmp_path):
     assert len(links) == 14 and got == want
 
 
+def test_collectives_page_lists_the_slowest_collectives_by_bandwidth(tmp_path):
+    """The bandwidth table's MB, longest stay and slowest rank's algbw per instance, as computed
+    here from the raw trace_view.json and communication.json of both ranks."""
+    from test_real_collective_bandwidth import _text_truth
+
+    page = build_alexnet_report(tmp_path).read_text(encoding="utf-8")
+    profile = FIXTURES / "real/ascend/msinsight-alexnet-level1/text"
+    per_rank = [_text_truth(profile / f"rank{rank}_ascend_pt") for rank in (0, 1)]
+    want = {}
+    for name in per_rank[0]:
+        (step, size, _), stays = per_rank[0][name], [truth[name][2] for truth in per_rank]
+        want[name] = (str(step), f"{size / 1e6:,.3f}", f"{max(stays) / 1e6:,.3f}",
+                      f"{min(size / stay for stay in stays):,.3f}")
+    table = page[page.index("How fast the collectives moved their bytes"):page.index("Slowest links")]
+    got = {name: (step, mb, stay, algbw) for step, name, mb, stay, algbw in re.findall(
+        r"<tr><td>(\d+)</td><td>([^<]+)</td><td>[^<]*</td><td>\d+</td><td>2</td><td>([^<]+)</td><td>([^<]+)</td>"
+        r"<td>([^<]+)</td>", table)}
+    assert len(want) == 4 and got == want
+
+
 def test_role_timeline_draws_each_clock_on_its_own_axis(shaped):
     page = (shaped["run"] / "role_timeline.html").read_text(encoding="utf-8")
     actor, epoch, session = _figures(page)  # each role of a clock on its own axis
@@ -660,7 +680,7 @@ def test_queries_read_only_public_views():
                "rank_skew", "gmm_layer_load", "gmm_imbalance", "sources", "runs", "call_stacks",
                "collectives", "stragglers", "clock_offsets",  # who waits for whom, on whose clock
                "phase_device_time", "device_time", "device_idle",  # the role timeline's device tables
-               "slowest_links",  # how fast the links are
+               "slowest_links", "collective_bandwidth",  # how fast the links and the collectives are
                "memory_usage", "npu_module_memory",  # public base tables no view adds to
                "device_ops",  # the device lanes: kernels as they ran (device_time sums them away)
                "duckdb_tables", "information_schema",  # the catalog: does this warehouse have those tables yet

@@ -173,7 +173,7 @@ def test_the_device_table_is_the_views(built):
         "idle_ns", "gap_ns", "host_wait_ns", "kernel_wait_ns", "other_wait_ns", "unlinked_ns"))
         for t in page_tables(built["page"], "device_time, device_idle") for r in t["rows"]}
     device = {(role, rank): tuple(rest) for role, rank, *rest in _query(built["db"], """
-        select role, rank_id, count(*), sum(window_ns), sum(window_ns - idle_ns), sum(compute_ns),
+        select role, rank_id, count(distinct step), sum(window_ns), sum(window_ns - idle_ns), sum(compute_ns),
           sum(communication_ns), sum(exposed_communication_ns), sum(memcpy_ns), sum(idle_ns)
         from device_time where run = ? group by all""", [built["run"]])}
     idle = {(role, rank): tuple(rest) for role, rank, *rest in _query(built["db"], """

@@ -1,9 +1,10 @@
 """The collectives pages of a run, one per role: each rank's lateness and wait at every
 collective instance (the collectives view), the rank the others waited for in each
-step (the stragglers view), each rank's clock offset (clock_offsets), and each step's
-slowest links between ranks (slowest_links, where the Ascend profiler wrote its
-communication matrix). Who waits for whom, at a glance: a rank whose bars are tall in
-"late by" and near zero in "waited" is the one holding the others back.
+step (the stragglers view), each rank's clock offset (clock_offsets), the instances that
+moved their bytes slowest (collective_bandwidth), and each step's slowest links between
+ranks (slowest_links, where the Ascend profiler wrote its communication matrix). Who
+waits for whom, at a glance: a rank whose bars are tall in "late by" and near zero in
+"waited" is the one holding the others back.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rlwh.report.context import Figure, ReportSession, label, query_text, script
 
 MAX_INSTANCES = 400  # collective instances drawn per run: the first ones in time
 MAX_LINKS = 10  # slowest links listed per step
+MAX_RATES = 10  # slowest collective instances by bandwidth listed per role
 RANK_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
@@ -65,20 +67,28 @@ def _role_figure(index: int, role: str, rows: list[dict], params: dict) -> Figur
                   [query_text(Q.COLLECTIVE_ARRIVALS, params)])
 
 
+def _fixed(value, scale: float, digits: int) -> str:
+    return "" if value is None else f"{value / scale:,.{digits}f}"
+
+
+def _rate_row(r: dict) -> dict:
+    """A row of the slowest collective instances with its figures as text."""
+    return {**r, "mb": _fixed(r["bytes"], 1e6, 3), "stay_ms": _fixed(r["longest_stay_ns"], 1e6, 3),
+            "algbw": _fixed(r["slowest_algbw_gbps"], 1, 3), "transfer": _fixed(r["transfer_gbps"], 1, 3)}
+
+
 def _link_row(r: dict) -> dict:
     """A slowest_links row with its figures as text; a peer outside the warehouse by its group rank."""
-    def fixed(value, scale: float, digits: int) -> str:
-        return "" if value is None else f"{value / scale:,.{digits}f}"
-
     return {**r, "peer": str(r["dst_rank_id"]) if r["dst_rank_id"] is not None else f"group rank {r['dst_rank']}",
-            "size_mb": fixed(r["size_bytes"], 1e6, 3), "duration_ms": fixed(r["duration_ns"], 1e6, 3),
-            "gbps": fixed(r["bandwidth_gbps"], 1, 2), "median_gbps": fixed(r["transport_median_gbps"], 1, 2),
-            "of_median": fixed(r["of_transport_median"], 1, 2)}
+            "size_mb": _fixed(r["size_bytes"], 1e6, 3), "duration_ms": _fixed(r["duration_ns"], 1e6, 3),
+            "gbps": _fixed(r["bandwidth_gbps"], 1, 2), "median_gbps": _fixed(r["transport_median_gbps"], 1, 2),
+            "of_median": _fixed(r["of_transport_median"], 1, 2)}
 
 
 def collectives_pages(s: ReportSession, run: str) -> list[dict]:
     """Per role with collectives: {role, figure, stragglers (rows with ms text), clocks, capped,
-    links (the slowest links of each step, figures as text), queries}."""
+    rates (the slowest instances by bandwidth), links (the slowest links of each step, figures
+    as text), queries}."""
     params = {"run": run, "max_instances": MAX_INSTANCES}
     rows = s.rows(Q.COLLECTIVE_ARRIVALS, params)
     if not rows:
@@ -91,12 +101,15 @@ def collectives_pages(s: ReportSession, run: str) -> list[dict]:
               for r in s.rows(Q.CLOCK_OFFSETS, {"run": run})]
     link_params = {"run": run, "max_links": MAX_LINKS}
     links = [_link_row(r) for r in s.rows(Q.SLOWEST_LINKS, link_params)]
+    rate_params = {"run": run, "max_rows": MAX_RATES}
+    rates = [_rate_row(r) for r in s.rows(Q.SLOWEST_COLLECTIVES, rate_params)]
     return [{"role": role,
              "figure": _role_figure(k, role, [r for r in rows if r["role"] == role], params),
              "stragglers": [r for r in stragglers if r["role"] == role],
              "clocks": [r for r in clocks if r["role"] == role],
              "capped": sum(1 for r in rows if r["role"] == role and r["wait_capped"]),
              "links": [r for r in links if r["role"] == role],
+             "rates": [r for r in rates if r["role"] == role],
              "queries": [query_text(Q.STRAGGLERS, {"run": run}), query_text(Q.CLOCK_OFFSETS, {"run": run}),
-                         query_text(Q.SLOWEST_LINKS, link_params)]}
+                         query_text(Q.SLOWEST_COLLECTIVES, rate_params), query_text(Q.SLOWEST_LINKS, link_params)]}
             for k, role in enumerate(sorted({r["role"] for r in rows}))]

@@ -182,7 +182,10 @@ class CollectivesPage(Page):
     links: list[dict] = _help("Rows of slowest_links for the role: each step's slowest links between ranks, with "
                               "their figures as text (size_mb, duration_ms, gbps, median_gbps, of_median, peer); "
                               "empty where no communication matrix was loaded.")
-    queries: list[QueryText] = _help("The SQL behind the straggler, clock and link tables.")
+    rates: list[dict] = _help("Rows of the slowest collective instances by bandwidth (collective_bandwidth) for the "
+                              "role, figures as text (mb, stay_ms, algbw, transfer); empty where no collective "
+                              "records its size.")
+    queries: list[QueryText] = _help("The SQL behind the straggler, clock, bandwidth and link tables.")
 
 
 @dataclass(kw_only=True)

@@ -214,7 +214,7 @@ order by role, phase_start_ns, longest_range_ns desc, phase, rank_id
 # its steps, captures and devices.
 DEVICE_BY_RANK = """
 with device as (
-  select role, rank_id, count(*) as steps, sum(window_ns)::bigint as window_ns,
+  select role, rank_id, count(distinct step) as steps, sum(window_ns)::bigint as window_ns,
     sum(window_ns - idle_ns)::bigint as busy_ns, sum(compute_ns)::bigint as compute_ns,
     sum(communication_ns)::bigint as communication_ns,
     sum(exposed_communication_ns)::bigint as exposed_communication_ns, sum(memcpy_ns)::bigint as memcpy_ns,
@@ -270,6 +270,23 @@ select role, step, slowness_rank, links, rank_id, dst_rank_id, src_rank, dst_ran
 from slowest_links
 where run = $run and slowness_rank <= $max_links
 order by role, step, slowness_rank
+"""
+
+# The collectives page and the summary: per role, the collective instances that moved their
+# bytes slowest (collective_bandwidth): bytes (element count x type size), the longest stay
+# of a rank in it, the slowest rank's rate over its whole stay (algbw) and the lowest rate
+# after the last rank arrived (transfer: what the links did), slowest transfer first.
+SLOWEST_COLLECTIVES = """
+select role, step, name, "group", seq, count(*) as ranks, max(bytes) as bytes,
+  max(duration_ns) as longest_stay_ns, min(algbw_gbps) as slowest_algbw_gbps,
+  min(transfer_gbps) as transfer_gbps, bool_or(mismatched) as mismatched
+from collective_bandwidth
+where run = $run and bytes is not null
+group by role, step, name, "group", seq
+qualify row_number() over (
+  partition by role order by min(transfer_gbps) nulls last, min(algbw_gbps), step, name, seq
+) <= $max_rows
+order by role, transfer_gbps nulls last, slowest_algbw_gbps, step, name, seq
 """
 
 STRAGGLERS = """

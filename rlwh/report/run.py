@@ -141,7 +141,8 @@ def render_run(s: ReportSession, run: dict, out: Path,
         page = CollectivesPage(**base(f"Collectives · {role} · {name}", path.parent), run=name, role=role,
                                figures=[page_facts["figure"]], stragglers=page_facts["stragglers"],
                                clocks=page_facts["clocks"], capped=page_facts["capped"],
-                               links=page_facts["links"], queries=page_facts["queries"])
+                               links=page_facts["links"], rates=page_facts["rates"],
+                               queries=page_facts["queries"])
         written.append(_write(out, path, "collectives.html", page))
         links.append(Link(f"Collectives: who waits for whom · {role}", f"collectives/{render.slug(role)}.html"))
     compare = compare_figures(skew, name)

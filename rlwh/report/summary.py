@@ -15,9 +15,12 @@ from dataclasses import dataclass
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.report import queries as Q
 from rlwh.warehouse.catalog import QueryResult, query
 
 TOP_STACKS_PER_RANK = 3
+TOP_RATES_PER_ROLE = 5
+TOP_LINKS_PER_STEP = 3
 
 RUN_FACTS = """
 select r.run, r.profile_dir, r.last_ingested_at,
@@ -96,7 +99,7 @@ with idle as (
   group by role, rank_id
 ),
 device as (
-  select role, rank_id, count(*) as steps, sum(window_ns) as window_ns, sum(compute_ns) as compute_ns,
+  select role, rank_id, count(distinct step) as steps, sum(window_ns) as window_ns, sum(compute_ns) as compute_ns,
     sum(exposed_communication_ns) as exposed_ns, sum(overlapped_ns) as overlapped_ns, sum(idle_ns) as idle_ns
   from device_time where run = $run
   group by role, rank_id
@@ -127,6 +130,26 @@ select role, phase, rank_id, count(*) as ranges,
 from phase_device_time where run = $run
 group by role, phase, rank_id
 order by role, phase, rank_id
+"""
+
+# How fast the collectives moved their bytes: the slowest instances per role
+# (collective_bandwidth; the collectives page's query, in ms, MB and GB/s).
+RATES = f"""
+select role, step, name, "group", seq, ranks, round(bytes / 1e6, 3) as mb,
+  round(longest_stay_ns / 1e6, 3) as longest_stay_ms, round(slowest_algbw_gbps, 3) as slowest_algbw_gbps,
+  round(transfer_gbps, 3) as transfer_gbps, case when mismatched then 'mismatched' end as flag
+from ({Q.SLOWEST_COLLECTIVES})
+order by role, transfer_gbps nulls last, slowest_algbw_gbps
+"""
+
+# The slowest links between ranks of each step (slowest_links: the Ascend communication matrix).
+LINKS = """
+select role, step, slowness_rank, rank_id as from_rank,
+  coalesce(dst_rank_id::varchar, 'group rank ' || dst_rank) as to_rank, collective, transport_type,
+  round(size_bytes / 1e6, 3) as mb, round(duration_ns / 1e6, 3) as ms, round(bandwidth_gbps, 3) as gbps,
+  round(of_transport_median, 3) as of_transport_median
+from slowest_links where run = $run and slowness_rank <= $max_links
+order by role, step, slowness_rank
 """
 
 BAD_FILES = """
@@ -183,6 +206,15 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
         Section("Device time per phase range (the work launched inside each NVTX, MSTX or user-annotation "
                 "range; phase_device_time)",
                 query(config, PHASES, params), "no phase range launched device work in this run"),
+        Section(f"How fast the collectives moved their bytes: the {TOP_RATES_PER_ROLE} slowest per role, slowest "
+                "transfer first (collective_bandwidth: bytes = elements x type size; algbw over a rank's whole "
+                "stay, transfer after the last rank arrived)",
+                query(config, RATES, {**params, "max_rows": TOP_RATES_PER_ROLE}),
+                "no collective records its size in this run"),
+        Section(f"The {TOP_LINKS_PER_STEP} slowest links between ranks per step (slowest_links: the Ascend "
+                "communication matrix; of_transport_median below 1: slower than the step's links of its transport)",
+                query(config, LINKS, {**params, "max_links": TOP_LINKS_PER_STEP}),
+                "no communication matrix in this run"),
         Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, "
                 "user_frame first)",
                 query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),
