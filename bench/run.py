@@ -52,7 +52,7 @@ def trace_mb(root: Path) -> float:
 
 
 def rlwh(*args: str, db: Path) -> list[str]:
-    return [PY, "-m", "rlwh.cli", *args, "--db", str(db), "--config", str(REPO / "warehouse.toml")]
+    return [PY, "-m", "rlwh", *args, "--db", str(db), "--config", str(REPO / "warehouse.toml")]
 
 
 def ingest(profile: Path, db: Path):
@@ -317,7 +317,7 @@ def bench_check_gzip(tmp: Path, scale: float) -> None:
         shutil.copyfileobj(src, dst, 1 << 20)
     mb = plain.stat().st_size / 1e6
     plain.unlink()
-    check = measure([PY, "-m", "rlwh.cli", "check", str(tmp / "check_gzip")])
+    check = measure([PY, "-m", "rlwh", "check", str(tmp / "check_gzip")])
     db = tmp / "check_gzip.duckdb"
     m = ingest(tmp / "check_gzip", db)
     record(f"rlwh check of a gzip PyTorch trace ({mb:.0f} MB inflated, {packed.stat().st_size / 1e6:.0f} MB "

@@ -59,7 +59,7 @@ def small_trace() -> Path:
 
 
 def _rlwh(*args: str, db: Path) -> list[str]:
-    return [PY, "-m", "rlwh.cli", *args, "--db", str(db), "--config", str(REPO / "warehouse.toml")]
+    return [PY, "-m", "rlwh", *args, "--db", str(db), "--config", str(REPO / "warehouse.toml")]
 
 
 def _run(argv: list[str], env: dict) -> tuple[float, float]:

@@ -556,7 +556,10 @@ def export_parquet(config, out, run_name, views):
 
 
 def main():
-    cli()
+    """`python -m rlwh.cli` runs what `rlwh` runs (rlwh.__main__: Ctrl-C at start-up too)."""
+    from rlwh.__main__ import main as command
+
+    command()
 
 
 if __name__ == "__main__":

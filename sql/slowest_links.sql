@@ -93,7 +93,7 @@ ranked as (
       as transport_median_gbps,
   from links as l
   left join senders as s
-    on s.run = l.run and s.role = l.role and coalesce(s."group", '') = coalesce(l."group", '')
+    on s.run = l.run and s.role = l.role and s."group" is not distinct from l."group"
     and s.src_rank = l.dst_rank
 ),
 

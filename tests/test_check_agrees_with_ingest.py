@@ -192,6 +192,26 @@ def test_cut_traces_get_ingests_verdict(tmp_path):
     assert {verdicts[f"tr/prof_rank-{k}.pt.trace.json" + ("" if k else ".gz")][0] for k in range(3)} == {"partial"}
 
 
+def test_db_exports_get_ingests_verdict(tmp_path):
+    """A db export beside its capture's text export is not loaded (ignored, in the reader's
+    words, in both), and a file named like a db export that is no SQLite db fails in both."""
+    import shutil
+
+    alexnet = FIXTURES / "real/ascend/msinsight-alexnet-level1"
+    root = tmp_path / "run"
+    shutil.copytree(alexnet / "text" / "rank0_ascend_pt", root / "both" / "rank0_ascend_pt")
+    output = root / "both" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    shutil.copy(alexnet / "db/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db", output)
+    noise = root / "noise" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_1.db"
+    noise.parent.mkdir(parents=True)
+    noise.write_bytes(b"not a database, just notes\n" * 20)
+    verdicts = _agree(root, tmp_path)
+    beside = verdicts["both/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"]
+    assert beside[0] == "ignored" and "text export of this capture beside it" in beside[1]
+    failed = verdicts["noise/rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db"]
+    assert failed[0] == "failed" and "not an SQLite database" in failed[1]
+
+
 def test_the_bad_input_corpus_gets_ingests_verdict(tmp_path, monkeypatch):
     """Every case of tests/data/bad (and the generated ones), each in its rank dir; the
     pickles that ask for code run none (they would `touch rlwh-hostile-ran` here)."""

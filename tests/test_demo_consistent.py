@@ -147,11 +147,12 @@ def _demo_traces(demo_profile: Path) -> dict[tuple[str, int], Path]:
 
 def test_demo_device_time_is_the_unions_of_its_kernels(demo_profile, demo_warehouse):
     con = duckdb.connect(str(demo_warehouse), read_only=True)
-    got = {(role, rank): rest for role, rank, *rest in con.execute(
-        "select role, rank_id, compute_ns, communication_ns, exposed_communication_ns, idle_ns, window_ns"
-        " from device_time where method = 'overlap_analysis'").fetchall()}
-    idle = dict(((role, rank), gaps) for role, rank, gaps in con.execute(
-        "select role, rank_id, idle_ns from device_idle").fetchall())
+    rows = con.execute("select role, rank_id, compute_ns, communication_ns, exposed_communication_ns, idle_ns,"
+                       " window_ns from device_time where method = 'overlap_analysis'").fetchall()
+    got = {(role, rank): rest for role, rank, *rest in rows}
+    idle_rows = con.execute("select role, rank_id, idle_ns from device_idle").fetchall()
+    idle = {(role, rank): gaps for role, rank, gaps in idle_rows}
+    assert len(got) == len(rows) and len(idle) == len(idle_rows)  # one row per rank: none dropped by the dicts
     traces = _demo_traces(demo_profile)
     assert len(traces) == 4 and set(got) == set(traces)
     for key, path in traces.items():

@@ -1,4 +1,4 @@
-"""Real CUDA memory snapshots (../shared/fixtures/real/snapshots-cuda) against plain Python.
+"""Real CUDA memory snapshots (tests/data/real/snapshots-cuda) against plain Python.
 
 Every expected figure is computed here from the raw pickle with the standard library (an
 unpickler that resolves no global), never with rlwh code:

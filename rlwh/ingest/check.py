@@ -286,6 +286,21 @@ def _snapshot_shape(head: bytes, snapshot_keys: tuple[str, ...]) -> str | None:
     return None
 
 
+def _ascend_db(f: SourceFile, head: bytes) -> list[Problem]:
+    """The db reader's own first checks: beside a text export of its capture it is not
+    loaded (the text export is), and a file that is no SQLite db fails."""
+    from rlwh.readers.ascend_db import check_header, not_loaded_beside
+
+    beside = not_loaded_beside(f.path)
+    if beside:
+        return [Problem(f.rel_path, _relative(beside, f), False, ignored=True)]
+    try:
+        check_header(f.path)
+    except SourceError as exc:
+        return [Problem(f.rel_path, _relative(str(exc), f), True)]
+    return []
+
+
 def _nvtx(f: SourceFile, head: bytes) -> list[Problem]:
     from rlwh.readers.nvtx import LEGACY_HELP
 
@@ -325,8 +340,10 @@ def _communication_matrix(f: SourceFile, head: bytes) -> list[Problem]:
     it the same way, so a damaged file or link gets ingest's verdict in ingest's words."""
     from rlwh.readers.ascend_comm_matrix import load_matrix, matrix_rows, problems_outcome
 
-    if f.path.stat().st_size > _MATRIX_LOAD_LIMIT:
-        return []
+    size = f.path.stat().st_size
+    if size > _MATRIX_LOAD_LIMIT:
+        return [Problem(f.rel_path, f"{f.rel_path}: not read by check ({size:,} bytes, over its "
+                        f"{_MATRIX_LOAD_LIMIT >> 20} MiB for a matrix): ingest reads it whole", False)]
     try:
         rows, bad = matrix_rows(load_matrix(f.path))
         outcome = problems_outcome(f.path, len(rows), bad)
@@ -369,6 +386,7 @@ _LOOKS = {
     "torch_trace": _torch_trace,
     "torch_snapshot": _snapshot,
     "ascend_trace": _ascend_trace,
+    "ascend_db": _ascend_db,
     "nvtx_jsonl": _nvtx,
     "ascend_info": _readers_own(_ascend_info),
     "gmm_group_list": _readers_own(_gmm),

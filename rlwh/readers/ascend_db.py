@@ -410,16 +410,20 @@ def _communication_links(r: _Reader) -> None:
         r.rows += links.num_rows
 
 
-def text_export_beside(path: Path) -> list[str]:
-    return [name for name in TEXT_EXPORT_FILES if (path.parent / name).is_file()]
+def not_loaded_beside(path: Path) -> str | None:
+    """Why the db is not loaded, where the text export of its capture lies beside it (ingest
+    and `rlwh check` say so in these words); None otherwise."""
+    text = [name for name in TEXT_EXPORT_FILES if (path.parent / name).is_file()]
+    if not text:
+        return None
+    return (f"{path}: not loaded: the text export of this capture beside it ({', '.join(text)}) is loaded "
+            "instead, so no row lands twice")
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
-    text = text_export_beside(path)
-    if text:
-        return ReadOutcome(status="ignored", message=(
-            f"{path}: not loaded: the text export of this capture beside it ({', '.join(text)}) is loaded "
-            "instead, so no row lands twice"))
+    beside = not_loaded_beside(path)
+    if beside:
+        return ReadOutcome(status="ignored", message=beside)
     cut = check_header(path)
     try:
         con = connect_read_only(path)
