@@ -556,10 +556,9 @@ def export_parquet(config, out, run_name, views):
 
 
 def main():
-    """`python -m rlwh.cli` runs what `rlwh` runs (rlwh.__main__: Ctrl-C at start-up too)."""
-    from rlwh.__main__ import main as command
-
-    command()
+    """The CLI once imported; the `rlwh` command starts at rlwh.__main__, which defers a
+    Ctrl-C that comes while this module is imported."""
+    cli()
 
 
 if __name__ == "__main__":
