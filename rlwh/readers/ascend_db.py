@@ -26,7 +26,7 @@ import pyarrow as pa
 from rlwh.errors import SourceError
 from rlwh.readers.ascend_db_device import SCHEMA as DEVICE_SCHEMA
 from rlwh.readers.ascend_db_device import device_rows
-from rlwh.readers.ascend_db_matrix import MATRIX_JSON, matrix_links
+from rlwh.readers.ascend_db_matrix import MATRIX_JSON, MATRIX_TABLE, matrix_links
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack, scaled
 
 BATCH_ROWS = 65536
@@ -131,6 +131,7 @@ class _Reader:
         self.tables = _tables(con)
         self.problems: list[str] = []
         self.rows = 0
+        self.analysis: sqlite3.Connection | None = None  # analysis.db beside the db (_open_analysis)
 
     def columns(self, table: str, required: tuple[str, ...], alias: str = ""):
         """A function naming `table`'s column in SQL (NULL for one this export lacks), or None
@@ -248,23 +249,31 @@ def _npu_module_memory(r: _Reader) -> None:
           post={"module": lambda m: modules.get(m, None if m is None else str(m))})
 
 
-def _stage_times(path: Path, problems: list[str]) -> dict[str, dict]:
-    """analysis.db's StepTraceTime beside the db: step text -> stage ns columns."""
+def _open_analysis(path: Path, problems: list[str]) -> sqlite3.Connection | None:
+    """analysis.db beside the db, opened once for the tables read from it (StepTraceTime,
+    CommAnalyzerMatrix); None, with what is wrong in `problems`, when it cannot be read."""
     analysis = path.with_name("analysis.db")
     if not analysis.is_file():
-        return {}
+        return None
     try:
         note = check_header(analysis)
         con = connect_read_only(analysis)
     except (SourceError, sqlite3.Error) as exc:
         problems.append(f"{analysis.name}: {exc}")
+        return None
+    if note:
+        problems.append(f"{analysis.name}: {note}")
+    return con
+
+
+def _stage_times(r: _Reader) -> dict[str, dict]:
+    """analysis.db's StepTraceTime: step text -> stage ns columns."""
+    if r.analysis is None:
         return {}
     try:
-        if note:
-            problems.append(f"{analysis.name}: {note}")
-        if "StepTraceTime" not in _tables(con):
+        if "StepTraceTime" not in _tables(r.analysis):
             return {}
-        cursor = con.execute("select * from StepTraceTime")
+        cursor = r.analysis.execute("select * from StepTraceTime")
         names = [d[0] for d in cursor.description]
         found = {}
         for position, row in enumerate(cursor, start=1):
@@ -273,13 +282,11 @@ def _stage_times(path: Path, problems: list[str]) -> dict[str, dict]:
                 found[str(cells.get("step") or "")] = {
                     column: _us(cells.get(source), f"StepTraceTime.{source}") for source, column in STAGES.items()}
             except _Bad as exc:
-                problems.append(f"{analysis.name} StepTraceTime row {position}: {exc}")
+                r.problems.append(f"analysis.db StepTraceTime row {position}: {exc}")
         return found
     except sqlite3.DatabaseError as exc:
-        problems.append(f"{analysis.name}: StepTraceTime unreadable ({exc})")
+        r.problems.append(f"analysis.db: StepTraceTime unreadable ({exc})")
         return {}
-    finally:
-        con.close()
 
 
 def _step(text: str) -> int | None:
@@ -289,7 +296,7 @@ def _step(text: str) -> int | None:
 
 
 def _step_times(r: _Reader) -> None:
-    stages = _stage_times(r.path, r.problems)
+    stages = _stage_times(r)
     steps = []
     if "STEP_TIME" in r.tables:
         try:
@@ -388,23 +395,15 @@ def _device_ops(r: _Reader) -> None:
 
 
 def _communication_links(r: _Reader) -> None:
-    """analysis.db's CommAnalyzerMatrix beside the db (rlwh.readers.ascend_db_matrix),
-    unless communication_matrix.json beside it is loaded instead."""
-    analysis = r.path.with_name("analysis.db")
-    if not analysis.is_file() or r.path.with_name(MATRIX_JSON).is_file():
+    """analysis.db's CommAnalyzerMatrix (rlwh.readers.ascend_db_matrix), unless
+    communication_matrix.json beside the db is loaded instead."""
+    if r.analysis is None or r.path.with_name(MATRIX_JSON).is_file():
         return
     try:
-        check_header(analysis)
-        con = connect_read_only(analysis)
-    except (SourceError, sqlite3.Error):
-        return  # _stage_times names what is wrong with the file
-    try:
-        links = matrix_links(con, analysis.name, r.problems)
+        links = matrix_links(r.analysis, "analysis.db", r.problems) if MATRIX_TABLE in _tables(r.analysis) else None
     except sqlite3.DatabaseError as exc:
-        r.problems.append(f"{analysis.name}: CommAnalyzerMatrix unreadable ({exc})")
+        r.problems.append(f"analysis.db: CommAnalyzerMatrix unreadable ({exc})")
         links = None
-    finally:
-        con.close()
     if links is not None:
         r.sink.write("communication_links", links)
         r.rows += links.num_rows
@@ -433,6 +432,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     try:
         if cut:
             reader.problems.append(cut)
+        reader.analysis = _open_analysis(path, reader.problems)
         strings = reader.strings()
         steps = [("OP_MEMORY", lambda: _memory_records(reader)),
                  ("MEMORY_RECORD", lambda: _memory_usage(reader, strings)),
@@ -450,6 +450,8 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         reader.problems.append(f"unreadable ({exc})")
     finally:
         con.close()
+        if reader.analysis is not None:
+            reader.analysis.close()
     if not reader.problems:
         return ReadOutcome()
     problems = reader.problems

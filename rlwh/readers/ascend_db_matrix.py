@@ -24,11 +24,9 @@ _COLUMNS = ("hccl_op_name", "group_name", "src_rank", "dst_rank", "transport_typ
 
 
 def matrix_links(con: sqlite3.Connection, label: str, problems: list[str]) -> pa.Table | None:
-    """CommAnalyzerMatrix's links as communication_links rows; None when the db has no such
-    table. A row that cannot be read is named in `problems` (with `label`, the file) and dropped."""
-    tables = {n for (n,) in con.execute("select name from sqlite_master where type = 'table'")}
-    if MATRIX_TABLE not in tables:
-        return None
+    """CommAnalyzerMatrix's links (the caller saw the table) as communication_links rows; None
+    when its key columns are missing. A row that cannot be read is named in `problems` (with
+    `label`, the file) and dropped."""
     have = {row[1] for row in con.execute(f'pragma table_info("{MATRIX_TABLE}")')}
     missing = [c for c in ("hccl_op_name", "src_rank", "dst_rank") if c not in have]
     if missing:
