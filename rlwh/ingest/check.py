@@ -252,6 +252,7 @@ def _snapshot(f: SourceFile, head: bytes) -> list[Problem]:
 
 
 def _relative(message: str, f: SourceFile) -> str:
+    """A reader's message with the file named by its path in the profile dir."""
     return message.replace(str(f.path), f.rel_path, 1)
 
 
@@ -322,7 +323,7 @@ def _readers_own(check_file):
         try:
             check_file(f.path)
         except SourceError as exc:
-            return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
+            return [Problem(f.rel_path, _relative(str(exc), f), True)]
         return []
 
     return look
@@ -350,10 +351,10 @@ def _communication_matrix(f: SourceFile, head: bytes) -> list[Problem]:
         rows, bad = matrix_rows(load_matrix(f.path))
         outcome = problems_outcome(f.path, len(rows), bad)
     except SourceError as exc:
-        return [Problem(f.rel_path, str(exc).replace(str(f.path), f.rel_path, 1), True)]
+        return [Problem(f.rel_path, _relative(str(exc), f), True)]
     if outcome.message is None:
         return []
-    return [Problem(f.rel_path, outcome.message.replace(str(f.path), f.rel_path, 1), False, partial=True)]
+    return [Problem(f.rel_path, _relative(outcome.message, f), False, partial=True)]
 
 
 def _gmm(path: Path) -> None:
