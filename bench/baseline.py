@@ -8,9 +8,11 @@ keep the row (the parser returns all rows as dicts). Times are parsed as floats,
 that parser does; rlwh keeps exact ns (rlwh.synth keeps ops >= 2 us apart so both agree).
 
 With several rank dirs it matches them rank after rank in one process, as a user's
-script over a run would (the multi-rank bench, bench/run.py many_ranks).
+script over a run would (the multi-rank bench, bench/run.py many_ranks); with --pool it
+hands the ranks to a process pool of one process per core, as RL-Insight's mapper runs a
+run: the faster of the two references.
 
-Usage: python bench/baseline.py RANK_DIR [RANK_DIR ...]
+Usage: python bench/baseline.py [--pool] RANK_DIR [RANK_DIR ...]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import bisect
 import csv
 import json
+import os
 import resource
 import sys
 import time
@@ -87,6 +90,8 @@ def run_baseline(rank_dir: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    pooled = bool(argv) and argv[0] == "--pool"
+    argv = argv[1:] if pooled else argv
     if not argv:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
@@ -94,7 +99,13 @@ def main(argv: list[str]) -> int:
         print(json.dumps(run_baseline(Path(argv[0]))))
         return 0
     start = time.perf_counter()
-    each = [run_baseline(Path(a)) for a in argv]
+    if pooled:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            each = list(pool.map(run_baseline, [Path(a) for a in argv]))
+    else:
+        each = [run_baseline(Path(a)) for a in argv]
     print(json.dumps({"ranks": len(each), "rows": sum(r["rows"] for r in each),
                       "matched": sum(r["matched"] for r in each), "wall_s": round(time.perf_counter() - start, 2),
                       "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
