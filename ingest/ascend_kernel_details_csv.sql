@@ -21,7 +21,8 @@ select * from (values
 -- read kernel_details:
 -- µs -> ns, rounded half away from zero; text trimmed, empty as NULL.
 select
-    row_number() over ()                                      as source_row,
+    _file,
+    _source_row                                               as source_row,
     nullif(trim("Step Id", E' \t\r\n'), '')                   as step_id,
     nullif(trim("Name", E' \t\r\n'), '')                      as name,
     nullif(trim("Type", E' \t\r\n'), '')                      as op_type,

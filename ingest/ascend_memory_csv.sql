@@ -33,7 +33,8 @@ select * from (values
 -- µs -> ns exactly; KB and MB -> bytes rounded half away from zero; text without the
 -- spaces and TABs the profiler leaves, empty as NULL.
 select
-    row_number() over ()                                               as source_row,
+    _file,
+    _source_row                                                        as source_row,
     nullif(trim("Name", E' \t\r\n'), '')                                as name,
     round("Size(KB)" * 1024)::bigint                                   as size_bytes,
     ("Allocation Time(us)" * 1000)::bigint                             as alloc_ns,

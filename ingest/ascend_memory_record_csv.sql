@@ -23,7 +23,8 @@ select * from (values
 -- read memory_usage:
 -- µs -> ns; MB -> bytes rounded half away from zero; text trimmed, empty as NULL.
 select
-    row_number() over ()                                              as source_row,
+    _file,
+    _source_row                                                       as source_row,
     nullif(trim(coalesce("Component", "Tag"), E' \t\r\n'), '')        as component,
     ("Timestamp(us)" * 1000)::bigint                                  as ts_ns,
     round("Total Allocated(MB)" * 1048576)::bigint                    as total_allocated_bytes,

@@ -18,7 +18,8 @@ select * from (values
 
 -- read npu_module_memory:
 select
-    row_number() over ()                                              as source_row,
+    _file,
+    _source_row                                                       as source_row,
     nullif(trim(coalesce("Component", "Module"), E' \t\r\n'), '')     as module,
     ("Timestamp(us)" * 1000)::bigint                                  as ts_ns,
     round("Total Reserved(MB)" * 1048576)::bigint                     as total_reserved_bytes,

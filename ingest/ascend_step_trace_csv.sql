@@ -24,7 +24,8 @@ select * from (values
 -- read step_times:
 -- µs -> ns, exact.
 select
-    row_number() over ()                                                         as source_row,
+    _file,
+    _source_row                                                                  as source_row,
     -- read_csv's BIGINT would round "50.5": a step that is not plain digits fails the read,
     -- and the row-by-row read names its row.
     case when nullif(trim("Step", E' \t\r\n'), '') is null then null

@@ -28,7 +28,7 @@ select
   -- HCCL's thread "Group 0 Communication" names the group "Group 0".
   if(kind = 'communication', regexp_replace(thread, '\s*Communication$', ''), null) as "group",
   if(kind = 'communication',
-     row_number() over (partition by kind = 'communication', thread order by start_ns, end_ns), null) as seq,
+     row_number() over (partition by source_id, kind = 'communication', thread order by start_ns, end_ns), null) as seq,
   if(kind = 'communication', false, null) as seq_is_global,
   "count" as element_count,
   data_type,

@@ -234,16 +234,35 @@ def _assert_like_clean_ingest(db: Path, ref: Path) -> None:
 # --------------------------------------------------------------------------- tests
 
 
+def _bytes_read(pid: int) -> int:
+    """What process `pid` has read so far (rchar: every read, page cache or disk)."""
+    with open(f"/proc/{pid}/io", encoding="ascii") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("rchar:"))
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    with contextlib.suppress(FileNotFoundError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                    return True
+    return False
+
+
 def test_kill_during_a_large_trace_parse(db, tmp_path, big, big_ref):
+    """kill -9 while the writer reads the 100 MB trace in place (the file is open and a
+    quarter of it read since): the published warehouse is untouched, a re-run exact."""
     before = _sha(db)
+    trace = max(big.rglob("trace_view.json"), key=lambda p: p.stat().st_size)
     proc = _start(db, big, tmp_path, workers=2)
     deadline = time.monotonic() + 120
-    # The largest file is parsed first (its task folder beside the warehouse): its raw scan file appears
-    # when DuckDB starts reading it.
-    while not list(db.parent.glob(db.name + ".parts/**/_raw_events.parquet")):
-        assert proc.poll() is None, f"the ingest ended before the trace was parsed: {proc.stdout.read()[-2000:]}"
-        assert time.monotonic() < deadline, "the large trace parse never started"
-        time.sleep(0.005)
+    opened_at = None
+    while opened_at is None or _bytes_read(proc.pid) < opened_at + trace.stat().st_size // 4:
+        assert proc.poll() is None, f"the ingest ended before the trace was read: {proc.stdout.read()[-2000:]}"
+        assert time.monotonic() < deadline, "the large trace was never read"
+        if opened_at is None and _has_open(proc.pid, trace):
+            opened_at = _bytes_read(proc.pid)
+        time.sleep(0.002)
     _kill(proc)
     assert _sha(db) == before  # the published warehouse is exactly as it was
     _rerun(db, big)

@@ -1,6 +1,7 @@
-"""Files of one kind read together (rlwh.ingest.batches): the rows of files read one by one,
-and one bad file in a batch costs the others nothing. Expectations come from the raw
-files (json, csv), not from rlwh."""
+"""Files read in place by the warehouse's connection, a batch per statement
+(rlwh.ingest.in_place): the rows of files read one by one and of the per-file route the
+workers take, and one bad file in a batch costs the others nothing. Expectations come
+from the raw files (json, csv), not from rlwh."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from conftest import read_db
 from warehouse_compare import differences, row_count
 
 from rlwh import synth
-from rlwh.ingest import batches as batching
-from rlwh.ingest import load
+from rlwh.ingest import in_place, load
 from rlwh.ingest.runner import ingest
 from rlwh.readers import ascend_trace
 
@@ -32,20 +32,20 @@ def profile(tmp_path) -> Path:
 
 @pytest.fixture
 def batch_calls(monkeypatch) -> list:
-    """Every read_batch call: (files, raised or None). Parsing runs in-process (workers=1)."""
+    """Every read_in_place call of the trace reader: (files, raised or None)."""
     calls: list = []
-    real = ascend_trace.read_batch
+    real = ascend_trace.read_in_place
 
-    def spy(paths, sinks, context, staging):
+    def spy(con, paths, context, scratch):
         try:
-            outcomes = real(paths, sinks, context, staging)
+            outcomes = real(con, paths, context, scratch)
         except Exception as exc:
             calls.append((list(paths), exc))
             raise
         calls.append((list(paths), None))
         return outcomes
 
-    monkeypatch.setattr(ascend_trace, "read_batch", spy)
+    monkeypatch.setattr(ascend_trace, "read_in_place", spy)
     return calls
 
 
@@ -84,20 +84,62 @@ def _capture_of(trace: Path, profile: Path) -> str:
 
 
 def test_a_batch_gives_the_rows_of_files_read_one_by_one(profile, config, tmp_path, batch_calls, monkeypatch):
-    """Every table of an ingest that read the traces in batches equals one that read each alone."""
+    """Every table of an ingest that read the files in batches equals one that read each
+    alone, and one by the per-file route (Parquet parts, as Ray's and dataset mode's
+    workers read them)."""
     ingest(profile, config)
     assert batch_calls and all(exc is None for _, exc in batch_calls)
-    assert sum(len(files) for files, _ in batch_calls) == RANKS  # every trace went through a batch
+    assert [len(files) for files, _ in batch_calls] == [RANKS]  # every trace in one statement
     batched = config.db_path
-    monkeypatch.setattr(batching, "BATCH_FILES", 1)  # every batch of one: the per-file path
+    monkeypatch.setattr(in_place, "BATCH_FILES", 1)  # every batch of one
     alone = replace(config, db_path=tmp_path / "alone" / "warehouse.duckdb")
-    calls_before = len(batch_calls)
     ingest(profile, alone)
-    assert len(batch_calls) == calls_before
+    assert [len(files) for files, _ in batch_calls[1:]] == [1] * RANKS
+    monkeypatch.setattr(in_place, "reads_in_place", lambda kind: False)  # every file by its `read`
+    per_file = replace(config, db_path=tmp_path / "per_file" / "warehouse.duckdb")
+    ingest(profile, per_file)
+    assert len(batch_calls) == 1 + RANKS
     assert row_count(batched) > 0
     assert differences(batched, alone.db_path) == {}
+    assert differences(batched, per_file.db_path) == {}
     for trace in _traces(profile):
         assert _rows_by_capture(config, "cpu_ops")[_capture_of(trace, profile)] == _cpu_ops_in(trace)
+        assert _rows_by_capture(config, "memory_records")[_capture_of(trace, profile)] == _csv_rows(trace)
+
+
+def test_csv_rows_keep_their_row_number_in_their_own_file(profile, config):
+    """source_row numbers each CSV record in its own file, whatever the batch around it."""
+    ingest(profile, config)
+    con = read_db(config)
+    try:
+        for trace in _traces(profile):
+            with open(trace.with_name("operator_memory.csv"), newline="", encoding="utf-8") as handle:
+                expected = [(i, row["Name"].strip()) for i, row in enumerate(csv.DictReader(handle), start=1)]
+            got = con.execute("select source_row, name from memory_records where capture = ? order by source_row",
+                              [_capture_of(trace, profile)]).fetchall()
+            assert got == expected
+    finally:
+        con.close()
+
+
+def test_a_bad_csv_row_costs_its_batch_nothing(profile, config):
+    """A CSV row the job's SQL cannot read sends its file to the row-by-row read (partial,
+    the row named); every other CSV of the batch lands whole."""
+    traces = _traces(profile)
+    bad = traces[3].with_name("operator_memory.csv")
+    lines = bad.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[5] = lines[5].replace(",", ",not a number,", 1)
+    bad.write_text("".join(lines), encoding="utf-8")
+    ingest(profile, config)
+    sources = _sources(config)
+    rel = bad.relative_to(profile).as_posix()
+    assert sources[rel][0] == "partial" and "row 5" in sources[rel][1]
+    memory = _rows_by_capture(config, "memory_records")
+    assert memory[_capture_of(traces[3], profile)] == _csv_rows(traces[3]) - 1
+    for trace in traces:
+        if trace != traces[3]:
+            assert sources[trace.with_name("operator_memory.csv").relative_to(profile).as_posix()] == ("ok", None)
+            assert memory[_capture_of(trace, profile)] == _csv_rows(trace)
 
 
 def test_one_damaged_trace_in_a_batch_costs_the_others_nothing(profile, config, batch_calls):
@@ -145,18 +187,24 @@ def test_a_cut_trace_in_a_batch_is_salvaged_and_the_others_land(profile, config,
 
 
 def test_a_file_that_cannot_land_fails_alone_and_its_batch_lands(profile, config, monkeypatch):
-    """Landing is LAND_FILES files per transaction; one file's landing error rolls that
-    transaction back and the files land one by one: it fails, with its own sources row
-    and message, and every other file of the transaction lands."""
+    """A batch is one transaction; one file's landing error rolls it back and the files
+    land one by one, then by their per-file route: it fails, with its own sources row and
+    message, and every other file of the batch lands."""
     traces = _traces(profile)
     victim = traces[2].relative_to(profile).as_posix()
-    real = load._land
+    real_batch, real_file = in_place.land, load._land
+
+    def land_batch(con, run, files, outcomes, seconds):
+        if victim in {p.source.rel_path for p in files}:
+            con.execute("select error('the disk said no to this file')")
+        return real_batch(con, run, files, outcomes, seconds)
 
     def land(con, run, p, parsed, with_step):
         if p.source.rel_path == victim:
             con.execute("select error('the disk said no to this file')")
-        return real(con, run, p, parsed, with_step)
+        return real_file(con, run, p, parsed, with_step)
 
+    monkeypatch.setattr(in_place, "land", land_batch)
     monkeypatch.setattr(load, "_land", land)
     summary = ingest(profile, config)
     sources = _sources(config)
@@ -172,51 +220,45 @@ def test_a_file_that_cannot_land_fails_alone_and_its_batch_lands(profile, config
             assert ops[_capture_of(trace, profile)] == _cpu_ops_in(trace)
 
 
-def _planned(sizes: list[int]) -> list:
-    return [SimpleNamespace(size=s, source=SimpleNamespace(kind="ascend_trace")) for s in sizes]
+def _planned(sizes: list[int], kind: str = "ascend_trace") -> list:
+    return [SimpleNamespace(size=s, source=SimpleNamespace(kind=kind)) for s in sizes]
 
 
 def test_the_batch_rule():
-    """At most BATCH_FILES files and BATCH_BYTES bytes a batch, two batches per worker where
-    there are files enough, a big file alone, no batch of one."""
+    """At most BATCH_FILES files and BATCH_BYTES bytes a batch, of one kind; a big file alone."""
     mb = 2**20
-    small = _planned([8 * mb] * 64)
-    found = batching.batches(small, workers=2)
-    assert [len(b) for b in found] == [16, 16, 16, 16]
+    found = in_place.batches(_planned([8 * mb] * 64))
+    assert [len(b) for b in found] == [in_place.BATCH_BYTES // (8 * mb)] * 2
     many = _planned([1 * mb] * 1000)
-    found = batching.batches(many, workers=2)
-    assert all(len(b) <= batching.BATCH_FILES for b in found)
-    assert sum(len(b) for b in found) == 1000
+    found = in_place.batches(many)
+    assert all(len(b) <= in_place.BATCH_FILES for b in found)
+    assert [p for b in found for p in b] == many  # every file once, in order
     sized = _planned([100 * mb] * 10)
-    assert all(sum(p.size for p in b) <= batching.BATCH_BYTES for b in batching.batches(sized, workers=1))
-    big = _planned([batching.BATCH_BYTES // 2, 4 * mb, 4 * mb, 4 * mb, 4 * mb])
-    found = batching.batches(big, workers=1)
-    assert big[0] not in [p for b in found for p in b]
-    assert [len(b) for b in found] == [2, 2]
-    assert batching.batches(_planned([mb, mb]), workers=2) == []  # two batches of one: none
-    csv_files = [SimpleNamespace(size=mb, source=SimpleNamespace(kind="ascend_memory_csv")) for _ in range(8)]
-    assert batching.batches(csv_files, workers=1) == []  # its reader reads one file at a time
+    assert all(sum(p.size for p in b) <= in_place.BATCH_BYTES for b in in_place.batches(sized))
+    big = _planned([in_place.BATCH_BYTES // 2, 4 * mb, 4 * mb])
+    assert [len(b) for b in in_place.batches(big)] == [1, 2]
+    mixed = _planned([mb] * 3) + _planned([mb] * 2, "ascend_memory_csv")
+    assert sorted(len(b) for b in in_place.batches(mixed)) == [2, 3]
+    assert all(len({p.source.kind for p in b}) == 1 for b in in_place.batches(mixed))
 
 
-def test_read_batch_refuses_what_it_cannot_read_whole(tmp_path):
-    """read_batch raises (so the caller reads one by one) on a file without its closing ']'."""
-    from rlwh.readers.base import TableSink
-
+def test_read_in_place_refuses_what_it_cannot_read_whole(tmp_path):
+    """read_in_place raises (so the caller reads one by one) on a file without its closing
+    ']' or named twice; else each file's rows carry its index in the batch."""
     good = tmp_path / "a.json"
     good.write_text('[{"cat": "cpu_op", "name": "x", "ph": "X", "ts": "1.000", "dur": 1, "pid": 1, "tid": 1}]')
     cut = tmp_path / "b.json"
     cut.write_text('[{"cat": "cpu_op", "name": "x", "ph": "X", "ts": "1.000", "dur": 1, "pid": 1, "tid": 1},')
-    sinks = [TableSink(tmp_path / "s0"), TableSink(tmp_path / "s1")]
+    con = duckdb.connect()
     with pytest.raises(Exception, match="closing"):
-        ascend_trace.read_batch([good, cut], sinks, {}, tmp_path / "stage")
+        ascend_trace.read_in_place(con, [good, cut], {}, tmp_path)
     with pytest.raises(Exception, match="twice"):
-        ascend_trace.read_batch([good, good], sinks, {}, tmp_path / "stage")
+        ascend_trace.read_in_place(con, [good, good], {}, tmp_path)
     other = tmp_path / "c.json"
     other.write_text('[{"cat": "cpu_op", "name": "y", "ph": "X", "ts": "2.5", "dur": 1, "pid": 1, "tid": 1},\n'
                      ' {"cat": "cpu_op", "name": "y", "ph": "X", "ts": "3.25", "dur": 1, "pid": 1, "tid": 1}]')
-    outcomes = ascend_trace.read_batch([good, other], sinks, {}, tmp_path / "stage")
+    outcomes = ascend_trace.read_in_place(con, [good, other], {}, tmp_path)
     assert [o.status for o in outcomes] == ["ok", "ok"]
-    con = duckdb.connect()
-    got = [con.execute("select count(*), min(ts_ns), max(name) from read_parquet(?)",
-                       [[str(p) for p in sink.tables()["cpu_ops"]]]).fetchone() for sink in sinks]
-    assert got == [(1, 1000, "x"), (2, 2500, "y")]
+    got = con.execute("select _file, count(*), min(ts_ns), max(name) from _rows_cpu_ops group by _file "
+                      "order by _file").fetchall()
+    assert got == [(0, 1, 1000, "x"), (1, 2, 2500, "y")]

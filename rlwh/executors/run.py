@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rlwh.config import Config
 from rlwh.executors.task import Task
@@ -31,19 +31,20 @@ def in_process(tasks: list[Task], workers: int, pool_min_bytes: int) -> bool:
     return workers <= 1 or len(tasks) <= 1 or sum(t.size for t in tasks) < pool_min_bytes
 
 
-def local_pool(tasks: list[Task], parts: Path, workers: int, pool_min_bytes: int = 0) -> Iterator[tuple[Task, Any]]:
+def local_pool(tasks: list[Task], parts: Path, workers: int,
+               pool_min_bytes: int = 0) -> Iterable[tuple[Task, Any]]:
     """Yield (task, result) as tasks finish, on `workers` processes of this machine, or in
-    this process (in_process).
+    this process (in_process). A pool starts, and every task is handed to it, when this is
+    called, not when the first result is asked for: the workers parse while the caller
+    does other work (the writer reading its own files, rlwh.ingest.in_place).
 
     Workers end with this process, even after kill -9, and leave Ctrl-C to it.
     """
     ordered = sorted(tasks, key=lambda t: -t.size)
     if in_process(ordered, workers, pool_min_bytes):
-        for task in ordered:
-            yield task, _run(task.function, task.args, str(parts / task.name))
-        return
+        return ((task, _run(task.function, task.args, str(parts / task.name))) for task in ordered)
     # Imported only for a pool: a small ingest does without them.
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
     from rlwh.executors.clean_main import main_left_out
@@ -54,15 +55,43 @@ def local_pool(tasks: list[Task], parts: Path, workers: int, pool_min_bytes: int
     try:
         with main_left_out():  # the workers start at the first submit: none re-runs the caller's script
             futures = {pool.submit(_run, t.function, t.args, str(parts / t.name)): t for t in ordered}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
-    except BaseException:  # Ctrl-C, or loading failed: no task still running is wanted
+    except BaseException:
         stop_now(pool)
         raise
-    pool.shutdown(wait=True)
+    return _Running(pool, futures)
 
 
-def run_tasks(tasks: list[Task], config: Config, parts: Path) -> Iterator[tuple[Task, Any]]:
+class _Running:
+    """Tasks handed to a pool: iterating yields (task, result) as they finish; stop() ends
+    the ones still running (the caller failed, or was interrupted, before asking)."""
+
+    def __init__(self, pool, futures: dict):
+        self.pool, self.futures = pool, futures
+
+    def __iter__(self) -> Iterator[tuple[Task, Any]]:
+        from concurrent.futures import as_completed
+
+        try:
+            for future in as_completed(self.futures):
+                yield self.futures[future], future.result()
+        except BaseException:  # Ctrl-C, or loading failed: no task still running is wanted
+            self.stop()
+            raise
+        self.pool.shutdown(wait=True)
+
+    def stop(self) -> None:
+        from rlwh.executors.local import stop_now
+
+        stop_now(self.pool)
+
+
+def stop_tasks(finished: Iterable[tuple[Task, Any]]) -> None:
+    """End what is still running of run_tasks' tasks (a local pool's workers)."""
+    if isinstance(finished, _Running):
+        finished.stop()
+
+
+def run_tasks(tasks: list[Task], config: Config, parts: Path) -> Iterable[tuple[Task, Any]]:
     """Yield (task, result) as tasks finish, on the executor the config names."""
     if config.executor == "ray":
         from rlwh.executors.ray_pool import ray_pool  # imports ray only when asked for

@@ -45,13 +45,13 @@ class Job:
         module_name, _, function = self.reader.partition(":")
         return self._function(module_name, function or "read")
 
-    def batch_function(self):
-        """The reader's `read_batch(paths, sinks, context, staging)`, which reads many files
-        of the kind in one statement; None for a reader that reads one file at a time."""
+    def in_place_function(self):
+        """The reader's `read_in_place(con, paths, context, scratch)`, which reads a batch of files of
+        the kind in the warehouse's own connection (rlwh.ingest.in_place); None for a reader
+        whose files are parsed in workers."""
         module_name, _, function = self.reader.partition(":")
-        if function:
-            return None
-        return getattr(importlib.import_module(module_name), "read_batch", None)
+        name = f"{function}_in_place" if function else "read_in_place"
+        return getattr(importlib.import_module(module_name), name, None)
 
     def _function(self, module_name: str, function: str):
         try:

@@ -68,13 +68,20 @@ def upsert_source(con, run: str, p: Planned, status: str, rows: int, message, se
     )
 
 
-def _storage_refused_commit(exc: BaseException) -> bool:
-    """A commit that failed because the working copy's WAL could not be written (a full disk,
-    a file size limit): DuckDB says so in a TransactionException, not an IOException."""
-    return isinstance(exc, duckdb.TransactionException) and "Could not write file" in str(exc)
+def storage_failed(exc: BaseException) -> bool:
+    """The warehouse could not be written (a full disk, a file size limit): no file is to
+    blame. A commit that failed so says it in a TransactionException, not an IOException."""
+    return isinstance(exc, (duckdb.IOException, duckdb.FatalException)) or (
+        isinstance(exc, duckdb.TransactionException) and "Could not write file" in str(exc))
 
 
-def _with_notes(message: str | None, *notes: str | None) -> str | None:
+def nothing_loaded_note(p: Planned, facts: list[str], rows: int) -> str:
+    """What a file that gave none of its kind's fact rows says of itself."""
+    loaded = "only its ranks row was loaded" if rows else "nothing was loaded from it"
+    return f"{p.source.rel_path}: holds none of the rows a {p.source.kind} file gives ({', '.join(facts)}); {loaded}"
+
+
+def with_notes(message: str | None, *notes: str | None) -> str | None:
     """The reader's message, then the guesses discovery or the reader made, in one text."""
     parts = [m for m in (message, *notes) if m]
     return "; ".join(parts) if parts else None
@@ -132,7 +139,7 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
     except (duckdb.Error, RlwhError) as exc:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")  # a commit that failed has rolled back already
-        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)) or _storage_refused_commit(exc):
+        if storage_failed(exc):
             raise  # the warehouse could not be written (a full disk): no file is to blame
         message = str(exc) if isinstance(exc, RlwhError) else f"{p.source.rel_path}: loading failed: {exc}"
         con.execute("begin transaction")
@@ -158,7 +165,7 @@ def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
     except (duckdb.Error, RlwhError) as exc:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")
-        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)) or _storage_refused_commit(exc):
+        if storage_failed(exc):
             raise
         return [load_file(con, run, p, parsed, with_step) for p, parsed in files]
 
@@ -173,7 +180,7 @@ def _land(con, run: str, p: Planned, parsed: ParseResult, with_step: frozenset[s
     reader_note = rank.pop("note", None)
     status, message = parsed["status"], parsed["message"]
     if status in ("ok", "partial"):
-        message = _with_notes(message, s.note, reader_note)
+        message = with_notes(message, s.note, reader_note)
     rows = sum(n for t, n in parsed["rows"].items() if t in FACT_TABLES)
     role, rank_id = rank.get("role", s.role), rank.get("rank_id", s.rank_id)
     delete_rows_of(con, p)
@@ -206,9 +213,7 @@ def _land(con, run: str, p: Planned, parsed: ParseResult, with_step: frozenset[s
             rows += 1
         facts = [t for t in job.fills if t in FACT_TABLES and t != "ranks"]
         if facts and not any(parsed["rows"].get(t) for t in facts) and parsed["message"] is None:
-            loaded = "only its ranks row was loaded" if rows else "nothing was loaded from it"
-            message = _with_notes(f"{s.rel_path}: holds none of the rows a {s.kind} file gives "
-                                  f"({', '.join(facts)}); {loaded}", message)
+            message = with_notes(nothing_loaded_note(p, facts, rows), message)
     upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
     return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
 

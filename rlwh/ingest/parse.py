@@ -7,7 +7,6 @@ process pool here or be shipped to a distributed engine unchanged.
 
 from __future__ import annotations
 
-import shutil
 import time
 import traceback
 from pathlib import Path
@@ -77,38 +76,6 @@ def _parsed(outcome: ReadOutcome, sink: TableSink) -> ParseResult:
         result["rows"][table] = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
         result["columns"][table] = pq.read_schema(parts[0]).names
     return result
-
-
-def parse_batch(kind: str, paths: list[str], contexts: list[FileContext], out_dir: str) -> list[ParseResult]:
-    """Read several files of `kind` with the reader's read_batch (one statement for all);
-    return one ParseResult per file, in order, each file's parts in a folder of its own.
-
-    Whatever goes wrong in the batch (a damaged or cut file, a reader bug, memory), every
-    file is then read alone by parse_source: one bad file costs the others nothing, and
-    it fails, or is salvaged, exactly as it would have outside a batch."""
-    started = time.perf_counter()
-    out = Path(out_dir)
-    folders = [out / f"file-{i}" for i in range(len(paths))]
-    sinks = [TableSink(f) for f in folders]
-    try:
-        read_batch = jobs()[kind].batch_function()
-        if read_batch is None:
-            raise SourceError(f"the {kind} reader reads one file at a time")
-        outcomes = read_batch([Path(p) for p in paths], sinks, contexts[0], out / "batch")
-        for sink in sinks:
-            sink.close()
-        results = [_parsed(outcome, sink) for outcome, sink in zip(outcomes, sinks)]
-    except Exception:  # MemoryError included: each file alone, with its own error if it has one
-        for sink, folder in zip(sinks, folders):
-            sink.close()
-            shutil.rmtree(folder, ignore_errors=True)
-        return [parse_source(kind, p, c, str(f)) for p, c, f in zip(paths, contexts, folders)]
-    shutil.rmtree(out / "batch", ignore_errors=True)
-    seconds = (time.perf_counter() - started) / len(paths)  # the batch's time, shared evenly
-    for result in results:
-        result["seconds"] = seconds
-    _release_memory()
-    return results
 
 
 def _release_memory() -> None:

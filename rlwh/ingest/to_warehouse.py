@@ -1,7 +1,7 @@
-"""The DuckDB-file target of `rlwh ingest`: parse the plan's changed files in the
-executors (Ascend traces in batches read by one statement, rlwh.ingest.batches) and land
-them in the working copy, LAND_FILES files per transaction, each whole with its sources
-row (rlwh.ingest.load.load_batch); derive after the last; publish once.
+"""The DuckDB-file target of `rlwh ingest`: the formats DuckDB reads are read in place,
+batch by batch, by the working copy's own connection (rlwh.ingest.in_place); the others
+are parsed in the executors and landed LAND_FILES files per transaction, each whole with
+its sources row (rlwh.ingest.load.load_batch); derive after the last; publish once.
 
 With Ray or [ingest] derive_in_workers a worker builds each capture whole, its derived
 tables included (rlwh.ingest.build), and the loader only appends it; otherwise the loader
@@ -17,12 +17,12 @@ from pathlib import Path
 import duckdb
 
 from rlwh.config import Config
-from rlwh.executors.run import fresh_parts_dir, run_tasks
+from rlwh.executors.run import fresh_parts_dir, run_tasks, stop_tasks
 from rlwh.executors.task import Task
-from rlwh.ingest.batches import batches
+from rlwh.ingest import in_place
 from rlwh.ingest.build import BuiltCapture, build_capture, land_capture
 from rlwh.ingest.load import ignored_result, load_batch, load_file, set_capture_starts, tables_with_step
-from rlwh.ingest.parse import ParseResult, failed_result, parse_batch, parse_source
+from rlwh.ingest.parse import ParseResult, failed_result, parse_source
 from rlwh.ingest.plan import FileResult, IngestSummary, Plan, Planned, Progress, file_context, utc
 from rlwh.safe_files import pause_for_test
 from rlwh.sqltext import one_value
@@ -71,7 +71,18 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
                 progress(done_files, len(plan.files), done_bytes, total_bytes, files[-1].source.rel_path)
 
         try:
-            summary.results += _parse_and_land(con, run, todo, config, parts, landed)
+            builds = _captures_to_build(con, run, todo, config)
+            in_builds = {id(p) for files in builds.values() for p in files}
+            read_here = [p for p in todo if id(p) not in in_builds and in_place.reads_in_place(p.source.kind)]
+            to_parse = [p for p in todo if id(p) not in in_builds and p not in read_here]
+            tasks = _tasks(run, to_parse, builds, config)
+            finished = run_tasks([t for t, _ in tasks.values()], config, parts)  # the workers start now
+            try:
+                summary.results += in_place.read_and_land(con, run, read_here, config, parts, landed)
+            except BaseException:
+                stop_tasks(finished)
+                raise
+            summary.results += _land_finished(con, run, tasks, finished, parts, landed)
         finally:
             shutil.rmtree(parts, ignore_errors=True)
         set_capture_starts(con, run, {p.source.capture for p in todo if p.source.kind.startswith("ascend_")})
@@ -125,24 +136,15 @@ def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> di
     return by_capture
 
 
-def _tasks(run: str, todo: list[Planned], builds: dict[str, list[Planned]],
+def _tasks(run: str, parsed: list[Planned], builds: dict[str, list[Planned]],
            config: Config) -> dict[str, tuple[Task, list[Planned]]]:
-    """One task per capture to build, per batch of files read together (rlwh.ingest.batches)
-    and per other file: name -> (task, files)."""
+    """One task per capture to build and per file to parse: name -> (task, files)."""
     tasks = {}
     for i, files in enumerate(builds.values()):
         task = Task(f"capture-{i}", build_capture, (run, files, config), sum(p.size for p in files),
                     tuple(str(p.source.path) for p in files))
         tasks[task.name] = (task, files)
-    in_builds = {id(p) for files in builds.values() for p in files}
-    rest = [p for p in todo if id(p) not in in_builds]
-    for i, files in enumerate(batches(rest, config.workers)):
-        task = Task(f"batch-{i}", parse_batch, (files[0].source.kind, [str(p.source.path) for p in files],
-                                                [file_context(p, config) for p in files]),
-                    sum(p.size for p in files), tuple(str(p.source.path) for p in files))
-        tasks[task.name] = (task, files)
-    in_batches = {id(p) for _, files in tasks.values() for p in files}
-    for i, p in enumerate(p for p in rest if id(p) not in in_batches):
+    for i, p in enumerate(parsed):
         task = Task(f"file-{i}", parse_source, (p.source.kind, str(p.source.path), file_context(p, config)), p.size,
                     (str(p.source.path),))
         tasks[task.name] = (task, [p])
@@ -161,11 +163,11 @@ def _land_built(con, run: str, files: list[Planned], built: BuiltCapture) -> lis
         return [load_file(con, run, p, failed_result(f"{p.source.rel_path}: {message}")) for p in files]
 
 
-def _parse_and_land(con, run: str, todo: list[Planned], config: Config, parts: Path, landed) -> list[FileResult]:
-    """Run every parse task and land the results as they arrive, LAND_FILES parsed files
-    per transaction (rlwh.ingest.load.load_batch); `landed(files)` after each landing."""
+def _land_finished(con, run: str, tasks: dict[str, tuple[Task, list[Planned]]], finished, parts: Path,
+                   landed) -> list[FileResult]:
+    """Land the parse and build tasks' results as they arrive (`finished`: run_tasks), LAND_FILES
+    parsed files per transaction (rlwh.ingest.load.load_batch); `landed(files)` after each landing."""
     with_step = tables_with_step(con)
-    tasks = _tasks(run, todo, _captures_to_build(con, run, todo, config), config)
     results: list[FileResult] = []
     pending: list[tuple[Planned, ParseResult]] = []
     pending_tasks: list[str] = []
@@ -182,7 +184,7 @@ def _parse_and_land(con, run: str, todo: list[Planned], config: Config, parts: P
         pending.clear()
         pending_tasks.clear()
 
-    for task, result in run_tasks([t for t, _ in tasks.values()], config, parts):
+    for task, result in finished:
         files = tasks[task.name][1]
         if task.function is build_capture:
             results.extend(_land_built(con, run, files, result))
@@ -190,7 +192,7 @@ def _parse_and_land(con, run: str, todo: list[Planned], config: Config, parts: P
             shutil.rmtree(parts / task.name, ignore_errors=True)
             landed(files)
             continue
-        pending.extend(zip(files, result if task.function is parse_batch else [result]))
+        pending.extend(zip(files, [result]))
         pending_tasks.append(task.name)
         # The first result lands as it arrives: the working copy holds committed rows from
         # the start (what a kill between files exercises), the rest LAND_FILES at a time.

@@ -121,6 +121,14 @@ def _read_row_by_row(path: Path, header: list[str], sink: TableSink) -> tuple[in
     return kept, bad
 
 
+def read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: dict,
+                  scratch: Path) -> list[ReadOutcome]:
+    """Read a batch in the warehouse's own connection (rlwh.ingest.in_place) by the job's
+    SQL; raises when a file is not as the job expects (its `read` then takes it alone)."""
+    csv_job.read_batch_into(con, JOB, "memory_records", paths, [read_header(p) for p in paths])
+    return [ReadOutcome() for _ in paths]
+
+
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     header = read_header(path)
     part = sink.parquet_path("memory_records")

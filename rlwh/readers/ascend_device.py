@@ -1,4 +1,4 @@
-"""trace_view.json's device rows -> device_ops staging (called by rlwh.readers.ascend_trace).
+"""trace_view.json's device rows -> device_ops (a SELECT rlwh.readers.ascend_trace runs).
 
 An Ascend text export describes one activity in several places: a kernel is a row of the
 "Ascend Hardware" process (and of kernel_details.csv), a collective is a row of an HCCL
@@ -18,42 +18,38 @@ the launch (the row's start when it has none).
 
 from __future__ import annotations
 
-import duckdb
-
-from rlwh.readers.base import TableSink
 from rlwh.readers.device_names import ascend_task_kind_sql, collective_sql
-from rlwh.sqltext import sql_literal
 
 HARDWARE_PROCESS = "Ascend Hardware"
 HCCL_PROCESS = "HCCL"
 
 
-def copy_device_ops(con: duckdb.DuckDBPyConnection, sink: TableSink, ts_ns: str, end_ns: str) -> None:
-    """Write the device rows of the `raw` view (the reader's kept events) to device_ops."""
-    con.execute(
-        f"""copy (
+def device_ops_sql(ts_ns: str, end_ns: str) -> str:
+    """The device rows of the `raw` view (the reader's kept events of one file or of a
+    batch, `_file` telling which) as a SELECT, each row with its `_file`."""
+    return f"""
           with processes as (
-            select distinct pid, meta_name as process from raw where ph = 'M' and name = 'process_name'
+            select distinct _file, pid, meta_name as process from raw where ph = 'M' and name = 'process_name'
           ),
           threads as (
-            select distinct pid, tid, meta_name as thread from raw where ph = 'M' and name = 'thread_name'
+            select distinct _file, pid, tid, meta_name as thread from raw where ph = 'M' and name = 'thread_name'
           ),
           steps as (
-            select try_cast(substr(name, length('ProfilerStep#') + 1) as integer) as step,
+            select _file, try_cast(substr(name, length('ProfilerStep#') + 1) as integer) as step,
               {ts_ns} as start_ns, {end_ns} as end_ns
             from raw where cat = 'cpu_op' and regexp_full_match(name, 'ProfilerStep#[0-9]+')
           ),
           rows as (
-            select r.name, r.{ts_ns} as start_ns, r.{end_ns} as end_ns, r.pid, r.tid, p.process, t.thread,
+            select r._file, r.name, r.{ts_ns} as start_ns, r.{end_ns} as end_ns, r.pid, r.tid, p.process, t.thread,
               r.task_type, try_cast(r.stream_id as bigint) as stream_id, try_cast(r.connection_id as bigint)
                 as connection_id, r.data_type, try_cast(r.elem_count as bigint) as elem_count,
-            from raw r join processes p using (pid) left join threads t using (pid, tid)
+            from raw r join processes p using (_file, pid) left join threads t using (_file, pid, tid)
             where r.ph = 'X' and (
               (p.process = '{HARDWARE_PROCESS}' and r.task_type is not null)
               or (p.process = '{HCCL_PROCESS}' and t.thread like '%Communication')
             )
           ),
-          collectives as (select start_ns, end_ns from rows where process = '{HCCL_PROCESS}'),
+          collectives as (select _file, start_ns, end_ns from rows where process = '{HCCL_PROCESS}'),
           typed as (
             select *,
               case
@@ -65,36 +61,37 @@ def copy_device_ops(con: duckdb.DuckDBPyConnection, sink: TableSink, ts_ns: str,
           kept as (
             select * from typed t
             where t.kind <> 'other' or not exists (
-              select 1 from collectives c where t.start_ns >= c.start_ns and t.end_ns <= c.end_ns)
+              select 1 from collectives c
+              where c._file = t._file and t.start_ns >= c.start_ns and t.end_ns <= c.end_ns)
           ),
           flows as (
-            select f.pid, f.tid, f.ts_ns, s.pid as cpu_pid, s.tid as cpu_tid, s.launch_ts_ns
+            select f._file, f.pid, f.tid, f.ts_ns, s.pid as cpu_pid, s.tid as cpu_tid, s.launch_ts_ns
             from raw f
-            join (select flow_id, pid, tid, ts_ns as launch_ts_ns from raw where cat = 'async_npu' and ph = 's') s
-              using (flow_id)
+            join (select _file, flow_id, pid, tid, ts_ns as launch_ts_ns from raw
+                  where cat = 'async_npu' and ph = 's') s
+              using (_file, flow_id)
             where f.cat = 'async_npu' and f.ph = 'f'
           ),
           launched as (
             select k.*, fl.cpu_pid, fl.cpu_tid, fl.launch_ts_ns
-            from kept k left join flows fl on k.pid = fl.pid and k.tid = fl.tid and k.start_ns = fl.ts_ns
+            from kept k left join flows fl
+              on k._file = fl._file and k.pid = fl.pid and k.tid = fl.tid and k.start_ns = fl.ts_ns
           ),
           cpu as (
-            select pid, tid, name, {ts_ns} as ts_ns, {end_ns} as end_ns from raw where cat = 'cpu_op'
+            select _file, pid, tid, name, {ts_ns} as ts_ns, {end_ns} as end_ns from raw where cat = 'cpu_op'
           ),
           with_op as (
             select l.*, if(l.launch_ts_ns <= o.end_ns, o.name, null) as launch_op
             from launched l asof left join cpu o
-              on l.cpu_pid = o.pid and l.cpu_tid = o.tid and l.launch_ts_ns >= o.ts_ns
+              on l._file = o._file and l.cpu_pid = o.pid and l.cpu_tid = o.tid and l.launch_ts_ns >= o.ts_ns
           )
           select
-            w.name, w.start_ns, w.end_ns, w.process, w.thread, w.kind, w.task_type as "Task Type",
+            w._file, w.name, w.start_ns, w.end_ns, w.process, w.thread, w.kind, w.task_type as "Task Type",
             w.stream_id as "Physic Stream Id", w.connection_id, w.data_type, w.elem_count as "count",
             if(w.kind = 'communication', {collective_sql('w.name')}, null) as collective,
             try_cast(w.cpu_tid as bigint) as launch_tid, w.launch_ts_ns, w.launch_op,
             (select max(s.step) from steps s
-             where coalesce(w.launch_ts_ns, w.start_ns) >= s.start_ns
+             where s._file = w._file and coalesce(w.launch_ts_ns, w.start_ns) >= s.start_ns
                and coalesce(w.launch_ts_ns, w.start_ns) < s.end_ns
             ) as step,
-          from with_op w
-        ) to {sql_literal(sink.parquet_path('device_ops'))} (format parquet)"""
-    )
+          from with_op w"""

@@ -1,16 +1,17 @@
-"""trace_view.json (Ascend) -> cpu_ops, call_stacks, ranges (mstx, overlap).
+"""trace_view.json (Ascend) -> cpu_ops, call_stacks, ranges (mstx, overlap), device_ops.
 
-One read of the file: DuckDB scans the JSON array once and writes the events rlwh keeps
-to a Parquet staging file, with each stack's text as it is (Parquet's dictionary
-encoding stores a repeated stack once, so this costs little). Everything else is
-derived from that small file. DuckDB returns nothing for an array cut mid-write, so
-then ijson re-reads the file, keeps every complete event before the cut and the file
-is marked partial.
+Read in place (read_in_place): the warehouse's own connection scans a batch of files in
+one read_json, keeping the events rlwh uses with a hash of each stack text (not the text),
+then reads the distinct stack texts in a second, narrow scan and normalizes each once for
+the batch; every table is a SELECT over those two temp tables, each row with the `_file`
+it came from. `read` runs the same SELECTs over one file into Parquet parts, for the
+routes that still parse in workers, and for a damaged file: DuckDB returns nothing for an
+array cut mid-write, so then ijson re-reads the file, keeps every complete event before
+the cut and the file is marked partial.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -18,7 +19,8 @@ import ijson
 import pyarrow as pa
 
 from rlwh.errors import SourceError
-from rlwh.readers.ascend_device import copy_device_ops
+from rlwh.readers import json_pieces
+from rlwh.readers.ascend_device import device_ops_sql
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.stacks import top_frame_sql
@@ -80,16 +82,15 @@ _NORMALIZED_STACK = (
 )
 
 
-def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path, file_index: bool = False) -> None:
-    """Write the kept events of `source` (a scan giving the raw text fields) to `raw`,
-    with times as exact ns and a fast hash of each stack text, in the same pass.
-    file_index: the scan has a `_file` column (which file of a batch): `raw` is then a
-    folder with a Parquet file per file of the batch (`_file=<i>/`), so each file's
-    statements read only its own rows."""
+def _load_raw(con: duckdb.DuckDBPyConnection, source: str) -> None:
+    """`_raw_events`: the kept events of `source` (a scan giving the raw text fields and
+    `_file`, which file of the batch), times as exact ns and a fast hash of each stack
+    text in place of the text (the text on every row doubled a scan's cost, DESIGN.md);
+    `raw`: those with a usable time."""
     con.execute(
-        f"""copy (
-          select {'_file, ' if file_index else ''}cat, name, ph, {_ns('ts')} as ts_ns, {_double_ns('dur')} as dur_ns,
-            pid, tid, stack, domain, meta_name,
+        f"""create or replace temp table _raw_events as
+          select _file, cat, name, ph, {_ns('ts')} as ts_ns, {_double_ns('dur')} as dur_ns,
+            pid, tid, domain, meta_name,
             if(stack is null, null, hash(stack)) as stack_hash,
             try_cast(seq_no as bigint) as seq_no, try_cast(fwd_tid as bigint) as fwd_tid,
             flow_id, {', '.join(DEVICE_FIELDS.values())}
@@ -97,28 +98,109 @@ def _raw_copy(con: duckdb.DuckDBPyConnection, source: str, raw: Path, file_index
             select *, {trimmed_sql('ts')} as ts_text
             from {source}
             where {KEEP}
-          )
-        ) to {sql_literal(raw)} (format parquet{', partition_by (_file)' if file_index else ''})"""
+          )"""
     )
+    con.execute("create or replace temp view raw as "
+                "select * from _raw_events where ts_ns is not null or ph = 'M'")
 
 
-def _scan_sql(paths: list[Path], file_index: bool) -> str:
-    """A read_json of one file or of a batch; a batch's rows carry `_file`, the index of
-    their file in `paths` (read_json's filename column matched against the list)."""
+def _listed(sources: list[tuple[int, Path]]) -> tuple[str, str]:
+    """SQL lists of the files read and of the batch index each belongs to."""
+    return ("[" + ", ".join(sql_literal(p) for _, p in sources) + "]",
+            "[" + ", ".join(str(i) for i, _ in sources) + "]")
+
+
+def _scan_sql(sources: list[tuple[int, Path]]) -> str:
+    """A read_json of the files `sources` ((index in the batch, path): whole files, or the
+    pieces of one); each row carries `_file`, that index (read_json's filename matched
+    against the list)."""
     columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in RAW_COLUMNS.items()) + "}"
-    listed = "[" + ", ".join(sql_literal(p) for p in paths) + "]"
-    index = f"list_position({listed}, filename) - 1 as _file, " if file_index else ""
-    named = ", filename = true" if file_index else ""
+    paths, indexes = _listed(sources)
     return (
-        f"""(select {index}cat, name, ph, ts, dur, pid, tid, args."Call stack" as stack, args."domain" as domain,
+        f"""(select {indexes}[list_position({paths}, filename)] as _file, cat, name, ph, ts, dur, pid, tid,
+              args."Call stack" as stack, args."domain" as domain,
               args."name" as meta_name, args."Sequence number" as seq_no, args."Fwd thread id" as fwd_tid,
               id as flow_id, {', '.join(f'args."{k}" as {v}' for k, v in DEVICE_FIELDS.items())}
-            from read_json({listed}, format = 'array', columns = {columns}{named}))"""
+            from read_json({paths}, format = 'array', columns = {columns}, filename = true))"""
     )
 
 
-def _scan_with_duckdb(con: duckdb.DuckDBPyConnection, path: Path, raw: Path) -> None:
-    _raw_copy(con, _scan_sql([path], file_index=False), raw)
+def _stack_texts_sql(sources: list[tuple[int, Path]]) -> str:
+    """The distinct stack texts of the cpu_ops of `sources`, by their fast hash: a second scan
+    that reads only the fields a stack needs (cheaper than carrying each text on its row)."""
+    columns = "{cat: 'VARCHAR', args: 'STRUCT(\"Call stack\" VARCHAR)'}"
+    listed, _ = _listed(sources)
+    return (f"""(select hash(stack) as stack_hash, any_value(stack) as stack
+                 from (select cat, args."Call stack" as stack
+                       from read_json({listed}, format = 'array', columns = {columns}))
+                 where cat = 'cpu_op' and stack is not null group by all)""")
+
+
+def _make_stacks(con: duckdb.DuckDBPyConnection, texts: str) -> None:
+    """`stacks`: each distinct stack text of `texts` (stack_hash, stack) once, normalized,
+    given its id, its top frame and depth."""
+    con.execute(
+        f"""create or replace temp table stacks as
+        select stack_hash, normalized, (md5_number_lower(normalized) >> 1)::bigint as stack_id,
+          {top_frame_sql('normalized')} as top_frame,
+          len(string_split(normalized, chr(10)))::integer as depth
+        from (select stack_hash, {_NORMALIZED_STACK} as normalized from {texts})
+        where normalized is not null"""
+    )
+
+
+# The tables a trace fills, each a SELECT over `raw` and `stacks` with the `_file` of its
+# rows (call_stacks, shared by every file, has none).
+def _table_selects() -> dict[str, str]:
+    ts_ns, end_ns = "ts_ns", "ts_ns + coalesce(dur_ns, 0)"
+    overlap_names = ", ".join(repr(n) for n in OVERLAP_NAMES)
+    return {
+        "cpu_ops": """
+          select r._file, r.name, r.ts_ns, r.dur_ns,
+            try_cast(r.pid as bigint) as pid, try_cast(r.tid as bigint) as tid, s.stack_id, r.seq_no, r.fwd_tid
+          from raw r left join stacks s on r.stack_hash = s.stack_hash
+          where r.cat = 'cpu_op'""",
+        "call_stacks": "select distinct stack_id, normalized as stack, top_frame, depth from stacks",
+        "ranges": f"""
+          with threads as (
+            select distinct _file, pid, tid, meta_name as thread from raw where ph = 'M' and name = 'thread_name'
+          ),
+          overlap_pids as (
+            select distinct _file, pid from raw
+            where ph = 'M' and name = 'process_name' and meta_name = '{OVERLAP_PROCESS}'
+          ),
+          mstx as (
+            select _file, 'mstx' as source, coalesce(domain, 'default') as domain, name, {ts_ns} as start_ns,
+              case when ph = 'X' then {end_ns} else {ts_ns} end as end_ns, pid, tid
+            from raw where cat = 'mstx' and ph in ('X', 'i', 'I', 'R', 'n')
+          ),
+          overlap as (
+            select _file, 'overlap' as source, 'default' as domain, name, {ts_ns} as start_ns, {end_ns} as end_ns,
+              pid, tid
+            from raw where ph = 'X' and name in ({overlap_names}) and (cat is null or cat <> 'cpu_op')
+              and (_file, pid) in (select (_file, pid) from overlap_pids)
+          ),
+          both_sources as (select * from mstx union all select * from overlap)
+          select b._file, b.source, b.domain, b.name, b.start_ns, b.end_ns,
+            try_cast(b.pid as bigint) as pid, try_cast(b.tid as bigint) as tid, t.thread
+          from both_sources b left join threads t on b._file = t._file and b.pid = t.pid and b.tid = t.tid""",
+        "device_ops": device_ops_sql(ts_ns, end_ns),
+    }
+
+
+def _unusable_events(con: duckdb.DuckDBPyConnection) -> dict[int, int]:
+    """Per file of the batch: the events skipped for want of a usable ts."""
+    return dict(con.execute(
+        "select _file, count(*) from _raw_events where ts_ns is null and ph is distinct from 'M' group by _file"
+    ).fetchall())
+
+
+def _write_sink(con: duckdb.DuckDBPyConnection, sink: TableSink) -> int:
+    """Write the tables of the one file in `raw` to `sink`; return its unusable events."""
+    for table, select in _table_selects().items():
+        rows = select if table == "call_stacks" else f"select * exclude (_file) from ({select})"
+        con.execute(f"copy ({rows}) to {sql_literal(sink.parquet_path(table))} (format parquet)")
+    return _unusable_events(con).get(0, 0)
 
 
 def _text(value) -> str | None:
@@ -161,7 +243,7 @@ def _edge_byte(path: Path, last: bool) -> bytes:
     return b""
 
 
-def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, str]:
+def _salvage_with_ijson(path: Path, raw: Path) -> tuple[int, str]:
     """Stream events until the damage; return (complete events, description of the damage)."""
     import pyarrow.parquet as pq
 
@@ -217,84 +299,6 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
     return kept_events, damage
 
 
-def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -> int:
-    """Write the tables of one file; return how many events were skipped for want of a usable ts."""
-    _raw_views(con, f"read_parquet({sql_literal(raw)})")
-    _make_stacks(con)
-    return _write_tables(con, sink)
-
-
-def _raw_views(con: duckdb.DuckDBPyConnection, rows: str) -> None:
-    """`all_raw`: the kept events of the file being written; `raw`: those with a usable time."""
-    con.execute(f"create or replace temp view all_raw as select * from {rows}")
-    con.execute("create or replace temp view raw as select * from all_raw where ts_ns is not null or ph = 'M'")
-
-
-def _make_stacks(con: duckdb.DuckDBPyConnection) -> None:
-    """Each distinct stack text of `raw` once (a file, or every file of a batch): found by
-    its fast hash, normalized, given its id, its top frame and depth."""
-    con.execute(
-        f"""create or replace temp table stacks as
-        select stack_hash, normalized, (md5_number_lower(normalized) >> 1)::bigint as stack_id,
-          {top_frame_sql('normalized')} as top_frame,
-          len(string_split(normalized, chr(10)))::integer as depth
-        from (
-          select stack_hash, {_NORMALIZED_STACK} as normalized
-          from (select stack_hash, any_value(stack) as stack from raw
-                where cat = 'cpu_op' and stack is not null group by stack_hash)
-        )
-        where normalized is not null"""
-    )
-
-
-def _write_tables(con: duckdb.DuckDBPyConnection, sink: TableSink) -> int:
-    """Write the tables of the file in `raw` (the stacks table holds its stacks, and maybe
-    others of its batch); return how many events were skipped for want of a usable ts."""
-    ts_ns, end_ns = "ts_ns", "ts_ns + coalesce(dur_ns, 0)"
-    con.execute(
-        f"""copy (
-          select r.name, r.ts_ns, r.dur_ns,
-            try_cast(r.pid as bigint) as pid, try_cast(r.tid as bigint) as tid, s.stack_id, r.seq_no, r.fwd_tid
-          from raw r left join stacks s on r.stack_hash = s.stack_hash
-          where r.cat = 'cpu_op'
-        ) to {sql_literal(sink.parquet_path('cpu_ops'))} (format parquet)"""
-    )
-    con.execute(
-        f"""copy (
-          select distinct stack_id, normalized as stack, top_frame, depth
-          from stacks
-          where stack_hash in (select stack_hash from raw where cat = 'cpu_op')
-        ) to {sql_literal(sink.parquet_path('call_stacks'))} (format parquet)"""
-    )
-    overlap_names = ", ".join(repr(n) for n in OVERLAP_NAMES)
-    con.execute(
-        f"""copy (
-          with threads as (
-            select distinct pid, tid, meta_name as thread from raw where ph = 'M' and name = 'thread_name'
-          ),
-          overlap_pids as (
-            select distinct pid from raw where ph = 'M' and name = 'process_name' and meta_name = '{OVERLAP_PROCESS}'
-          ),
-          mstx as (
-            select 'mstx' as source, coalesce(domain, 'default') as domain, name, {ts_ns} as start_ns,
-              case when ph = 'X' then {end_ns} else {ts_ns} end as end_ns, pid, tid
-            from raw where cat = 'mstx' and ph in ('X', 'i', 'I', 'R', 'n')
-          ),
-          overlap as (
-            select 'overlap' as source, 'default' as domain, name, {ts_ns} as start_ns, {end_ns} as end_ns, pid, tid
-            from raw where ph = 'X' and name in ({overlap_names}) and (cat is null or cat <> 'cpu_op')
-              and pid in (select pid from overlap_pids)
-          ),
-          both_sources as (select * from mstx union all select * from overlap)
-          select b.source, b.domain, b.name, b.start_ns, b.end_ns,
-            try_cast(b.pid as bigint) as pid, try_cast(b.tid as bigint) as tid, t.thread
-          from both_sources b left join threads t on b.pid = t.pid and b.tid = t.tid
-        ) to {sql_literal(sink.parquet_path('ranges'))} (format parquet)"""
-    )
-    copy_device_ops(con, sink, ts_ns, end_ns)
-    return one_value(con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'"))
-
-
 def _connect(context: dict) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("set threads = 1")  # a worker per core: files and batches are read side by side
@@ -320,45 +324,65 @@ def _outcome(status: str, notes: list[str], unusable: int, path: Path) -> ReadOu
 
 
 def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
+    """Read one trace into `sink`'s Parquet parts (the route of the formats DuckDB cannot
+    read alone: Ray's and dataset mode's workers, and a damaged file's salvage); a cut or
+    damaged array keeps every complete event and the file is partial."""
     _check_start(path)
-    raw = sink.root / "_raw_events.parquet"
     sink.root.mkdir(parents=True, exist_ok=True)
     con = _connect(context)
     try:
-        status, notes = "ok", []
-        try:
-            _scan_with_duckdb(con, path, raw)
-            # DuckDB reads an array cut right after a comma as if it were whole.
-            if _edge_byte(path, last=True) != b"]":
-                status = "partial"
-                notes.append(f"no closing ']' at byte {path.stat().st_size}: the file was cut while being written; "
-                             "kept every complete event")
-        except duckdb.Error as exc:
-            salvaged = sink.root / "_salvaged_events.parquet"
-            events, damage = _salvage_with_ijson(path, sink, salvaged)
-            _raw_copy(con, f"read_parquet({sql_literal(salvaged)})", raw)
-            salvaged.unlink()
-            if damage and events == 0:
-                raise SourceError(f"{path}: no complete event: {damage}") from None
-            if damage:
-                status = "partial"
-                notes.append(f"kept the {events} complete events before the damage: {damage}")
-            else:
-                notes.append(f"read by the streaming fallback ({str(exc).strip().splitlines()[0]})")
-        return _outcome(status, notes, _derive_tables(con, raw, sink), path)
+        status, notes = _load_one(con, path, sink.root)
+        return _outcome(status, notes, _write_sink(con, sink), path)
     finally:
         con.close()
-        raw.unlink(missing_ok=True)
 
 
-def read_batch(paths: list[Path], sinks: list[TableSink], context: dict, staging: Path) -> list[ReadOutcome]:
-    """Read several whole trace files with one read_json: one scan statement, one staging
-    file, each distinct stack text normalized once for all of them; then each file's
-    tables into its own sink, by the same statements as `read`.
+def _load_one(con: duckdb.DuckDBPyConnection, path: Path, scratch: Path) -> tuple[str, list[str]]:
+    """`raw` and `stacks` of one file, read whole by DuckDB or, where it cannot, salvaged
+    by ijson to its last complete event; return the status and notes so far."""
+    status, notes = "ok", []
+    try:
+        _load_raw(con, _scan_sql([(0, path)]))
+        _make_stacks(con, _stack_texts_sql([(0, path)]))
+        # DuckDB reads an array cut right after a comma as if it were whole.
+        if _edge_byte(path, last=True) != b"]":
+            status = "partial"
+            notes.append(f"no closing ']' at byte {path.stat().st_size}: the file was cut while being written; "
+                         "kept every complete event")
+    except duckdb.Error as exc:
+        scratch.mkdir(parents=True, exist_ok=True)
+        salvaged = scratch / "_salvaged_events.parquet"
+        try:
+            events, damage = _salvage_with_ijson(path, salvaged)
+            rows = f"(select 0 as _file, * from read_parquet({sql_literal(salvaged)}))"
+            _load_raw(con, rows)
+            _make_stacks(con, f"(select hash(stack) as stack_hash, any_value(stack) as stack from {rows} "
+                              "where cat = 'cpu_op' and stack is not null group by all)")
+        finally:
+            salvaged.unlink(missing_ok=True)
+        if damage and events == 0:
+            raise SourceError(f"{path}: no complete event: {damage}") from None
+        if damage:
+            status = "partial"
+            notes.append(f"kept the {events} complete events before the damage: {damage}")
+        else:
+            notes.append(f"read by the streaming fallback ({str(exc).strip().splitlines()[0]})")
+    return status, notes
 
-    Raises on anything the batch cannot take (a file that does not start as an array or
-    does not end with ']', a damaged event, a DuckDB error): the caller then reads the
-    files one by one with `read`, which names the bad file and salvages what it can.
+
+def read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: dict,
+                  scratch: Path) -> list[ReadOutcome]:
+    """Read whole trace files (a batch, or one) in the warehouse's own connection: one
+    read_json over all of them on DuckDB's threads, each distinct stack text normalized
+    once for the batch, and each table's rows of every file into a temp table
+    `_rows_<table>` whose `_file` says which of `paths` a row is from (rlwh.ingest.in_place
+    lands them). A file of 2 PIECE_BYTES or more is read as pieces (rlwh.readers.json_pieces,
+    written under `scratch`), so its one line of JSON is read on every thread. Returns one
+    outcome per file.
+
+    Raises on anything a whole-file read cannot take (a file that does not start as an
+    array or does not end with ']', a damaged event, a DuckDB error): the caller then
+    reads that file by `read`, which names the damage and salvages what it can.
     """
     if len(set(paths)) < len(paths):
         raise SourceError("a batch names a file twice")  # its rows could not be told apart
@@ -366,27 +390,13 @@ def read_batch(paths: list[Path], sinks: list[TableSink], context: dict, staging
         _check_start(path)
         if _edge_byte(path, last=True) != b"]":
             raise SourceError(f"{path}: no closing ']': read alone")
-    staging.mkdir(parents=True, exist_ok=True)
-    raw = staging / "_raw_events"
-    con = _connect(context)
-    try:
-        _raw_copy(con, _scan_sql(paths, file_index=True), raw, file_index=True)
-        found = sorted(d.name for d in raw.iterdir()) if raw.is_dir() else []
-        if not set(found) <= {f"_file={i}" for i in range(len(paths))}:
-            raise SourceError("read_json named a file outside the batch")  # never lose rows to a name mismatch
-        _raw_views(con, f"read_parquet({sql_literal(str(raw / '*' / '*.parquet'))}, hive_partitioning = false)")
-        _make_stacks(con)
-        outcomes = []
-        for i, (path, sink) in enumerate(zip(paths, sinks)):
-            sink.root.mkdir(parents=True, exist_ok=True)
-            own = raw / f"_file={i}"
-            if own.is_dir():
-                _raw_views(con, f"read_parquet({sql_literal(str(own / '*.parquet'))}, hive_partitioning = false)")
-            else:  # a file with no kept event: the batch's (typed) columns, no rows
-                _raw_views(con, f"(select * from read_parquet({sql_literal(str(raw / '*' / '*.parquet'))}, "
-                                "hive_partitioning = false) limit 0)")
-            outcomes.append(_outcome("ok", [], _write_tables(con, sink), path))
-        return outcomes
-    finally:
-        con.close()
-        shutil.rmtree(raw, ignore_errors=True)
+    sources = [(i, piece) for i, path in enumerate(paths) for piece in json_pieces.cut(path, scratch / str(i))]
+    _load_raw(con, _scan_sql(sources))
+    if one_value(con.execute("select count(*) from _raw_events where _file is null")):
+        raise SourceError("read_json named a file outside the batch")  # never lose rows to a name mismatch
+    _make_stacks(con, _stack_texts_sql(sources))
+    for table, select in _table_selects().items():
+        con.execute(f"create or replace temp table _rows_{table} as {select}")
+    unusable = _unusable_events(con)
+    con.execute("drop table _raw_events")
+    return [_outcome("ok", [], unusable.get(i, 0), path) for i, path in enumerate(paths)]

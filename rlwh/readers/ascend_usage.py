@@ -213,6 +213,35 @@ def read_csv(path: Path, sink: TableSink, fmt: Format, memory_limit: str | None 
     return rows_outcome(path, kept, bad)
 
 
+def _read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], fmt: Format) -> list[ReadOutcome]:
+    """Read a batch in the warehouse's own connection (rlwh.ingest.in_place) by the job's
+    SQL; raises for a file the SQL does not read as the row-by-row read would (read_csv
+    then takes it alone)."""
+    headers = []
+    for path in paths:
+        header, plan = read_header(path, fmt)
+        if not _sql_reads(path, header, plan, fmt):
+            raise SourceError(f"{path}: read row by row")
+        headers.append(header)
+    csv_job.read_batch_into(con, JOBS[fmt.table], fmt.table, paths, headers)
+    return [ReadOutcome() for _ in paths]
+
+
+def read_memory_record_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: dict,
+                  scratch: Path) -> list[ReadOutcome]:
+    return _read_in_place(con, paths, MEMORY_RECORD)
+
+
+def read_npu_module_mem_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: dict,
+                  scratch: Path) -> list[ReadOutcome]:
+    return _read_in_place(con, paths, NPU_MODULE_MEM)
+
+
+def read_step_trace_time_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path],
+                                  context: dict, scratch: Path) -> list[ReadOutcome]:
+    return _read_in_place(con, paths, STEP_TRACE_TIME)
+
+
 def read_memory_record(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     return read_csv(path, sink, MEMORY_RECORD, context.get("memory_limit"))
 

@@ -3,12 +3,15 @@
 The job (ingest/<job>.sql) says what the file holds and how it maps to a table, in SQL:
   -- fields:           a SELECT of (field, type): the source fields it uses and the type
                        read_csv reads each as (DECIMAL(20,3) keeps 19-digit µs exact)
-  -- read <table>:     a SELECT over `_csv` (the file) giving that table's rows: the
-                       renames, units and casts, with source_row numbering the records
-This module runs them in the parse worker and writes the rows as the table's Parquet part.
-`_csv` has a column per header field in the file's order (typed as `fields` says, text
-otherwise) and a NULL column for each field the file lacks. The read is strict: a row it
-cannot read raises, and the caller reads the file row by row, naming the bad rows.
+  -- read <table>:     a SELECT over `_csv` (the files) giving that table's rows: the
+                       renames, units and casts, with `_file` and source_row kept
+This module runs them over a batch of files with the same header, in the warehouse's own
+connection (read_into, rlwh.ingest.in_place), or over one file into a Parquet part
+(read_to_parquet, for the routes that parse in workers). `_csv` has a column per header
+field in the file's order (typed as `fields` says, text otherwise), a NULL column for each
+field the file lacks, `_file` (which file of the batch) and `_source_row` (the record's
+1-based number in its file). The read is strict: a row it cannot read raises, and the
+caller reads the file row by row, naming the bad rows.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from rlwh.assets import asset_dir
-from rlwh.sqltext import job_sections, sql_ident, sql_literal
+from rlwh.sqltext import job_sections, one_value, sql_ident, sql_literal
 
 # read_csv's longest line; a longer one goes to the row-by-row read (whose csv module names it).
 MAX_LINE_BYTES = 2_000_000
@@ -46,14 +49,48 @@ def field_types(job: str) -> tuple[tuple[str, str], ...]:
         con.close()
 
 
-def _csv_view(path: Path, header: list[str], types: dict[str, str]) -> str:
+def _csv_view(files: list[tuple[int, Path]], header: list[str], types: dict[str, str]) -> str:
+    """`_csv` over `files` ((index in the batch, path), all with `header`).
+
+    Records are numbered by one row_number() over the scan, which DuckDB computes in the
+    scan's order (a streaming window: files in list order, records in file order, on any
+    number of threads), then counted from each file's first; a window partitioned by file
+    numbers in no defined order."""
     if len(set(header)) < len(header):
         raise Unreadable("a field is named twice in the header")
     columns = ", ".join(f"{sql_literal(name)}: {sql_literal(types.get(name, 'VARCHAR'))}" for name in header)
     absent = "".join(f", null::{t} as {sql_ident(f)}" for f, t in types.items() if f not in header)
-    return (f"create temp view _csv as select *{absent} from read_csv({sql_literal(path)}, header = true, "
+    paths = "[" + ", ".join(sql_literal(path) for _, path in files) + "]"
+    indexes = "[" + ", ".join(str(i) for i, _ in files) + "]"
+    return (f"create or replace temp view _csv as select * exclude (_n, _at){absent}, "
+            f"_n - min(_n) over (partition by _file) + 1 as _source_row "
+            f"from (select *, row_number() over () as _n, {indexes}[list_position({paths}, _at)] as _file "
+            f"from read_csv({paths}, header = true, "
             f"auto_detect = false, delim = ',', quote = '\"', escape = '\"', strict_mode = true, "
-            f"max_line_size = {MAX_LINE_BYTES}, columns = {{{columns}}})")
+            f"max_line_size = {MAX_LINE_BYTES}, filename = '_at', columns = {{{columns}}}))")
+
+
+def read_into(con: duckdb.DuckDBPyConnection, job: str, table: str, files: list[tuple[int, Path]],
+              header: list[str]) -> None:
+    """Add the job's `read <table>` rows of `files` ((index in the batch, path), all with
+    `header`) to the temp table `_rows_<table>`; raises duckdb.Error or Unreadable when a
+    row or the header is not as the job expects."""
+    con.execute(_csv_view(files, header, dict(field_types(job))))
+    rows = sections(job)["read " + table]
+    exists = one_value(con.execute("select count(*) from duckdb_tables() where temporary and table_name = ?",
+                                   [f"_rows_{table}"]))
+    con.execute(f"insert into _rows_{table} {rows}" if exists else f"create temp table _rows_{table} as {rows}")
+    con.execute("drop view _csv")
+
+
+def read_batch_into(con: duckdb.DuckDBPyConnection, job: str, table: str, paths: list[Path],
+                    headers: list[list[str]]) -> None:
+    """read_into over a batch: the files that share a header in one statement each."""
+    by_header: dict[tuple[str, ...], list[tuple[int, Path]]] = {}
+    for i, (path, header) in enumerate(zip(paths, headers)):
+        by_header.setdefault(tuple(header), []).append((i, path))
+    for fields, files in by_header.items():
+        read_into(con, job, table, files, list(fields))
 
 
 def read_to_parquet(job: str, table: str, path: Path, header: list[str], part: Path,
@@ -63,14 +100,13 @@ def read_to_parquet(job: str, table: str, path: Path, header: list[str], part: P
     sql = sections(job)
     con = duckdb.connect()
     try:
-        # One thread: source_row is row_number() in file order, and a worker per core reads files side by side.
-        con.execute("set threads = 1")
+        con.execute("set threads = 1")  # a worker per core reads files side by side
         con.execute("set enable_progress_bar = false")
         if memory_limit:
             con.execute("set memory_limit = ?", [memory_limit])
-        types = dict(field_types(job))
-        con.execute(_csv_view(path, header, types))
+        con.execute(_csv_view([(0, path)], header, dict(field_types(job))))
         rows = sql["read " + table]
-        con.execute(f"copy ({rows}\n) to {sql_literal(part)} (format parquet, compression uncompressed)")
+        con.execute(f"copy (select * exclude (_file) from ({rows}\n)) to {sql_literal(part)} "
+                    "(format parquet, compression uncompressed)")
     finally:
         con.close()

@@ -62,11 +62,17 @@ def _ensure_state(con: duckdb.DuckDBPyConnection) -> None:
 
 def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
     """Remember the keys that rows of `source_id` belong to, so refresh() redoes them."""
+    mark_sources(con, [source_id])
+
+
+def mark_sources(con: duckdb.DuckDBPyConnection, source_ids: list[int]) -> None:
+    """mark_source for several sources at once: one scan of each table, not one per source."""
     _ensure_state(con)
     for table in SOURCE_TABLES:
         con.execute(
-            f"insert into _rlwh_dirty select distinct run, role, rank_id, capture from {table} where source_id = ?",
-            [source_id],
+            f"insert into _rlwh_dirty select distinct run, role, rank_id, capture from {table} "
+            "where list_contains(?, source_id)",
+            [source_ids],
         )
 
 

@@ -1,0 +1,187 @@
+"""The writer reads the files itself: the formats DuckDB reads (Ascend trace_view.json and
+CSVs) go from disk straight into the warehouse, no worker process and no staging file.
+
+A batch of changed files of one kind is one transaction of the warehouse's own connection:
+the reader's `read_in_place(con, paths, context, scratch)` reads all of them in one statement per
+table on DuckDB's threads into temp tables `_rows_<table>` (each row with `_file`, its
+file's index in the batch), and `land` runs the job's landing SQL once over the batch,
+every row under its own file's keys, with a `sources` row per file. A run is many modest
+files, so per-file work (a process, a connection, a staging file, a statement, a commit)
+was the cost of the pipeline this replaces (DESIGN.md, BENCHMARKS.md 2026-12-03).
+
+Each file still lands whole or not at all: if anything in a batch fails, the batch rolls
+back and each file is read alone the same way; a file that fails alone too is read by its
+reader's per-file `read` (which names the damage and salvages a cut trace to its last
+complete event) and landed by rlwh.ingest.load, as the worker-parsed formats are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from rlwh import interrupts
+from rlwh.errors import RlwhError
+from rlwh.ingest.jobs import FACT_TABLES, SHARED_TABLES, jobs
+from rlwh.ingest.load import (
+    KEY_COLUMNS,
+    KEY_TYPES,
+    delete_rows_of,
+    load_file,
+    nothing_loaded_note,
+    storage_failed,
+    upsert_source,
+    with_notes,
+)
+from rlwh.ingest.parse import parse_source
+from rlwh.ingest.plan import FileResult, Planned, file_context
+from rlwh.readers.base import ReadOutcome
+from rlwh.safe_files import pause_for_test
+from rlwh.warehouse import derive
+
+# A batch holds at most BATCH_FILES files and BATCH_BYTES bytes of input: its temp tables
+# (the kept events, no stack texts) spill past the connection's memory limit, and a run of
+# 1,000 ranks is just more batches. A file of BATCH_BYTES / 2 or more is read alone.
+BATCH_FILES = 32
+BATCH_BYTES = 256 * 2**20
+
+
+def reads_in_place(kind: str) -> bool:
+    """Whether the reader of `kind` reads its files in the warehouse's connection."""
+    return jobs()[kind].in_place_function() is not None
+
+
+def batches(files: list[Planned]) -> list[list[Planned]]:
+    """`files` (in their order) cut into batches of one kind by the rule above."""
+    found: list[list[Planned]] = []
+    open_batches: dict[str, list[Planned]] = {}
+    for p in files:
+        if p.size >= BATCH_BYTES // 2:
+            found.append([p])
+            continue
+        current = open_batches.setdefault(p.source.kind, [])
+        if current and (len(current) >= BATCH_FILES or sum(f.size for f in current) + p.size > BATCH_BYTES):
+            found.append(current)
+            current = open_batches[p.source.kind] = []
+        current.append(p)
+    return found + [b for b in open_batches.values() if b]
+
+
+def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
+                  landed: Callable[[list[Planned]], None]) -> list[FileResult]:
+    """Read and land every file of `files` (kinds that read in place), batch by batch;
+    `landed(files)` after each commit."""
+    results: list[FileResult] = []
+    for batch in batches(files):
+        results += _batch(con, run, batch, config, parts)
+        pause_for_test("between_files")
+        landed(batch)
+    return results
+
+
+def _batch(con, run: str, files: list[Planned], config, parts: Path) -> list[FileResult]:
+    """One batch in one transaction; on any failure each file alone, then by its `read`."""
+    started = time.perf_counter()
+    read = jobs()[files[0].source.kind].in_place_function()
+    scratch = parts / "in-place"  # a reader's scratch files (the pieces of a big trace)
+    con.execute("begin transaction")
+    try:
+        outcomes = read(con, [p.source.path for p in files], file_context(files[0], config), scratch)
+        results = land(con, run, files, outcomes, (time.perf_counter() - started) / len(files))
+        con.execute("commit")
+        return results
+    except Exception as exc:  # a damaged file, a reader bug, memory: each file alone says which
+        with contextlib.suppress(duckdb.Error):
+            con.execute("rollback")
+        interrupts.reraise_if_seen()  # DuckDB's "query interrupted" is Ctrl-C, no fact about a file
+        if storage_failed(exc):
+            raise  # the warehouse could not be written (a full disk): no file is to blame
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if len(files) > 1:
+        return [r for p in files for r in _batch(con, run, [p], config, parts)]
+    p = files[0]
+    return [load_file(con, run, p, parse_source(p.source.kind, str(p.source.path), file_context(p, config),
+                                                  str(_fresh(parts / f"alone-{p.source_id}"))))]
+
+
+def _fresh(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _set_batch_keys(con, run: str, files: list[Planned]) -> None:
+    """`_batch_keys`: the keys each file's rows land under, by the file's index in the batch."""
+    columns = ", ".join(f"{k} {KEY_TYPES[k]}" for k in KEY_COLUMNS)
+    con.execute(f"create or replace temp table _batch_keys (_file integer, {columns})")
+    con.executemany(
+        f"insert into _batch_keys values (?, {', '.join('?' for _ in KEY_COLUMNS)})",
+        [[i, run, p.source.role, p.source.rank_id, p.source.capture, p.source_id, p.source.step]
+         for i, p in enumerate(files)],
+    )
+
+
+def _staged_view(con, table: str, has_step: bool) -> None:
+    """`_staged_<table>`: the batch's rows of `table` under their files' keys, what the
+    job's landing SQL reads (the same name the per-file route gives its staged rows). A
+    key the rows carry themselves (a device row's step) wins over its file's."""
+    if table in SHARED_TABLES:
+        con.execute(f"create or replace temp view _staged_{table} as select * from _rows_{table}")
+        return
+    own = {r[0] for r in con.execute("select column_name from duckdb_columns() where table_name = ?",
+                                     [f"_rows_{table}"]).fetchall()}
+    keys = [f"coalesce(f.{k}, k.{k}) as {k}" if k in own else f"k.{k}" for k in KEY_COLUMNS
+            if k != "step" or has_step or k in own]
+    rest = ", ".join(f'f."{c}"' for c in sorted(own - set(KEY_COLUMNS) - {"_file"}))
+    con.execute(f"create or replace temp view _staged_{table} as "
+                f"select {', '.join(keys)}, {rest} from _rows_{table} f join _batch_keys k using (_file)")
+
+
+def _rows_per_file(con, tables: list[str]) -> dict[int, int]:
+    """Fact rows each file of the batch gives, by its index."""
+    if not tables:
+        return {}
+    counts = " union all ".join(f"select _file from _rows_{t}" for t in tables)
+    return dict(con.execute(f"select _file, count(*) from ({counts}) group by _file").fetchall())
+
+
+def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], seconds: float) -> list[FileResult]:
+    """Land the batch the reader left in `_rows_<table>`, inside the caller's transaction:
+    old rows of reloaded files out, the job's landing SQL once, a sources row per file.
+    Raises duckdb.Error or RlwhError when it cannot land."""
+    job = jobs()[files[0].source.kind]
+    for p, outcome in zip(files, outcomes):
+        if outcome.rank:
+            raise RlwhError(f"{p.source.rel_path}: an in-place reader gave rank facts, which only the per-file "
+                            "route lands")
+        if p.source.rank_id is None:
+            raise RlwhError(f"{p.source.rel_path}: the rank is unknown (neither the file nor its path names it)")
+        delete_rows_of(con, p)
+    _set_batch_keys(con, run, files)
+    with_step = {r[0] for r in con.execute(
+        "select table_name from duckdb_columns() where schema_name = 'main' and column_name = 'step'").fetchall()}
+    for table in job.fills:
+        _staged_view(con, table, table in with_step)
+    con.execute(job.sql)
+    source_ids = [p.source_id for p in files if p.source_id is not None]
+    derive.mark_sources(con, source_ids)
+    facts = [t for t in job.fills if t in FACT_TABLES]
+    rows = _rows_per_file(con, facts)
+    results = []
+    for i, (p, outcome) in enumerate(zip(files, outcomes)):
+        message = with_notes(outcome.message, p.source.note)
+        if not rows.get(i) and outcome.message is None:
+            message = with_notes(nothing_loaded_note(p, facts, 0), message)
+        upsert_source(con, run, p, outcome.status, rows.get(i, 0), message, seconds, {})
+        results.append(FileResult(p.source.kind, p.source.rel_path, outcome.status, rows.get(i, 0), message,
+                                  seconds, p.size))
+    for table in job.fills:
+        con.execute(f"drop view _staged_{table}")
+        con.execute(f"drop table _rows_{table}")
+    return results
+
