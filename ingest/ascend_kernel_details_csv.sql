@@ -3,7 +3,7 @@
 -- fills: device_ops
 -- kernel_details.csv, in a capture without trace_view.json (else the trace's device rows
 -- land and this file is ignored): one row per kernel and per HCCL op. The reader runs
--- `fields` and `read kernel_details` in the parse worker (rlwh.readers.csv_job) when the
+-- `fields` and `read kernel_details` (rlwh.readers.csv_job) when the
 -- header spells its fields as here, else its row-by-row read, which names a bad row; it
 -- then adds each row's kind, collective and HCCL group (from communication.json beside it).
 

@@ -2,7 +2,7 @@
 -- reader: rlwh.readers.ascend_csv
 -- fills: memory_records
 -- operator_memory.csv (torch_npu): one memory_records row per allocation, as it is.
--- The reader runs `fields` and `read memory_records` in the parse worker (rlwh.readers.csv_job);
+-- The reader runs `fields` and `read memory_records` (rlwh.readers.csv_job, over a batch of files);
 -- a row they cannot read sends the file to the reader's row-by-row read, which keeps every
 -- other row and names the bad ones. Times are µs text ending in a TAB ("…661.420\t"):
 -- DECIMAL(20,3) reads them exact, and a 4th decimal rounds half away from zero. read_csv

@@ -2,7 +2,7 @@
 -- reader: rlwh.readers.ascend_usage:read_memory_record
 -- fills: memory_usage
 -- memory_record.csv: the allocator's totals over time per component (APP, PTA, GE, PTA+GE).
--- The reader runs `fields` and `read memory_usage` in the parse worker (rlwh.readers.csv_job)
+-- The reader runs `fields` and `read memory_usage` (rlwh.readers.csv_job, over a batch of files)
 -- when the header spells its fields as here; a header in other units (Timestamp(ns),
 -- Total Reserved(KB), ...) or a row they cannot read goes to the reader's row-by-row read,
 -- which takes the unit from each header and names a bad row.

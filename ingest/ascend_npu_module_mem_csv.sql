@@ -2,8 +2,8 @@
 -- reader: rlwh.readers.ascend_usage:read_npu_module_mem
 -- fills: npu_module_memory
 -- npu_module_mem.csv: device memory reserved by each CANN module over time.
--- The reader runs `fields` and `read npu_module_memory` in the parse worker
--- (rlwh.readers.csv_job) when the header spells its fields as here; other units or a row
+-- The reader runs `fields` and `read npu_module_memory` (rlwh.readers.csv_job, over a batch
+-- of files) when the header spells its fields as here; other units or a row
 -- they cannot read go to the reader's row-by-row read, which names a bad row.
 
 -- fields:

@@ -2,7 +2,7 @@
 -- reader: rlwh.readers.ascend_usage:read_step_trace_time
 -- fills: step_times
 -- step_trace_time.csv: one row per step of the rank, each stage in ns.
--- The reader runs `fields` and `read step_times` in the parse worker (rlwh.readers.csv_job)
+-- The reader runs `fields` and `read step_times` (rlwh.readers.csv_job, over a batch of files)
 -- when the header spells its fields as here; otherwise, or for a row they cannot read, the
 -- reader's row-by-row read, which names a bad row.
 
