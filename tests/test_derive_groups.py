@@ -39,3 +39,31 @@ def test_each_key_alone_gives_the_rows_of_one_group(demo_warehouse, tmp_path):
         assert {"ascend", "torch"} <= sources
     finally:
         con.close()
+
+
+def test_a_key_that_lost_its_memory_rows_loses_its_derived_rows(tmp_path, config):
+    """A group without memory rows runs only the deletes: a rank whose operator_memory.csv
+    is rewritten empty keeps no derived row, and its cpu_ops stay."""
+    from rlwh import synth
+    from rlwh.ingest.runner import ingest
+
+    profile = synth.write_ascend_profile(tmp_path / "run", roles=("actor_update",), ranks=2, n_ops=200,
+                                         n_allocs=150, n_stacks=20)
+    ingest(profile, config)
+    memory_csv = sorted(profile.rglob("operator_memory.csv"))[0]
+    capture = memory_csv.parent.parent.relative_to(profile).as_posix()
+
+    def derived_rows() -> dict[str, int]:
+        con = duckdb.connect(str(config.db_path), read_only=True)
+        try:
+            return {t: con.execute(f"select count(*) from {t} where capture = ?", [capture]).fetchone()[0]
+                    for t in (*DERIVED, "cpu_ops")}
+        finally:
+            con.close()
+
+    before = derived_rows()
+    assert before["internal.memory_record_ops"] == 150 and before["internal.memory_timeline_rows"] > 150
+    memory_csv.write_text(memory_csv.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    ingest(profile, config)
+    after = derived_rows()
+    assert after == {**{t: 0 for t in DERIVED}, "cpu_ops": before["cpu_ops"]}
