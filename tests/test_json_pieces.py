@@ -99,7 +99,7 @@ def test_an_awkward_trace_lands_whole_through_ingest(tmp_path, monkeypatch, conf
 
 @pytest.mark.parametrize("text", [
     '[{"a":"x}]',  # cut inside a string
-    '[{"a":"x},{"}]',  # inside a string that holds the pattern
+    '[{"a":1},{"b":"x}]',  # inside a later element's string
     '[{"a":{"b":1}]',  # inside a nested object
     '[{"a":1},{"l":[{"c":1}]',  # inside a nested array of objects
 ])

@@ -82,14 +82,32 @@ _NORMALIZED_STACK = (
 )
 
 
+# A number as JSON or as text (DuckDB reads these fields as text, so NaN, Infinity and
+# 1e309 stay words and never become floats).
+_NUMBER_TEXT = "[-+]?([0-9]*[.]?[0-9]+(e[-+]?[0-9]+)?|nan|inf|infinity)"
+
+
+def _unusable_sql() -> str:
+    """SQL over a scan's raw text fields (ts_text, dur, pid, tid, ph): true for an event that
+    is skipped because a number field rlwh uses holds no finite number it can read: a ts
+    that is no time in µs that fits in ns, such a dur, or a pid or tid that is a number but
+    no integer (NaN, Infinity, 1e309). One rule with the CSV readers, which refuse such rows."""
+    def bad_id(c: str) -> str:
+        return (f"({c} is not null and try_cast({c} as bigint) is null "
+                f"and regexp_full_match(lower({c}), '{_NUMBER_TEXT}'))")
+    return (f"(ph is distinct from 'M' and ({_ns('ts')} is null or (dur is not null and {_double_ns('dur')} is null)"
+            f" or {bad_id('pid')} or {bad_id('tid')}))")
+
+
 def _load_raw(con: duckdb.DuckDBPyConnection, source: str) -> None:
     """`_raw_events`: the kept events of `source` (a scan giving the raw text fields and
     `_file`, which file of the batch), times as exact ns and a fast hash of each stack
     text in place of the text (the text on every row doubled a scan's cost, DESIGN.md);
-    `raw`: those with a usable time."""
+    `raw`: those without an unusable number (_unusable_sql)."""
     con.execute(
         f"""create or replace temp table _raw_events as
-          select _file, cat, name, ph, {_ns('ts')} as ts_ns, {_double_ns('dur')} as dur_ns,
+          select _file, {_unusable_sql()} as unusable, cat, name, ph, {_ns('ts')} as ts_ns,
+            {_double_ns('dur')} as dur_ns,
             pid, tid, domain, meta_name,
             if(stack is null, null, hash(stack)) as stack_hash,
             try_cast(seq_no as bigint) as seq_no, try_cast(fwd_tid as bigint) as fwd_tid,
@@ -100,8 +118,7 @@ def _load_raw(con: duckdb.DuckDBPyConnection, source: str) -> None:
             where {KEEP}
           )"""
     )
-    con.execute("create or replace temp view raw as "
-                "select * from _raw_events where ts_ns is not null or ph = 'M'")
+    con.execute("create or replace temp view raw as select * exclude (unusable) from _raw_events where not unusable")
 
 
 def _listed(sources: list[tuple[int, Path]]) -> tuple[str, str]:
@@ -189,10 +206,26 @@ def _table_selects() -> dict[str, str]:
 
 
 def _unusable_events(con: duckdb.DuckDBPyConnection) -> dict[int, int]:
-    """Per file of the batch: the events skipped for want of a usable ts."""
-    return dict(con.execute(
-        "select _file, count(*) from _raw_events where ts_ns is null and ph is distinct from 'M' group by _file"
-    ).fetchall())
+    """Per file of the batch: the events skipped for an unusable number (_unusable_sql)."""
+    return dict(con.execute("select _file, count(*) from _raw_events where unusable group by _file").fetchall())
+
+
+def _first_unusable(path: Path) -> str:
+    """Where the file's first skipped event is ("element 7 (name 'x')"), by a scan of its own:
+    asked for only when a file has one. Empty when the file cannot be scanned whole."""
+    columns = "{" + ", ".join(f"{k}: 'VARCHAR'" for k in ("name", "ph", "ts", "dur", "pid", "tid")) + "}"
+    con = duckdb.connect()
+    try:
+        found = con.execute(
+            f"""select element, name from (
+                  select row_number() over () as element, *, {trimmed_sql('ts')} as ts_text
+                  from read_json(?, format = 'array', columns = {columns}))
+                where {_unusable_sql()} limit 1""", [str(path)]).fetchone()
+    except duckdb.Error:
+        return ""
+    finally:
+        con.close()
+    return f" (the first: element {found[0]}, name {found[1]!r})" if found else ""
 
 
 def _write_sink(con: duckdb.DuckDBPyConnection, sink: TableSink) -> int:
@@ -319,7 +352,8 @@ def _check_start(path: Path) -> None:
 def _outcome(status: str, notes: list[str], unusable: int, path: Path) -> ReadOutcome:
     if unusable:
         status = "partial"
-        notes.append(f"skipped {unusable} events whose ts is not a time in microseconds that fits in ns")
+        notes.append(f"skipped {unusable} events whose ts, dur, pid or tid is not a finite number that fits "
+                     f"(ts and dur in microseconds, to the ns){_first_unusable(path)}")
     return ReadOutcome(status=status, message=(f"{path}: " + "; ".join(notes)) if notes else None)
 
 
