@@ -59,7 +59,10 @@ class Rule:
 
 
 JSON_NOT_A_PROFILE = "json: described by sniff.json_reason"
-FROM_TRACE = "its kernels and collectives land in device_ops from trace_view.json beside it (one row per activity)"
+FROM_TRACE = "its collectives land in device_ops from trace_view.json beside it (one row per activity)"
+KERNELS_BESIDE_TRACE = ("read with trace_view.json beside it, for the kind of each task the trace's Task Type does "
+                        "not name ('Other', none: older torch_npu); the kernels land in device_ops from the trace "
+                        "(one row per activity)")
 COMMUNICATION_JSON_ALONE = ("rlwh reads it only beside kernel_details.csv (for each collective's HCCL group), "
                             "and this capture has neither that nor trace_view.json")
 COMMUNICATION_JSON_BESIDE = "read with kernel_details.csv beside it: the HCCL group of each collective"
@@ -122,8 +125,8 @@ class SourceFile:
     reason: str | None = None  # why an ignored file is not loaded
     note: str | None = None  # a guess ingest made and the sources message should say
     single_process_rank0: bool = False  # no rank anywhere: the reader takes rank 0 unless the file names one
-    # Files its reader reads beside it (kernel_details.csv's communication.json); a change to one
-    # changes the file's fingerprint, so re-ingest reads it again.
+    # Files its reader reads beside it (kernel_details.csv's communication.json, trace_view.json's
+    # kernel_details.csv); a change to one changes the file's fingerprint, so re-ingest reads it again.
     companions: tuple[Path, ...] = ()
     content: str | None = None  # what the first bytes looked like (sniff.head_kind)
 
@@ -480,8 +483,9 @@ def one_device_source(files: list[SourceFile]) -> None:
     """An Ascend text export describes each device activity twice: trace_view.json (with
     its stream, launch and overlap rows) and kernel_details.csv (kernels and HCCL ops) with
     communication.json (the collectives again). So a capture's device rows come from one
-    of them: the trace where the capture has one, else kernel_details.csv, which reads
-    communication.json beside it for the HCCL groups. analysis.db travels with its db."""
+    of them: the trace where the capture has one (reading kernel_details.csv for the kind
+    of the tasks it leaves untyped), else kernel_details.csv, which reads communication.json
+    beside it for the HCCL groups. analysis.db travels with its db."""
     by_capture: dict[str, dict[str, SourceFile]] = {}
     for f in files:
         if f.capture is not None and f.path.parent.name == ASCEND_OUTPUT:
@@ -490,7 +494,8 @@ def one_device_source(files: list[SourceFile]) -> None:
         kernels, groups = names.get("kernel_details.csv"), names.get("communication.json")
         has_trace = "trace_view.json" in names
         if kernels is not None and has_trace:
-            kernels.kind, kernels.reason, kernels.problem = IGNORED, FROM_TRACE, None
+            kernels.kind, kernels.reason, kernels.problem = IGNORED, KERNELS_BESIDE_TRACE, None
+            names["trace_view.json"].companions = (kernels.path,)
         if groups is not None and groups.ignored:
             groups.reason = (FROM_TRACE if has_trace else
                              COMMUNICATION_JSON_BESIDE if kernels is not None else COMMUNICATION_JSON_ALONE)

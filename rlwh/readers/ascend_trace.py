@@ -18,7 +18,7 @@ import ijson
 import pyarrow as pa
 
 from rlwh.errors import SourceError
-from rlwh.readers.ascend_device import copy_device_ops
+from rlwh.readers.ascend_device import KERNEL_DETAILS, copy_device_ops
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.stacks import top_frame_sql
@@ -27,7 +27,7 @@ OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
 # Device rows (rlwh.readers.ascend_device): the args fields kept, and their raw column names.
 DEVICE_FIELDS = {"Task Type": "task_type", "Physic Stream Id": "stream_id", "connection_id": "connection_id",
-                 "data_type": "data_type", "count": "elem_count"}
+                 "data_type": "data_type", "count": "elem_count", "Task Id": "task_id"}
 DEVICE_ARGS = "".join(f', "{k}" VARCHAR' for k in DEVICE_FIELDS)
 
 # Raw event fields kept by the scan, all as text so "ts" strings stay exact.
@@ -50,7 +50,7 @@ RAW_SCHEMA = pa.schema(
 KEEP = (
     "cat in ('cpu_op', 'mstx') or ph = 'M' "
     f"or (ph = 'X' and name in ({', '.join(repr(n) for n in OVERLAP_NAMES)}))"
-    " or cat = 'async_npu' or (ph = 'X' and (task_type is not null or data_type is not null))"
+    " or cat = 'async_npu' or (ph = 'X' and (task_type is not null or task_id is not null or data_type is not null))"
 )
 
 
@@ -196,7 +196,7 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
                 }
                 keep = row["cat"] in ("cpu_op", "mstx", "async_npu") or row["ph"] == "M" or (
                     row["ph"] == "X" and (row["name"] in OVERLAP_NAMES or row["task_type"] is not None
-                                          or row["data_type"] is not None)
+                                          or row["task_id"] is not None or row["data_type"] is not None)
                 )
                 if keep:
                     rows.append(row)
@@ -217,11 +217,11 @@ def _salvage_with_ijson(path: Path, sink: TableSink, raw: Path) -> tuple[int, st
     return kept_events, damage
 
 
-def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink) -> int:
+def _derive_tables(con: duckdb.DuckDBPyConnection, raw: Path, sink: TableSink, path: Path) -> int:
     """Write the tables of one file; return how many events were skipped for want of a usable ts."""
     _raw_views(con, f"read_parquet({sql_literal(raw)})")
     _make_stacks(con)
-    return _write_tables(con, sink)
+    return _write_tables(con, sink, path)
 
 
 def _raw_views(con: duckdb.DuckDBPyConnection, rows: str) -> None:
@@ -247,7 +247,7 @@ def _make_stacks(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def _write_tables(con: duckdb.DuckDBPyConnection, sink: TableSink) -> int:
+def _write_tables(con: duckdb.DuckDBPyConnection, sink: TableSink, path: Path) -> int:
     """Write the tables of the file in `raw` (the stacks table holds its stacks, and maybe
     others of its batch); return how many events were skipped for want of a usable ts."""
     ts_ns, end_ns = "ts_ns", "ts_ns + coalesce(dur_ns, 0)"
@@ -291,7 +291,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, sink: TableSink) -> int:
           from both_sources b left join threads t on b.pid = t.pid and b.tid = t.tid
         ) to {sql_literal(sink.parquet_path('ranges'))} (format parquet)"""
     )
-    copy_device_ops(con, sink, ts_ns, end_ns)
+    copy_device_ops(con, sink, ts_ns, end_ns, path.with_name(KERNEL_DETAILS))
     return one_value(con.execute("select count(*) from all_raw where ts_ns is null and ph is distinct from 'M'"))
 
 
@@ -345,7 +345,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
                 notes.append(f"kept the {events} complete events before the damage: {damage}")
             else:
                 notes.append(f"read by the streaming fallback ({str(exc).strip().splitlines()[0]})")
-        return _outcome(status, notes, _derive_tables(con, raw, sink), path)
+        return _outcome(status, notes, _derive_tables(con, raw, sink, path), path)
     finally:
         con.close()
         raw.unlink(missing_ok=True)
@@ -385,7 +385,7 @@ def read_batch(paths: list[Path], sinks: list[TableSink], context: dict, staging
             else:  # a file with no kept event: the batch's (typed) columns, no rows
                 _raw_views(con, f"(select * from read_parquet({sql_literal(str(raw / '*' / '*.parquet'))}, "
                                 "hive_partitioning = false) limit 0)")
-            outcomes.append(_outcome("ok", [], _write_tables(con, sink), path))
+            outcomes.append(_outcome("ok", [], _write_tables(con, sink, path), path))
         return outcomes
     finally:
         con.close()
