@@ -17,7 +17,8 @@ PREVIOUS_RELEASE = "9a9b567"
 # What this release changed on purpose (CHANGELOG.md says how); every other table and view
 # must hold the same rows in the columns both releases have.
 CHANGED_ON_PURPOSE = {
-    "device_time": "a Kineto step's window is the device span of the work it launched",
+    "device_time": "a Kineto step's window is cut on the device's clock where its first work starts; "
+                   "it counts the device's work in it, whichever step launched it",
     "collectives": "a wait is never longer than the rank's own collective; mismatched instances",
     "stragglers": "nobody is charged for a mismatched instance or one with a capped wait (left_out)",
     "rank_skew": "built on stragglers",
