@@ -66,6 +66,8 @@ KERNELS_BESIDE_TRACE = ("read with trace_view.json beside it, for the kind of ea
 COMMUNICATION_JSON_ALONE = ("rlwh reads it only beside kernel_details.csv (for each collective's HCCL group), "
                             "and this capture has neither that nor trace_view.json")
 COMMUNICATION_JSON_BESIDE = "read with kernel_details.csv beside it: the HCCL group of each collective"
+ANALYSIS_DB_BESIDE_MATRIX = ("no db export of this capture is loaded, and the links of its CommAnalyzerMatrix "
+                             "land from communication_matrix.json beside it")
 # First match wins. A reader for a new format is one line here (and its ingest job).
 RULES: tuple[Rule, ...] = (
     Rule("ascend_info", r"profiler_info_\d+\.json", "capture"),
@@ -77,6 +79,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ascend_npu_module_mem_csv", r"npu_module_mem\.csv", "output"),
     Rule("ascend_step_trace_csv", r"step_trace_time\.csv", "output"),
     Rule("ascend_db", r"ascend_pytorch_profiler(_\d+)?\.db", "output"),
+    # Loaded by its own job where no db export beside it is (see _place_analysis_db).
     Rule(IGNORED, r"analysis\.db", "output",
          reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages; "
                 "CommAnalyzerMatrix: communication_links)"),
@@ -501,6 +504,23 @@ def one_device_source(files: list[SourceFile]) -> None:
                              COMMUNICATION_JSON_BESIDE if kernels is not None else COMMUNICATION_JSON_ALONE)
         if kernels is not None and not kernels.ignored and groups is not None:
             kernels.companions = (groups.path,)
-        db = next((f for n, f in names.items() if f.kind == "ascend_db"), None)
-        if db is not None and "analysis.db" in names:
-            db.companions = (names["analysis.db"].path,)
+        if "analysis.db" in names:
+            _place_analysis_db(names["analysis.db"], names)
+
+
+def _place_analysis_db(analysis: SourceFile, names: dict[str, SourceFile]) -> None:
+    """analysis.db travels with the db export beside it, whose reader reads it. Where no db
+    export is loaded (none beside it, or the text export beside it is loaded instead), its
+    CommAnalyzerMatrix is the capture's only record of its links unless communication_matrix.json
+    lies beside it: then analysis.db is loaded by its own job."""
+    from rlwh.readers.ascend_db import not_loaded_beside
+
+    db = next((f for f in names.values() if f.kind == "ascend_db"), None)
+    if db is not None and not_loaded_beside(db.path) is None:
+        db.companions = (analysis.path,)
+        return
+    matrix = names.get("communication_matrix.json")
+    if matrix is not None and not matrix.ignored:
+        analysis.reason = ANALYSIS_DB_BESIDE_MATRIX
+        return
+    analysis.kind, analysis.reason = "ascend_analysis_db", None
