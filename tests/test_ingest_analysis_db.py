@@ -97,3 +97,21 @@ def test_analysis_db_is_read_once(tmp_path, with_db):
     assert (kind, status) == ("ignored", "ignored")
     assert ("db beside it" in message) if with_db else ("communication_matrix.json beside it" in message)
     shutil.rmtree(tmp_path / "profile")
+
+
+def test_a_warehouse_that_ignored_it_reads_it_after_the_upgrade(tmp_path):
+    """Before migration 0014 an analysis.db alone was ignored, and an unchanged file is skipped;
+    the migration marks it for reading again, so the next ingest lands its links."""
+    from rlwh.warehouse.schema import migrate
+
+    profile = _rank_dir(tmp_path, {"analysis.db": f"{ALEXNET}/db/rank0_ascend_pt/{OUTPUT}/analysis.db",
+                                   "profiler_info_0.json": f"{ALEXNET}/db/rank0_ascend_pt/profiler_info_0.json"})
+    _ingest(profile, tmp_path)
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    con.execute("delete from communication_links")  # as the release before left it
+    con.execute("update sources set kind = 'ignored', status = 'ignored' where path like '%analysis.db'")
+    con.execute("delete from internal.migrations where name like '0014%'")
+    assert migrate(con) == ["0014_reload_ascend_device_sources.sql"]
+    con.close()
+    links, sources = _ingest(profile, tmp_path)
+    assert links == _matrix(0) and sources["analysis.db"][:2] == ("ascend_analysis_db", "ok")
