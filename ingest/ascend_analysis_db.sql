@@ -1,10 +1,11 @@
 -- job: ascend_analysis_db
 -- reader: rlwh.readers.ascend_analysis_db
--- fills: communication_links
+-- fills: communication_links, collective_transfers
 -- analysis.db where no db export of its capture is loaded beside it (none lies there, or
 -- the text export beside it is loaded instead) and no communication_matrix.json is: its
 -- CommAnalyzerMatrix, one row per link of each op of each step, as the db reader lands it
--- (rlwh.readers.ascend_db_matrix: MB and ms scaled to bytes and ns).
+-- (rlwh.readers.ascend_db_matrix: MB and ms scaled to bytes and ns); and its
+-- CommAnalyzerBandwidth (rlwh.readers.ascend_comm_transfers), unless communication.json is.
 insert into communication_links by name
 select
   run, role, rank_id, capture, source_id, source_row,
@@ -21,3 +22,6 @@ select
   duration_ns,
   bandwidth_gbps,
 from _staged_communication_links;
+
+insert into collective_transfers by name
+select * from _staged_collective_transfers;

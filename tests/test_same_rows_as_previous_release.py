@@ -45,7 +45,7 @@ CHANGED_IN_PART = {
 }
 APART = {name: condition for name, (condition, _why) in CHANGED_IN_PART.items()}
 NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth",
-                       "communication_links", "slowest_links"}
+                       "communication_links", "slowest_links", "collective_transfers"}
 
 pytestmark = pytest.mark.slow
 

@@ -59,13 +59,9 @@ class Rule:
 
 
 JSON_NOT_A_PROFILE = "json: described by sniff.json_reason"
-FROM_TRACE = "its collectives land in device_ops from trace_view.json beside it (one row per activity)"
 KERNELS_BESIDE_TRACE = ("read with trace_view.json beside it, for the kind of each task the trace's Task Type does "
                         "not name ('Other', none: older torch_npu); the kernels land in device_ops from the trace "
                         "(one row per activity)")
-COMMUNICATION_JSON_ALONE = ("rlwh reads it only beside kernel_details.csv (for each collective's HCCL group), "
-                            "and this capture has neither that nor trace_view.json")
-COMMUNICATION_JSON_BESIDE = "read with kernel_details.csv beside it: the HCCL group of each collective"
 ANALYSIS_DB_BESIDE_MATRIX = ("no db export of this capture is loaded, and the links of its CommAnalyzerMatrix "
                              "land from communication_matrix.json beside it")
 # First match wins. A reader for a new format is one line here (and its ingest job).
@@ -82,11 +78,11 @@ RULES: tuple[Rule, ...] = (
     # Loaded by its own job where no db export beside it is (see _place_analysis_db).
     Rule(IGNORED, r"analysis\.db", "output",
          reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages; "
-                "CommAnalyzerMatrix: communication_links)"),
+                "CommAnalyzerMatrix: communication_links; CommAnalyzerBandwidth: collective_transfers)"),
     Rule(IGNORED, r".*\.db", "output", reason=f"{NOT_LOADED_YET} (Ascend db export)"),
     # A rank dir's device activity comes from one file (see one_device_source).
     Rule("ascend_kernel_details_csv", r"kernel_details\.csv", "output"),
-    Rule(IGNORED, r"communication\.json", "output", reason=COMMUNICATION_JSON_ALONE),
+    Rule("ascend_communication_json", r"communication\.json", "output"),
     Rule("ascend_comm_matrix", r"communication_matrix\.json", "output"),
     Rule(IGNORED, r"(operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
          r"task_time|data_preprocess|dataset)\.(csv|json)", "output",
@@ -499,9 +495,6 @@ def one_device_source(files: list[SourceFile]) -> None:
         if kernels is not None and has_trace:
             kernels.kind, kernels.reason, kernels.problem = IGNORED, KERNELS_BESIDE_TRACE, None
             names["trace_view.json"].companions = (kernels.path,)
-        if groups is not None and groups.ignored:
-            groups.reason = (FROM_TRACE if has_trace else
-                             COMMUNICATION_JSON_BESIDE if kernels is not None else COMMUNICATION_JSON_ALONE)
         if kernels is not None and not kernels.ignored and groups is not None:
             kernels.companions = (groups.path,)
         if "analysis.db" in names:
