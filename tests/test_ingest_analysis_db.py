@@ -65,6 +65,14 @@ def test_an_analysis_db_alone_lands_its_links(tmp_path):
     links, sources = _ingest(profile, tmp_path)
     assert links == _matrix(0) and len(links) == 48
     assert sources["analysis.db"][:2] == ("ascend_analysis_db", "ok")
+    con = duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True)
+    transfers = con.execute("select name, transport_type, bandwidth_gbps from collective_transfers").fetchall()
+    con.close()
+    path = FIXTURES / ALEXNET / f"db/rank0_ascend_pt/{OUTPUT}/analysis.db"
+    raw = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    want = set(raw.execute("select hccl_op_name, transport_type, bandwidth from CommAnalyzerBandwidth").fetchall())
+    raw.close()
+    assert len(transfers) == len(want) == 8 and set(transfers) == want
 
 
 def test_beside_a_text_export_loaded_instead_of_its_db(tmp_path):
