@@ -1,6 +1,6 @@
 -- job: ascend_db
 -- reader: rlwh.readers.ascend_db
--- fills: memory_records, memory_usage, npu_module_memory, step_times, cpu_ops, call_stacks, ranges, device_ops, communication_links
+-- fills: memory_records, memory_usage, npu_module_memory, step_times, cpu_ops, call_stacks, ranges, device_ops, communication_links, collective_transfers
 -- ascend_pytorch_profiler_<rank>.db (torch_npu export_type=db), read-only: what the text export
 -- of the capture would land, spelled the same (STRING_IDS names, cann:: for GE rows, NPU:<id>).
 -- A rank dir that also holds the text export loads that one; this file is then 'ignored'.
@@ -55,3 +55,8 @@ from _staged_device_ops;
 -- per link of each op of each step, as communication_matrix.json of a text export.
 insert into communication_links by name
 select * from _staged_communication_links;
+
+-- analysis.db's CommAnalyzerBandwidth beside the db (rlwh.readers.ascend_comm_transfers): per
+-- op and transport the profiler's transfer figures, as communication.json of a text export.
+insert into collective_transfers by name
+select * from _staged_collective_transfers;

@@ -48,7 +48,7 @@ class Config:
     peak_memory_pct: float = 10.0
     role_span_pct: float = 10.0
     straggler_wait_ms: float = 1.0  # stragglers.is_straggler: others waited for the rank longer than this
-    kernel_wait_ns: int = 30  # device_idle: a gap shorter than this after a queued kernel is launch overhead (HTA's)
+    kernel_wait_ns: int = 30_000  # device_idle: a shorter gap before a queued kernel is launch overhead (HTA: 30 us)
     ops_per_layer: int = 3
     usage_component: str = "PTA+GE"
     library_frames: tuple[str, ...] = DEFAULT_LIBRARY_FRAMES

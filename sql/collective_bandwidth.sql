@@ -1,5 +1,5 @@
 -- One row per (collective instance, rank) that ran it: how many bytes the rank's collective
--- moved and how fast.
+-- moved and how fast, as a whole op (algbw_gbps, transfer_gbps) and on its link (link_gbps).
 --
 -- bytes is the element count the source records times the size of its data type (HCCL
 -- count and data_type; Kineto's In msg nelems and dtype), NULL where the source records
@@ -7,7 +7,13 @@
 -- whole stay in the collective (end_ns - arrive_ns, as nccl-tests' algorithm bandwidth
 -- is over the op's time), and transfer_gbps over the time after the last rank arrived
 -- (end_ns minus the instance's last arrive_ns, collectives' clocks): the waiting for late
--- ranks left out, what the links themselves did. bytes / ns is GB/s (10^9 bytes a second).
+-- ranks left out. Both are the op's rates, not a link's speed: an op that spends most of its
+-- time waiting for other ranks, or in its own synchronisation, moves its bytes at a small
+-- fraction of what its links do. link_gbps is the link's speed: the Ascend profiler's
+-- bandwidth of the op's transfer tasks while they ran (collective_transfers: Transit Size /
+-- Transit Time, communication.json's per-link figures), on the transport that carried most
+-- of its bytes (HCCS, PCIE, SIO or RDMA; the SDMA and LOCAL sums only where no other is
+-- recorded). bytes / ns is GB/s (10^9 bytes a second).
 -- A mismatched instance (collectives.mismatched: not one operation) keeps its rows and
 -- says so; its transfer rate means nothing.
 -- depends: collectives
@@ -42,10 +48,14 @@ create or replace view collective_bandwidth (
   duration_ns,
   -- end_ns minus the instance's last arrival, ns: the time all ranks were in it; NULL when negative (clocks or match off).
   transfer_ns,
-  -- bytes / duration_ns, GB/s.
+  -- bytes / duration_ns, GB/s: the op's algorithm bandwidth (nccl-tests' algbw) over its whole stay, waiting included; not a link speed.
   algbw_gbps,
-  -- bytes / transfer_ns, GB/s.
+  -- bytes / transfer_ns, GB/s: the op's rate once every rank had arrived; not a link speed either.
   transfer_gbps,
+  -- The transport that carried most of the op's bytes on this rank (collective_transfers); NULL where the profiler recorded none (Kineto).
+  link_transport,
+  -- The profiler's bandwidth on link_transport while the op's transfer tasks ran (collective_transfers.bandwidth_gbps: Transit Size / Transit Time, as communication.json), GB/s: the link's speed.
+  link_gbps,
   -- collectives.mismatched: the instance was not one operation.
   mismatched
 ) as
@@ -71,6 +81,17 @@ ops as (
   group by all
 ),
 
+-- Each op's main link on the rank: the most bytes, a link before the SDMA and LOCAL sums.
+links as (
+  select
+    run, role, rank_id, step, name,
+    arg_max(struct_pack(t := transport_type, g := bandwidth_gbps),
+            struct_pack(is_link := coalesce(upper(transport_type) not in ('SDMA', 'LOCAL'), false),
+                        b := coalesce(size_bytes, 0))) as link,
+  from collective_transfers
+  group by all
+),
+
 instances as (
   select
     c.*,
@@ -90,12 +111,17 @@ final as (
     o.element_count * z.element_bytes / nullif(i.end_ns - i.arrive_ns, 0) as algbw_gbps,
     o.element_count * z.element_bytes / nullif(case when i.end_ns >= i.last_arrive_ns then i.end_ns - i.last_arrive_ns end, 0)
       as transfer_gbps,
+    l.link.t as link_transport,
+    l.link.g as link_gbps,
     i.mismatched,
   from instances as i
   left join ops as o
     on o.run = i.run and o.role = i.role and o.rank_id = i.rank_id and o.g = coalesce(i."group", '')
     and o.name = i.name and o.start_ns = i.arrive_ns + i.clock_offset_ns
   left join sizes as z on z.data_type = lower(o.data_type)
+  left join links as l
+    on l.run = i.run and l.role = i.role and l.rank_id = i.rank_id and l.name = i.name
+    and l.step is not distinct from i.step
 )
 
 select * from final

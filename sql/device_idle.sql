@@ -1,15 +1,19 @@
 -- One row per (run, role, rank_id, capture, step, device): why the device sat idle in the
 -- step's window, HTA's idle time breakdown on the device_time windows.
 --
--- The gaps are those of device_time: the step's device activity (what it launched) is
--- merged into busy stretches (the union over streams, every kind), and a gap is the time
--- between one stretch's end and the next one's start. Each gap is charged whole to one
--- cause, by the activity that ends it (of those starting at its end, the earliest launched):
+-- The gaps are those of device_time: the device's activity, whichever step launched it,
+-- is merged into busy stretches (the union over streams, every kind), and a gap is the time
+-- between one stretch's end and the next one's start: the device ran nothing. Each gap
+-- lies in the windows of internal.device_windows (the steps' windows, which never overlap;
+-- a gap across two windows is split between them; one between two steps' windows is in
+-- none). So a kernel of step n still running in step n + 1's window is busy time there,
+-- never idle. Each gap is charged whole to one cause, by the activity that ends it (of
+-- those starting at its end, the earliest launched):
 --   host_wait: its launch on the CPU came after the gap began: the device had run dry
 --     because the host had not launched the next work yet (host-bound);
 --   kernel_wait: it was launched before the gap began and the gap is shorter than
---     [thresholds] kernel_wait_ns (default 30 ns, HTA's consecutive_kernel_delay): the
---     overhead of starting back-to-back kernels;
+--     [thresholds] kernel_wait_ns (default 30 us, as HTA's idle time breakdown: its
+--     consecutive_kernel_delay is 30 us): the overhead of starting back-to-back kernels;
 --   other_wait: it was launched before the gap began and waited longer: on a dependency,
 --     an event or a sync (a stream waiting on another), or a gap whose next activity has no
 --     launch the trace links (unlinked_ns says how much; Ascend tasks mostly).
@@ -18,6 +22,7 @@
 -- 'intervals' (Kineto) idle_ns equals device_time.idle_ns and host_wait_ns + kernel_wait_ns
 -- + other_wait_ns = idle_ns; on Ascend device_time takes the profiler's own figures, which
 -- may differ from these gaps.
+-- depends: internal.device_windows
 create or replace view device_idle (
   -- Run name.
   run,
@@ -31,13 +36,13 @@ create or replace view device_idle (
   step,
   -- Device, e.g. cuda:3, NPU:0.
   device,
-  -- Idle gaps between the step's busy stretches.
+  -- Idle gaps in the step's window (a gap split between two windows counts in each).
   gaps,
   -- Their total, ns: the step's window less its busy time.
   idle_ns,
   -- Gaps the host had not launched the next work for yet (its launch came after the gap began), ns.
   host_wait_ns,
-  -- Gaps shorter than kernel_wait_ns before work launched in time: launch overhead, ns.
+  -- Gaps shorter than [thresholds] kernel_wait_ns (default 30 us, as HTA) before work launched in time: launch overhead, ns.
   kernel_wait_ns,
   -- The other gaps (work launched in time that waited on a dependency or a sync, or no launch linked), ns.
   other_wait_ns,
@@ -58,25 +63,25 @@ with activity as (
 
 threshold as (
   select coalesce(
-    (select try_cast(max(value) as bigint) from internal.settings where name = 'kernel_wait_ns'), 30
+    (select try_cast(max(value) as bigint) from internal.settings where name = 'kernel_wait_ns'), 30000
   ) as threshold_ns
 ),
 
--- Each activity beside the end of everything before it in the step: where it starts later,
--- a gap ends at it. At one start instant the earliest launched comes first.
+-- Each activity beside the end of everything before it on the device: where it starts
+-- later, a gap ends at it. At one start instant the earliest launched comes first.
 ordered as (
   select
     *,
     max(e) over (
-      partition by run, role, rank_id, capture, step, device
+      partition by run, role, rank_id, capture, device
       order by s, launch_ts_ns nulls last, e rows between unbounded preceding and 1 preceding
     ) as busy_until,
   from activity
 ),
 
-gaps as (
+every_gap as (
   select
-    run, role, rank_id, capture, step, device, s - busy_until as gap_ns,
+    run, role, rank_id, capture, device, busy_until as gap_start_ns, s as gap_end_ns,
     case
       when launch_ts_ns is null then 'unlinked'
       when launch_ts_ns > busy_until then 'host_wait'
@@ -87,8 +92,22 @@ gaps as (
   where s > busy_until
 ),
 
+windows as (
+  select * from internal.device_windows
+),
+
+-- Each gap in the windows it crosses, cut to them.
+gaps as (
+  select w.run, w.role, w.rank_id, w.capture, w.step, w.device,
+    least(g.gap_end_ns, w.end_ns) - greatest(g.gap_start_ns, w.start_ns) as gap_ns, g.cause,
+  from every_gap as g
+  join windows as w
+    on g.run = w.run and g.role = w.role and g.rank_id = w.rank_id and g.capture = w.capture
+    and g.device is not distinct from w.device and g.gap_start_ns < w.end_ns and g.gap_end_ns > w.start_ns
+),
+
 steps as (
-  select distinct run, role, rank_id, capture, step, device from activity
+  select distinct run, role, rank_id, capture, step, device from windows
 ),
 
 final as (

@@ -29,18 +29,23 @@
 -- ascend_tasks; the text export rounds each row to the ns, so these figures may differ
 -- from the profiler's by tens of ns).
 --
--- Elsewhere (Kineto): the step's window is on the device's clock, the span of the device
--- activity the step launched (device_ops.step: the ProfilerStep#n its launch falls in),
--- from its first start to its last end, as HTA measures an iteration from its first kernel
--- to its last. The CPU-side ProfilerStep range is not the window: where the GPU runs
--- behind the CPU (no sync inside the step), a step's kernels run after the CPU has moved
--- on, and clipping them to the CPU range counted them nowhere and their time as idle.
--- Each activity is counted whole, in the step that launched it, so no device work is
--- dropped; where two steps' spans overlap on the device (step n's last kernels still run
--- when step n + 1's first one starts on another stream) each step's figures are those of
--- its own activity. Activity launched outside every ProfilerStep has the row with a NULL
--- step. Busy is the union of all device activity (memcpy and memset count as busy, as HTA
--- counts them) and idle the window less busy (method intervals).
+-- Elsewhere (Kineto): the step's window is on the device's clock, from the first start of
+-- the device activity the step launched (device_ops.step: the ProfilerStep#n its launch
+-- falls in), as HTA measures an iteration from its first kernel. The CPU-side
+-- ProfilerStep range is not the window: where the GPU runs behind the CPU (no sync inside
+-- the step), a step's kernels run after the CPU has moved on. Where two steps' spans
+-- overlap on the device (step n's last kernels still run when step n + 1's first one
+-- starts, on another stream or a step later), the device's time is cut where each step's
+-- first activity starts (internal.device_windows): step n's window ends where step n + 1's
+-- begins, or where the activity begun so far ends, if that comes first. So no instant
+-- counts in two steps: busy summed over a trace's rows is the union of its device
+-- activity. Every figure counts the device's activity in the window, whichever step
+-- launched it (a kernel of step n still running in step n + 1's window is busy there, not
+-- idle). Activity launched outside every ProfilerStep has the row with a NULL step: the
+-- parts of its span no step's window holds. Busy is the union of all device activity
+-- (memcpy and memset count as busy, as HTA counts them) and idle the window less busy
+-- (method intervals).
+-- depends: internal.device_windows
 create or replace view device_time (
   -- Run name.
   run,
@@ -54,7 +59,7 @@ create or replace view device_time (
   step,
   -- Device, e.g. NPU:0, cuda:3 (Ascend text exports: ranks.device).
   device,
-  -- The step's window on the device, ns (Ascend: span of the Overlap Analysis rows; Kineto: first start to last end of the device activity the step launched).
+  -- The step's window on the device, ns (Ascend: span of the Overlap Analysis rows; Kineto: from the first start of the device activity the step launched to the next step's, or to the end of the activity begun so far; see internal.device_windows).
   window_ns,
   -- Time some compute kernel ran (union over streams), ns; Ascend: step_trace_time Computing.
   compute_ns,
@@ -119,14 +124,39 @@ ascend as (
   group by o.run, o.role, o.rank_id, o.capture, o.step
 ),
 
-activity as (
+every_activity as (
   select
     d.run, d.role, d.rank_id, d.capture, d.step, coalesce(d.device, r.device) as device, d.kind,
     d.start_ns as s, d.end_ns as e,
-    starts_with(coalesce(d.device, r.device), 'NPU') as is_ascend,
+    coalesce(starts_with(coalesce(d.device, r.device), 'NPU'), false) as is_ascend,
   from device_ops as d
   left join rank_devices as r
     on d.run = r.run and d.role = r.role and d.rank_id = r.rank_id and d.capture = r.capture
+),
+
+windows as (
+  select * from internal.device_windows
+),
+
+window_lengths as (
+  select run, role, rank_id, capture, step, device, sum(end_ns - start_ns) as window_ns
+  from windows
+  group by all
+),
+
+-- Ascend: each task in the step that launched it, as the profiler counts it. Elsewhere:
+-- every activity of the device in each step's window, cut to it, whichever step launched it.
+activity as (
+  select * from every_activity where is_ascend
+  union all
+  select
+    a.run, a.role, a.rank_id, a.capture, w.step, a.device, a.kind,
+    greatest(a.s, w.start_ns) as s, least(a.e, w.end_ns) as e, a.is_ascend,
+  from every_activity as a
+  join windows as w
+    on a.run = w.run and a.role = w.role and a.rank_id = w.rank_id and a.capture = w.capture
+    and a.device is not distinct from w.device and a.s < w.end_ns and a.e > w.start_ns
+  where not a.is_ascend
 ),
 
 -- Each activity under the sets it belongs to: busy (all), compute, communication, memcpy,
@@ -177,11 +207,11 @@ unions as (
 
 intervals as (
   select
-    run, role, rank_id, capture, step, device,
+    u.run, u.role, u.rank_id, u.capture, u.step, u.device,
     case
       when bool_or(is_ascend) then max(last_ns) filter (where label = 'compute_or_communication')
                                  - min(first_ns) filter (where label = 'compute_or_communication')
-      else max(last_ns) - min(first_ns)
+      else any_value(wl.window_ns)
     end as window_ns,
     bool_or(is_ascend) as is_ascend,
     coalesce(sum(union_ns) filter (where label = 'compute'), 0) as compute_ns,
@@ -189,8 +219,11 @@ intervals as (
     coalesce(sum(union_ns) filter (where label = 'compute_or_communication'), 0) as either_ns,
     coalesce(sum(union_ns) filter (where label = 'memcpy'), 0) as memcpy_ns,
     coalesce(sum(union_ns) filter (where label = 'busy'), 0) as busy_ns,
-  from unions
-  group by run, role, rank_id, capture, step, device
+  from unions as u
+  left join window_lengths as wl
+    on u.run = wl.run and u.role = wl.role and u.rank_id = wl.rank_id and u.capture = wl.capture
+    and u.step is not distinct from wl.step and u.device is not distinct from wl.device
+  group by u.run, u.role, u.rank_id, u.capture, u.step, u.device
 ),
 
 memcpy_by_step as (

@@ -1,9 +1,14 @@
 -- One row per (run, role, step) with collectives: the rank the others waited for.
 --
--- The rule: at each collective instance (see collectives; not a mismatched one, whose ranks
--- did not run one operation) the last rank to arrive is
+-- The rule: at each collective instance (see collectives) the last rank to arrive is
 -- charged with the time every other rank waited for it (the last arrival minus theirs,
--- summed over the other ranks); ties for last go to the lowest rank_id. The straggler is
+-- summed over the other ranks); ties for last go to the lowest rank_id.
+--
+-- Instances left out (charged to nobody, counted in left_out): a mismatched one, whose
+-- ranks did not run one operation, and one where a rank's wait would be longer than its
+-- own stay in the collective (collectives.wait_capped). On one clock that cannot happen:
+-- the clocks disagree there even after clock_offsets' correction (or it found no single
+-- offset), and the arrivals say nothing about who was late, as collectives documents. The straggler is
 -- the rank charged the most in the step (ties: lowest rank_id). A rule on lateness alone
 -- misleads: once the first collective has brought the ranks together, later arrivals
 -- differ by microseconds of noise and clock offset, and name another rank each time.
@@ -25,8 +30,10 @@ create or replace view stragglers (
   late_ns,
   -- At how many of the step's collective instances it arrived last.
   last_at,
-  -- Collective instances in the step.
+  -- Collective instances in the step that were charged (left_out not counted).
   collectives,
+  -- Collective instances in the step charged to nobody: mismatched (not one operation), or a rank's wait would exceed its own stay in the collective (clocks that disagree, wait_capped).
+  left_out,
   -- Ranks that took part in the step's collectives.
   ranks,
   -- waited_for_ns / 1e6.
@@ -34,15 +41,25 @@ create or replace view stragglers (
   -- True when waited_for_ns is above the threshold ([thresholds] straggler_wait_ms, default 1 ms).
   is_straggler
 ) as
-with instances as (
+with every_instance as (
   select
     run, role, step, "group", name, seq, seq_is_global,
     sum(wait_ns) as waited_ns,
     arg_min(rank_id, struct_pack(neg := -arrive_ns, r := rank_id)) filter (where arrive_ns is not null) as last_rank,
     min(arrive_ns) as first_arrive_ns,
+    bool_or(mismatched) or bool_or(coalesce(wait_capped, false)) as is_left_out,
   from collectives
-  where not mismatched
   group by run, role, step, "group", name, seq, seq_is_global
+),
+
+instances as (
+  select * from every_instance where not is_left_out
+),
+
+left_out as (
+  select run, role, step, count(*) filter (where is_left_out) as left_out
+  from every_instance
+  group by run, role, step
 ),
 
 charged as (
@@ -53,9 +70,10 @@ charged as (
 ),
 
 steps as (
-  select run, role, step, count(*) as collectives
-  from instances
-  group by run, role, step
+  select l.run, l.role, l.step, count(i.run) as collectives, any_value(l.left_out) as left_out
+  from left_out as l
+  left join instances as i on l.run = i.run and l.role = i.role and (l.step = i.step or (l.step is null and i.step is null))
+  group by l.run, l.role, l.step
 ),
 
 first_instance as (
@@ -82,11 +100,11 @@ step_ranks as (
 
 picked as (
   select
-    s.run, s.role, s.step, s.collectives,
+    s.run, s.role, s.step, s.collectives, s.left_out,
     arg_max(c.rank_id, struct_pack(w := c.waited_for_ns, r := -c.rank_id)) as rank_id,
   from steps as s
   left join charged as c on s.run = c.run and s.role = c.role and (s.step = c.step or (s.step is null and c.step is null))
-  group by s.run, s.role, s.step, s.collectives
+  group by s.run, s.role, s.step, s.collectives, s.left_out
 ),
 
 threshold as (
@@ -102,6 +120,7 @@ final as (
     a.late_ns,
     coalesce(c.last_at, 0) as last_at,
     p.collectives,
+    p.left_out,
     r.ranks,
     coalesce(c.waited_for_ns, 0) / 1e6 as waited_for_ms,
     coalesce(c.waited_for_ns, 0) > (select wait_ns from threshold) as is_straggler,

@@ -195,6 +195,10 @@ KINETO_TRACES = {  # run name -> fixture: the real GPU traces the device-clock t
     "tb_resnet": "real/kineto/kineto-tb-samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
     "index_resolver": "real/kineto/hta/df_index_resolver/df_index_resolver.json.gz",
     "trace_diff": "real/kineto/hta/trace_diff/control/control.json.gz",
+    "trace_diff_test": "real/kineto/hta/trace_diff/test/test.json.gz",  # steps overlap on the device
+    "mtia": "real/kineto/hta/mtia_inference_trace/mtia_inference_rank_0.json.gz",
+    "sampled_rank0": "real/kineto/hta/timeline_analysis/sampled_rank-0.json.gz",
+    "sampled_rank1": "real/kineto/hta/trace_filter/sampled_rank-1.json.gz",
 }
 _OLD_CATEGORIES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime"}
 
@@ -236,6 +240,9 @@ def device_activity(relative: str) -> tuple[dict, ...]:
         kind = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}.get(cat, "compute")
         if cat == "kernel" and str(e["name"]).lower().startswith(("nccl", "rccl")):
             kind = "communication"
+        if cat == "mtia_ccp_events":  # MTIA's command processor: DMA transfers, events, executions
+            kind = "memcpy" if str(e["name"]).startswith("dma") else \
+                "other" if str(e["name"]).startswith("event") else "compute"
         out.append({"device": args.get("device", e.get("pid")), "stream": args.get("stream"), "kind": kind,
                     "s": s, "e": s + ns(e.get("dur", 0)), "launch": launch, "step": step})
     return tuple(out)
@@ -271,19 +278,56 @@ def kineto_warehouse(tmp_path_factory) -> Path:
     return db
 
 
+def step_windows(acts) -> dict[tuple, list[tuple[int, int]]]:
+    """(step, device) -> the pieces of the device's time that are the step's window: each step's
+    span (its own activity's first start to last end), the device's time cut where each step's
+    first activity starts (an instant goes to the step begun most recently, while some step's
+    span begun so far covers it); step None gets the parts of its span no step's window holds."""
+    by_device: dict = {}
+    for a in acts:
+        if a["e"] > a["s"]:
+            lo, hi = by_device.setdefault(a["device"], {}).get(a["step"], (a["s"], a["e"]))
+            by_device[a["device"]][a["step"]] = (min(lo, a["s"]), max(hi, a["e"]))
+    out: dict[tuple, list[tuple[int, int]]] = {}
+    for device, spans in by_device.items():
+        ordered = sorted((first, step, last) for step, (first, last) in spans.items() if step is not None)
+        reach, cut = None, []
+        for i, (first, step, last) in enumerate(ordered):
+            reach = last if reach is None else max(reach, last)
+            end = min(reach, ordered[i + 1][0]) if i + 1 < len(ordered) else reach
+            if end > first:
+                out.setdefault((step, device), []).append((first, end))
+                cut.append((first, end))
+        if None in spans:
+            lo, hi = spans[None]
+            for start, end in cut:
+                if start > lo:
+                    out.setdefault((None, device), []).append((lo, min(start, hi)))
+                lo = max(lo, end)
+            if hi > lo:
+                out.setdefault((None, device), []).append((lo, hi))
+            out[(None, device)] = [(x, y) for x, y in out.get((None, device), []) if y > x]
+            if not out[(None, device)]:
+                del out[(None, device)]
+    return out
+
+
+def _cut(intervals, pieces) -> list[tuple[int, int]]:
+    return [(max(s, a), min(e, b)) for s, e in intervals for a, b in pieces if s < b and e > a]
+
+
 def device_clock_steps(relative: str) -> dict[tuple, tuple]:
     """(step, device) -> (window, compute, communication, overlapped, exposed, memcpy, idle) ns:
-    each step's own activity, in its own span from first start to last end."""
-    groups: dict[tuple, list[dict]] = {}
-    for a in device_activity(relative):
-        if a["e"] > a["s"]:
-            groups.setdefault((a["step"], a["device"]), []).append(a)
+    the device's activity, whichever step launched it, in each step's window (step_windows)."""
+    acts = [a for a in device_activity(relative) if a["e"] > a["s"]]
     out = {}
-    for key, acts in groups.items():
-        window = max(a["e"] for a in acts) - min(a["s"] for a in acts)
-        sets = {k: [(a["s"], a["e"]) for a in acts if a["kind"] == k] for k in ("compute", "communication", "memcpy")}
+    for (step, device), pieces in step_windows(acts).items():
+        mine = [a for a in acts if a["device"] == device]
+        window = sum(b - a for a, b in pieces)
+        sets = {k: _cut([(a["s"], a["e"]) for a in mine if a["kind"] == k], pieces)
+                for k in ("compute", "communication", "memcpy")}
         compute, comm = union(sets["compute"]), union(sets["communication"])
         overlapped = compute + comm - union(sets["compute"] + sets["communication"])
-        out[key] = (window, compute, comm, overlapped, comm - overlapped, union(sets["memcpy"]),
-                    window - union((a["s"], a["e"]) for a in acts))
+        out[(step, device)] = (window, compute, comm, overlapped, comm - overlapped, union(sets["memcpy"]),
+                               window - union(_cut([(a["s"], a["e"]) for a in mine], pieces)))
     return out

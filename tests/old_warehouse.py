@@ -51,8 +51,17 @@ def _drop_views(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f'drop view "{schema}"."{view}"')
 
 
+def undo_0015(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop collective_transfers, added by migration 0015 (the views that read it go first)."""
+    _drop_views(con)
+    con.execute("drop table collective_transfers")
+    con.execute("delete from internal.migrations where version >= 14")
+
+
 def undo_0013(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop communication_links, added by migration 0013 (the views that read it go first)."""
+    """Drop communication_links, added by migration 0013 (the views that read it go first).
+    Migrations 0014 and 0015 are undone first."""
+    undo_0015(con)
     _drop_views(con)
     con.execute("drop table communication_links")
     con.execute("delete from internal.migrations where version >= 13")

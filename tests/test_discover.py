@@ -199,9 +199,9 @@ def test_a_capture_takes_its_device_rows_from_one_file(tmp_path):
     found = {(f.capture.split("/")[1][0], Path(f.rel_path).name): f for f in discover(tmp_path / "run").files}
     assert found["a", "trace_view.json"].kind == "ascend_trace"
     assert found["a", "kernel_details.csv"].kind == "ignored"
-    assert "from trace_view.json beside it" in found["a", "kernel_details.csv"].reason
-    assert "from trace_view.json beside it" in found["a", "communication.json"].reason
+    assert found["a", "kernel_details.csv"].reason.startswith("read with trace_view.json beside it, for the kind")
+    assert found["a", "trace_view.json"].companions == (found["a", "kernel_details.csv"].path,)
+    assert found["a", "communication.json"].kind == "ascend_communication_json"
     assert found["b", "kernel_details.csv"].kind == "ascend_kernel_details_csv"
     assert found["b", "kernel_details.csv"].companions == (found["b", "communication.json"].path,)
-    assert found["b", "communication.json"].reason.startswith("read with kernel_details.csv beside it")
-    assert "neither" in found["c", "communication.json"].reason
+    assert {found[c, "communication.json"].kind for c in "bc"} == {"ascend_communication_json"}

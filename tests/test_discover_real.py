@@ -111,7 +111,7 @@ def test_ascend_text_and_db_exports_as_published(tmp_path):
         assert files[f"{out}/operator_memory.csv"].kind == "ascend_memory_csv"
         assert files[f"{out}/trace_view.json"].kind == "ascend_trace"
         assert files[f"{out}/kernel_details.csv"].kind == "ignored"
-        assert "from trace_view.json beside it" in files[f"{out}/kernel_details.csv"].reason
+        assert files[f"{out}/kernel_details.csv"].reason.startswith("read with trace_view.json beside it, for the kind")
         assert {f.rank_id for f in files.values() if f.capture == capture} == {rank}
     # Every file of the tree has an entry.
     assert len(files) == sum(1 for p in root.rglob("*") if p.is_file())

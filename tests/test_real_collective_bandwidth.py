@@ -106,3 +106,49 @@ def test_the_db_export_s_bytes_duration_and_rate_per_collective_and_rank(alexnet
     assert {k: (v[1], v[2]) for k, v in got.items()} == want
     for key, (size, duration) in want.items():
         assert got[key][3] == pytest.approx(size / duration, rel=1e-12)
+
+
+def _main_link(transports: dict[str, tuple[int, float]]) -> tuple[str, float]:
+    """The transport that moved the most bytes (a link before the SDMA and LOCAL sums): (name, GB/s)."""
+    name = max(transports, key=lambda t: (t.upper() not in ("SDMA", "LOCAL"), transports[t][0]))
+    return name, transports[name][1]
+
+
+def _links(con, role: str) -> dict[tuple, tuple]:
+    return {(rank, name): (transport, gbps) for rank, name, transport, gbps in con.execute(
+        "select rank_id, name, link_transport, link_gbps from collective_bandwidth where role = ?", [role]).fetchall()}
+
+
+def test_the_link_speed_is_communication_json_s_per_link_bandwidth(alexnet):
+    """The op's own rate (algbw) of the first allreduce is 0.2 GB/s: it waited 79 ms for rank 1.
+    Its HCCS link moved 28.6 MB at 15.77 GB/s while it transferred, as communication.json says."""
+    profile, con = alexnet
+    want = {}
+    for rank in (0, 1):
+        path = profile / "text" / f"rank{rank}_ascend_pt" / OUTPUT / "communication.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for sections in data.values():
+            for key, op in sections["collective"].items():
+                if key != "Total Op Info":
+                    info = op["Communication Bandwidth Info"]
+                    want[(rank, key.rpartition("@")[0])] = _main_link(
+                        {t: (f["Transit Size(MB)"], f["Bandwidth(GB/s)"]) for t, f in info.items()})
+    assert len(want) == 8 and _links(con, "text") == want
+    assert want[(0, "hcom_allReduce__586_0_1")] == ("HCCS", 15.7676)
+    assert _view(con, "text")[(0, "hcom_allReduce__586_0_1")][3] < 0.25
+
+
+def test_the_db_export_s_link_speed_is_comm_analyzer_bandwidth(alexnet):
+    profile, con = alexnet
+    want = {}
+    for rank in (0, 1):
+        path = profile / "db" / f"rank{rank}_ascend_pt" / OUTPUT / "analysis.db"
+        db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        rows = db.execute("select hccl_op_name, transport_type, transit_size, bandwidth from CommAnalyzerBandwidth"
+                          ).fetchall()
+        db.close()
+        ops: dict[str, dict] = {}
+        for name, transport, size, gbps in rows:
+            ops.setdefault(name, {})[transport] = (size, gbps)
+        want.update({(rank, name): _main_link(transports) for name, transports in ops.items()})
+    assert len(want) == 8 and _links(con, "db") == want

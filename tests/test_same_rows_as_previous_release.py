@@ -17,9 +17,10 @@ PREVIOUS_RELEASE = "9a9b567"
 # What this release changed on purpose (CHANGELOG.md says how); every other table and view
 # must hold the same rows in the columns both releases have.
 CHANGED_ON_PURPOSE = {
-    "device_time": "a Kineto step's window is the device span of the work it launched",
+    "device_time": "a Kineto step's window is cut on the device's clock where its first work starts; "
+                   "it counts the device's work in it, whichever step launched it",
     "collectives": "a wait is never longer than the rank's own collective; mismatched instances",
-    "stragglers": "nobody is charged for a mismatched instance or beyond a capped wait",
+    "stragglers": "nobody is charged for a mismatched instance or one with a capped wait (left_out)",
     "rank_skew": "built on stragglers",
     "kernel_stats": "its share of device time is built on device_time",
 }
@@ -29,13 +30,22 @@ CHANGED_IN_PART = {
     "memory_peak": (r"regexp_matches(capture, '\.(pickle|pkl)$')",
                     "a snapshot's reserved bytes from its segments; a row where its trace allocates nothing"),
     "sources": (r"regexp_matches(path, '(communication_matrix\.json|analysis\.db)$') "
-                "or kind in ('ascend_db', 'torch_snapshot')",
+                "or kind in ('ascend_db', 'torch_snapshot') "
+                r"or regexp_matches(path, '/ASCEND_PROFILER_OUTPUT/"
+                r"(kernel_details\.csv|communication\.json|trace_view\.json)$')",
                 "communication_matrix.json is loaded (was ignored); a db export and its analysis.db read "
-                "CommAnalyzerMatrix; a pickle that is no snapshot fails (was ignored)"),
+                "CommAnalyzerMatrix; a pickle that is no snapshot fails (was ignored); the trace reads "
+                "kernel_details.csv beside it (its fingerprint, the csv's reason) and communication.json's "
+                "reason names only collectives"),
+    "device_ops": ("source_type in ('Other', 'EVENT_RECORD_SQE', 'PLACE_HOLDER_SQE') "
+                   "or regexp_matches(capture, 'msprof-analyze-timeline')",
+                   "a task the trace types 'Other' takes its kind from kernel_details.csv or its name (was "
+                   "other, stream NULL in the old format); a runtime event on a compute stream inside an "
+                   "allreduce's span is kept (was dropped as the collective's task)"),
 }
 APART = {name: condition for name, (condition, _why) in CHANGED_IN_PART.items()}
 NEW_IN_THIS_RELEASE = {"clock_offsets", "device_idle", "phase_device_time", "collective_bandwidth",
-                       "communication_links", "slowest_links"}
+                       "communication_links", "slowest_links", "collective_transfers"}
 
 pytestmark = pytest.mark.slow
 

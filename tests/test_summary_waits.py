@@ -79,3 +79,25 @@ def test_summary_shows_device_time_per_phase(config):
     row = dict(zip(phases.columns, phases.rows[0]))
     assert (row["phase"], row["rank_id"], row["compute_ms"], row["communication_ms"], row["exposed_comm_ms"]) == (
         "update_actor", 5, 2.0, 2.0, 1.0)
+
+
+def test_summary_says_how_many_instances_were_left_out(config):
+    """Rank 1's clock gains 0.3 ms per allreduce: from the third on, the recorded arrivals would
+    have rank 0 wait longer than it sat in the allreduce (0.8 ms). Those 18 are charged to nobody
+    and counted; the waits shown are those of the first two (0.3 + 0.6 ms)."""
+    config.db_path.parent.mkdir(parents=True)
+    con = duckdb.connect(str(config.db_path))
+    migrate(con)
+    con.execute("insert into runs values ('r', '/p', now(), now())")
+    rows = []
+    for k in range(20):
+        t, drift = k * 10_000_000, 300_000 * k
+        rows += [(0, 1, "cuda:0", "ncclKernel_AllReduce", "communication", "allreduce", "0", t, t + 800_000),
+                 (1, 1, "cuda:1", "ncclKernel_AllReduce", "communication", "allreduce", "0",
+                  t + 300_000 + drift, t + 800_000 + drift)]
+    insert_rows(con, "device_ops", COLUMNS, rows, **KEY)
+    con.close()
+    sections = {s.title.split(":")[0]: s.result for s in summarize(config, "r").sections}
+    waits = dict(zip(sections["Who waits for whom"].columns, sections["Who waits for whom"].rows[0]))
+    assert (waits["waited_for_rank"], waits["others_waited_ms"], waits["who_waited"], waits["left_out"],
+            waits["arrived_last_at"]) == (1, 0.9, "rank 0 0.9 ms", 18, "2 of 2")

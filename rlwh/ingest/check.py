@@ -357,6 +357,20 @@ def _communication_matrix(f: SourceFile, head: bytes) -> list[Problem]:
     return [Problem(f.rel_path, _relative(outcome.message, f), False, partial=True)]
 
 
+def _communication_json(path: Path) -> None:
+    """communication.json is a few MB at most: loaded as ingest loads it."""
+    from rlwh.readers.ascend_comm_matrix import load_matrix
+
+    if path.stat().st_size < _MATRIX_LOAD_LIMIT:
+        load_matrix(path)
+
+
+def _analysis_db(path: Path) -> None:
+    from rlwh.readers.ascend_db import check_header
+
+    check_header(path)
+
+
 def _gmm(path: Path) -> None:
     """A group list is a few KiB: loaded as ingest loads it (a refused pickle runs nothing)."""
     from rlwh.readers.gmm import load_counts
@@ -394,6 +408,8 @@ _LOOKS = {
     "ascend_info": _readers_own(_ascend_info),
     "gmm_group_list": _readers_own(_gmm),
     "ascend_comm_matrix": _communication_matrix,
+    "ascend_analysis_db": _readers_own(_analysis_db),
+    "ascend_communication_json": _readers_own(_communication_json),
     "ascend_memory_csv": _readers_own(_operator_memory),
     "ascend_memory_record_csv": _readers_own(_usage_csv("MEMORY_RECORD")),
     "ascend_npu_module_mem_csv": _readers_own(_usage_csv("NPU_MODULE_MEM")),

@@ -59,10 +59,11 @@ class Rule:
 
 
 JSON_NOT_A_PROFILE = "json: described by sniff.json_reason"
-FROM_TRACE = "its kernels and collectives land in device_ops from trace_view.json beside it (one row per activity)"
-COMMUNICATION_JSON_ALONE = ("rlwh reads it only beside kernel_details.csv (for each collective's HCCL group), "
-                            "and this capture has neither that nor trace_view.json")
-COMMUNICATION_JSON_BESIDE = "read with kernel_details.csv beside it: the HCCL group of each collective"
+KERNELS_BESIDE_TRACE = ("read with trace_view.json beside it, for the kind of each task the trace's Task Type does "
+                        "not name ('Other', none: older torch_npu); the kernels land in device_ops from the trace "
+                        "(one row per activity)")
+ANALYSIS_DB_BESIDE_MATRIX = ("no db export of this capture is loaded, and the links of its CommAnalyzerMatrix "
+                             "land from communication_matrix.json beside it")
 # First match wins. A reader for a new format is one line here (and its ingest job).
 RULES: tuple[Rule, ...] = (
     Rule("ascend_info", r"profiler_info_\d+\.json", "capture"),
@@ -74,13 +75,14 @@ RULES: tuple[Rule, ...] = (
     Rule("ascend_npu_module_mem_csv", r"npu_module_mem\.csv", "output"),
     Rule("ascend_step_trace_csv", r"step_trace_time\.csv", "output"),
     Rule("ascend_db", r"ascend_pytorch_profiler(_\d+)?\.db", "output"),
+    # Loaded by its own job where no db export beside it is (see _place_analysis_db).
     Rule(IGNORED, r"analysis\.db", "output",
          reason="read with ascend_pytorch_profiler_<rank>.db beside it (StepTraceTime: step_times' stages; "
-                "CommAnalyzerMatrix: communication_links)"),
+                "CommAnalyzerMatrix: communication_links; CommAnalyzerBandwidth: collective_transfers)"),
     Rule(IGNORED, r".*\.db", "output", reason=f"{NOT_LOADED_YET} (Ascend db export)"),
     # A rank dir's device activity comes from one file (see one_device_source).
     Rule("ascend_kernel_details_csv", r"kernel_details\.csv", "output"),
-    Rule(IGNORED, r"communication\.json", "output", reason=COMMUNICATION_JSON_ALONE),
+    Rule("ascend_communication_json", r"communication\.json", "output"),
     Rule("ascend_comm_matrix", r"communication_matrix\.json", "output"),
     Rule(IGNORED, r"(operator_details|op_statistic|api_statistic|l2_cache|op_summary|"
          r"task_time|data_preprocess|dataset)\.(csv|json)", "output",
@@ -122,8 +124,8 @@ class SourceFile:
     reason: str | None = None  # why an ignored file is not loaded
     note: str | None = None  # a guess ingest made and the sources message should say
     single_process_rank0: bool = False  # no rank anywhere: the reader takes rank 0 unless the file names one
-    # Files its reader reads beside it (kernel_details.csv's communication.json); a change to one
-    # changes the file's fingerprint, so re-ingest reads it again.
+    # Files its reader reads beside it (kernel_details.csv's communication.json, trace_view.json's
+    # kernel_details.csv); a change to one changes the file's fingerprint, so re-ingest reads it again.
     companions: tuple[Path, ...] = ()
     content: str | None = None  # what the first bytes looked like (sniff.head_kind)
 
@@ -480,8 +482,9 @@ def one_device_source(files: list[SourceFile]) -> None:
     """An Ascend text export describes each device activity twice: trace_view.json (with
     its stream, launch and overlap rows) and kernel_details.csv (kernels and HCCL ops) with
     communication.json (the collectives again). So a capture's device rows come from one
-    of them: the trace where the capture has one, else kernel_details.csv, which reads
-    communication.json beside it for the HCCL groups. analysis.db travels with its db."""
+    of them: the trace where the capture has one (reading kernel_details.csv for the kind
+    of the tasks it leaves untyped), else kernel_details.csv, which reads communication.json
+    beside it for the HCCL groups. analysis.db travels with its db."""
     by_capture: dict[str, dict[str, SourceFile]] = {}
     for f in files:
         if f.capture is not None and f.path.parent.name == ASCEND_OUTPUT:
@@ -490,12 +493,27 @@ def one_device_source(files: list[SourceFile]) -> None:
         kernels, groups = names.get("kernel_details.csv"), names.get("communication.json")
         has_trace = "trace_view.json" in names
         if kernels is not None and has_trace:
-            kernels.kind, kernels.reason, kernels.problem = IGNORED, FROM_TRACE, None
-        if groups is not None and groups.ignored:
-            groups.reason = (FROM_TRACE if has_trace else
-                             COMMUNICATION_JSON_BESIDE if kernels is not None else COMMUNICATION_JSON_ALONE)
+            kernels.kind, kernels.reason, kernels.problem = IGNORED, KERNELS_BESIDE_TRACE, None
+            names["trace_view.json"].companions = (kernels.path,)
         if kernels is not None and not kernels.ignored and groups is not None:
             kernels.companions = (groups.path,)
-        db = next((f for n, f in names.items() if f.kind == "ascend_db"), None)
-        if db is not None and "analysis.db" in names:
-            db.companions = (names["analysis.db"].path,)
+        if "analysis.db" in names:
+            _place_analysis_db(names["analysis.db"], names)
+
+
+def _place_analysis_db(analysis: SourceFile, names: dict[str, SourceFile]) -> None:
+    """analysis.db travels with the db export beside it, whose reader reads it. Where no db
+    export is loaded (none beside it, or the text export beside it is loaded instead), its
+    CommAnalyzerMatrix is the capture's only record of its links unless communication_matrix.json
+    lies beside it: then analysis.db is loaded by its own job."""
+    from rlwh.readers.ascend_db import not_loaded_beside
+
+    db = next((f for f in names.values() if f.kind == "ascend_db"), None)
+    if db is not None and not_loaded_beside(db.path) is None:
+        db.companions = (analysis.path,)
+        return
+    matrix = names.get("communication_matrix.json")
+    if matrix is not None and not matrix.ignored:
+        analysis.reason = ANALYSIS_DB_BESIDE_MATRIX
+        return
+    analysis.kind, analysis.reason = "ascend_analysis_db", None

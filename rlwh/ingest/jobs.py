@@ -20,7 +20,8 @@ from rlwh.sqltext import job_sections
 
 FACT_TABLES = ("ranks", "memory_records", "cpu_ops", "ranges", "torch_memory_events", "gmm_expert_load",
                "memory_usage", "npu_module_memory", "step_times", "snapshot_segments", "snapshot_blocks",
-               "snapshot_trace_blocks", "train_metrics", "device_ops", "communication_links")
+               "snapshot_trace_blocks", "train_metrics", "device_ops", "communication_links",
+               "collective_transfers")
 SHARED_TABLES = ("call_stacks",)
 # Fact tables whose rows may have no rank: a training log's place names one only sometimes.
 RANK_OPTIONAL_TABLES = ("train_metrics",)

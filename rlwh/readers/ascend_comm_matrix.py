@@ -107,6 +107,15 @@ def link_row(step: int | None, op_kind: str | None, label: str, src, dst, figure
         "op_name": None if op_name in (None, "") else str(op_name),
         "src_rank": _rank(src, "source rank"), "dst_rank": _rank(dst, "destination rank"),
         "transport_type": None if transport in (None, "") else str(transport),
+        **transit_figures(figures),
+    }
+
+
+def transit_figures(figures: dict) -> dict:
+    """Transit Size(MB), Transit Time(ms) and Bandwidth(GB/s) as size_bytes, duration_ns and
+    bandwidth_gbps (communication_matrix.json's links, communication.json's transports);
+    BadLink when one is no number."""
+    return {
         "size_bytes": _scaled(figures.get(SIZE), MB_BYTES, SIZE),
         "duration_ns": _scaled(figures.get(TIME), MS_NS, TIME),
         "bandwidth_gbps": _bandwidth(figures.get(BANDWIDTH)),

@@ -24,6 +24,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from rlwh.errors import SourceError
+from rlwh.readers.ascend_comm_transfers import BANDWIDTH_TABLE, bandwidth_transfers
+from rlwh.readers.ascend_comm_transfers import TABLE as TRANSFERS_TABLE
 from rlwh.readers.ascend_db_device import SCHEMA as DEVICE_SCHEMA
 from rlwh.readers.ascend_db_device import device_rows
 from rlwh.readers.ascend_db_matrix import MATRIX_JSON, MATRIX_TABLE, matrix_links
@@ -32,6 +34,7 @@ from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_s
 BATCH_ROWS = 65536
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # A rank dir holding these is a text export: it is loaded, and the db beside it is not.
+COMMUNICATION_JSON = "communication.json"
 TEXT_EXPORT_FILES = ("operator_memory.csv", "trace_view.json", "memory_record.csv", "step_trace_time.csv",
                      "kernel_details.csv")
 # ENUM_MODULE names the text export spells otherwise (msinsight fixture: ENUM_MODULE id 74
@@ -409,6 +412,22 @@ def _communication_links(r: _Reader) -> None:
         r.rows += links.num_rows
 
 
+def _collective_transfers(r: _Reader) -> None:
+    """analysis.db's CommAnalyzerBandwidth (rlwh.readers.ascend_comm_transfers), unless
+    communication.json beside the db is loaded instead."""
+    if r.analysis is None or r.path.with_name(COMMUNICATION_JSON).is_file():
+        return
+    try:
+        transfers = (bandwidth_transfers(r.analysis, "analysis.db", r.problems)
+                     if BANDWIDTH_TABLE in _tables(r.analysis) else None)
+    except sqlite3.DatabaseError as exc:
+        r.problems.append(f"analysis.db: {BANDWIDTH_TABLE} unreadable ({exc})")
+        transfers = None
+    if transfers is not None:
+        r.sink.write(TRANSFERS_TABLE, transfers)
+        r.rows += transfers.num_rows
+
+
 def not_loaded_beside(path: Path) -> str | None:
     """Why the db is not loaded, where the text export of its capture lies beside it (ingest
     and `rlwh check` say so in these words); None otherwise."""
@@ -446,6 +465,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
                 step()
         _device_ops(reader)
         _communication_links(reader)
+        _collective_transfers(reader)
     except sqlite3.DatabaseError as exc:
         reader.problems.append(f"unreadable ({exc})")
     finally:

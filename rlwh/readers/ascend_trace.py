@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from rlwh.errors import SourceError
 from rlwh.readers import json_pieces
-from rlwh.readers.ascend_device import device_ops_sql
+from rlwh.readers.ascend_device import device_ops_sql, list_kernels
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.stacks import top_frame_sql
@@ -29,7 +29,7 @@ OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
 # Device rows (rlwh.readers.ascend_device): the args fields kept, and their raw column names.
 DEVICE_FIELDS = {"Task Type": "task_type", "Physic Stream Id": "stream_id", "connection_id": "connection_id",
-                 "data_type": "data_type", "count": "elem_count"}
+                 "data_type": "data_type", "count": "elem_count", "Task Id": "task_id"}
 DEVICE_ARGS = "".join(f', "{k}" VARCHAR' for k in DEVICE_FIELDS)
 
 # Raw event fields kept by the scan, all as text so "ts" strings stay exact.
@@ -52,7 +52,7 @@ RAW_SCHEMA = pa.schema(
 KEEP = (
     "cat in ('cpu_op', 'mstx') or ph = 'M' "
     f"or (ph = 'X' and name in ({', '.join(repr(n) for n in OVERLAP_NAMES)}))"
-    " or cat = 'async_npu' or (ph = 'X' and (task_type is not null or data_type is not null))"
+    " or cat = 'async_npu' or (ph = 'X' and (task_type is not null or task_id is not null or data_type is not null))"
 )
 
 
@@ -228,8 +228,9 @@ def _first_unusable(path: Path) -> str:
     return f" (the first: element {found[0]}, name {found[1]!r})" if found else ""
 
 
-def _write_sink(con: duckdb.DuckDBPyConnection, sink: TableSink) -> int:
-    """Write the tables of the one file in `raw` to `sink`; return its unusable events."""
+def _write_sink(con: duckdb.DuckDBPyConnection, sink: TableSink, path: Path) -> int:
+    """Write the tables of the one file in `raw` (`path`) to `sink`; return its unusable events."""
+    list_kernels(con, [path])
     for table, select in _table_selects().items():
         rows = select if table == "call_stacks" else f"select * exclude (_file) from ({select})"
         con.execute(f"copy ({rows}) to {sql_literal(sink.parquet_path(table))} (format parquet)")
@@ -311,7 +312,7 @@ def _salvage_with_ijson(path: Path, raw: Path) -> tuple[int, str]:
                 }
                 keep = row["cat"] in ("cpu_op", "mstx", "async_npu") or row["ph"] == "M" or (
                     row["ph"] == "X" and (row["name"] in OVERLAP_NAMES or row["task_type"] is not None
-                                          or row["data_type"] is not None)
+                                          or row["task_id"] is not None or row["data_type"] is not None)
                 )
                 if keep:
                     rows.append(row)
@@ -366,7 +367,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     con = _connect(context)
     try:
         status, notes = _load_one(con, path, sink.root)
-        return _outcome(status, notes, _write_sink(con, sink), path)
+        return _outcome(status, notes, _write_sink(con, sink, path), path)
     finally:
         con.close()
 
@@ -429,6 +430,7 @@ def read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: di
     if one_value(con.execute("select count(*) from _raw_events where _file is null")):
         raise SourceError("read_json named a file outside the batch")  # never lose rows to a name mismatch
     _make_stacks(con, _stack_texts_sql(sources))
+    list_kernels(con, paths)
     for table, select in _table_selects().items():
         con.execute(f"create or replace temp table _rows_{table} as {select}")
     unusable = _unusable_events(con)

@@ -35,6 +35,17 @@ _COMMUNICATION_NAME = r"^(nccl|rccl|hcom_|hccl)"
 ASCEND_COMPUTE_TASK_TYPES = r"^(AI_|MIX_|KERNEL_|AICPU|AIV|AIC|DSA)"
 # ... and of copies: PCIe DMA, SDMA, MEMCPY_ASYNC.
 ASCEND_MEMCPY_TASK_TYPES = r"^(PCIE_DMA|SDMA_SQE|MEMCPY)"
+# Task types that name no core: older torch_npu (2024) types nearly every kernel "Other".
+ASCEND_UNTYPED_TASK_TYPES = ("", "OTHER", "UNKNOWN")
+# The tasks HCCL runs for a collective, as its Plane threads and the Ascend Hardware rows
+# name them ("Notify Wait", "Notify_Record", "Write Value", "SDMA", "RDMA", "Memcpy",
+# "Reduce_Inline", "Reduce TBE"), matched on the name lowered with all but letters removed.
+# No kernel is named so; "MEMCPY_ASYNC" (a copy the runtime runs) is not among them.
+ASCEND_HCCL_TASK_NAMES = (r"^(notifywait|notifyrecord|writevalue|sdma|rdma|rdmasend|memcpy|reduceinline|"
+                          r"inlinereduce|reducetbe|localcopy)$")
+# The runtime's own tasks, named after their type: stream events, profiling marks, place
+# holders, model bookkeeping. Neither a kernel nor a collective's.
+ASCEND_RUNTIME_TASK_NAMES = r"^(event(record|wait|reset)|profiling(enable|disable)|placeholder|model[a-z]*)$"
 
 
 def collective_sql(name: str, source_name: str = "null") -> str:
@@ -65,3 +76,21 @@ def ascend_task_kind_sql(task_type: str, name: str) -> str:
     return (f"(case when regexp_matches(upper({task_type}), '{ASCEND_COMPUTE_TASK_TYPES}') then 'compute' "
             f"when regexp_matches(upper({task_type}), '{ASCEND_MEMCPY_TASK_TYPES}') "
             f"or starts_with({name}, 'MEMCPY') then 'memcpy' else 'other' end)")
+
+
+def ascend_is_untyped_sql(task_type: str) -> str:
+    """SQL: true when an Ascend task's type names no core ('Other', empty or missing)."""
+    untyped = ", ".join(f"'{t}'" for t in ASCEND_UNTYPED_TASK_TYPES)
+    return f"(upper(trim(coalesce({task_type}, ''))) in ({untyped}))"
+
+
+def ascend_is_runtime_task_sql(name: str) -> str:
+    """SQL: true when an Ascend task's name is one of the runtime's own tasks (EVENT_RECORD, ...)."""
+    return f"regexp_matches(regexp_replace(lower({name}), '[^a-z]', '', 'g'), '{ASCEND_RUNTIME_TASK_NAMES}')"
+
+
+def ascend_is_hccl_task_sql(name: str) -> str:
+    """SQL: true when an Ascend task's name is one HCCL gives the tasks of a collective, or
+    the name of an HCCL op itself (hcom_allReduce_...)."""
+    letters = f"regexp_replace(lower({name}), '[^a-z]', '', 'g')"
+    return f"(regexp_matches({letters}, '{ASCEND_HCCL_TASK_NAMES}') or {is_communication_sql(name)})"

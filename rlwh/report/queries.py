@@ -290,7 +290,7 @@ order by role, transfer_gbps nulls last, slowest_algbw_gbps, step, name, seq
 """
 
 STRAGGLERS = """
-select role, step, rank_id, waited_for_ns, late_ns, last_at, collectives, ranks, is_straggler
+select role, step, rank_id, waited_for_ns, late_ns, last_at, collectives, left_out, ranks, is_straggler
 from stragglers
 where run = $run
 order by role, step

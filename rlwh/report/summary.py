@@ -57,22 +57,29 @@ order by role, rank_id, live_bytes desc, name
 
 # Who waits for whom: per step, the rank the others waited for at the collectives (the
 # stragglers view), and what each rank's device did (device_time).
+# The waits of the instances stragglers leaves out (mismatched, or a wait longer than the
+# stay: clocks that disagree) are counted in left_out, never in who_waited.
 WAITS = """
-with waiting as (
-  select role, step, rank_id, sum(wait_ns) as wait_ns, count(*) filter (where wait_capped) as capped
-  from collectives where run = $run and wait_ns > 0
+with judged as (
+  select *
+  from collectives where run = $run
+  qualify not bool_or(mismatched or coalesce(wait_capped, false))
+    over (partition by role, step, "group", name, seq, seq_is_global)
+),
+waiting as (
+  select role, step, rank_id, sum(wait_ns) as wait_ns
+  from judged where wait_ns > 0
   group by role, step, rank_id
 ),
 who as (
   select role, step,
     string_agg('rank ' || rank_id || ' ' || round(wait_ns / 1e6, 3) || ' ms', ', ' order by wait_ns desc)
       as who_waited,
-    sum(capped) as capped,
   from waiting group by role, step
 )
 select s.role, s.step, s.rank_id as waited_for_rank, round(s.waited_for_ns / 1e6, 3) as others_waited_ms,
   round(s.late_ns / 1e6, 3) as late_at_first_ms, s.last_at || ' of ' || s.collectives as arrived_last_at,
-  w.who_waited, nullif(w.capped, 0) as capped_waits, case when s.is_straggler then 'straggler' end as flag
+  w.who_waited, nullif(s.left_out, 0) as left_out, case when s.is_straggler then 'straggler' end as flag
 from stragglers s
 left join who w on s.role = w.role and (s.step = w.step or (s.step is null and w.step is null))
 where s.run = $run
@@ -196,7 +203,8 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
                 "time > 1.1 x median) and memory outliers (peak outside 0.9-1.1 x median)",
                 query(config, f"select * from ({PER_RANK}) where flags is not null", params), "none"),
         Section("Who waits for whom: per step, the rank the others waited for at the collectives "
-                "(each collective's waiting charged to its last arriver)",
+                "(each collective's waiting charged to its last arriver; left_out: instances charged to "
+                "nobody, mismatched or a wait longer than the rank's stay: clocks that disagree)",
                 query(config, WAITS, params), "no collectives recorded for this run"),
         Section("Clocks across ranks: each rank's offset from its role's reference rank, from the collectives' "
                 "end times (clock_offsets; aligned: the waits above are on the reference clock)",

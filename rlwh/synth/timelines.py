@@ -119,6 +119,53 @@ def write_torch_trace(path: Path, *, rank: int, world_size: int, steps: int = 3,
     return path
 
 
+def write_lagging_device_trace(path: Path, *, steps: int = 6, kernels_per_step: int = 8, seed: int = 0,
+                               start_ns: int = 5_138_299_378_167_000, base_ns: int = BASE_NS) -> Path:
+    """A Kineto trace of a GPU that runs more than a step behind its host: the CPU launches a
+    step's kernels (cudaLaunchKernel, by correlation) in 4 ms, the device needs ~7 ms for them
+    on two streams and starts 6 ms after the first launch, so each step's kernels run while the
+    CPU is one or more steps ahead, and step n's last kernel on one stream still runs when step
+    n + 1's first starts on the other. A copy per step; mid-step a kernel waits on both streams
+    and the device idles a little."""
+    rng = random.Random(seed)
+    cpu, gpu = 7000, 0
+    events: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": cpu, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_name", "pid": gpu, "tid": 0, "args": {"name": "GPU 0"}},
+    ]
+    stream_free = {7: start_ns + 6_000_000, 8: start_ns + 6_000_000}
+    correlation = 0
+    for step in range(steps):
+        step_start = start_ns + step * 4_000_000
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": cpu, "tid": cpu,
+                       "ts": _us(step_start), "dur": _us(4_000_000), "args": {}})
+        for i in range(kernels_per_step + 1):
+            correlation += 1
+            launch = step_start + 100_000 + i * 420_000
+            is_copy = i == kernels_per_step
+            runtime_call = "cudaMemcpyAsync" if is_copy else "cudaLaunchKernel"
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": runtime_call,
+                           "pid": cpu, "tid": cpu, "ts": _us(launch), "dur": _us(15_000),
+                           "args": {"correlation": correlation}})
+            stream = 7 if is_copy else 7 + i % 2
+            start = max(launch + 5_000, stream_free[stream])
+            if i == kernels_per_step // 2:  # a barrier: waits on both streams, then a little more: idle
+                start = max(start, *stream_free.values()) + rng.randrange(50_000, 150_000)
+                stream_free = {s: start for s in stream_free}
+            dur = 150_000 if is_copy else rng.randrange(1_400_000, 2_000_000)
+            stream_free[stream] = start + dur
+            events.append({"ph": "X", "cat": "gpu_memcpy" if is_copy else "kernel",
+                           "name": "Memcpy HtoD (Pageable -> Device)" if is_copy else f"gemm_{i}",
+                           "pid": gpu, "tid": stream, "ts": _us(start), "dur": _us(dur),
+                           "args": {"device": 0, "stream": stream, "correlation": correlation}})
+    trace = {"schemaVersion": 1, "deviceProperties": [], "distributedInfo": {"backend": "nccl", "rank": 0,
+                                                                              "world_size": 1},
+             "baseTimeNanoseconds": base_ns, "traceEvents": events, "displayTimeUnit": "ms"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    return path
+
+
 class _Allocator:
     """A caching allocator's [memory] events: addresses reused after a free, running totals."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 from conftest import insert_rows
-from device_real import KINETO_TRACES, device_activity, kineto_warehouse
+from device_real import KINETO_TRACES, device_activity, kineto_warehouse, step_windows
 
 COLUMNS = ["rank_id", "step", "device", "stream", "name", "kind", "start_ns", "end_ns", "launch_ts_ns"]
 KEY = dict(run="r", role="actor", capture="c", source_id=1)
@@ -38,31 +38,35 @@ def con(tmp_path_factory):
     c.close()
 
 
-def _breakdown(relative: str, threshold: int = 30) -> dict:
-    """(step, device) -> (gaps, idle, host, kernel, other) from the raw trace: the activity sorted
-    by start (earliest launch first at one start), a gap where one starts after all before ended."""
-    groups: dict[tuple, list[dict]] = {}
-    for a in device_activity(relative):
-        if a["e"] > a["s"]:
-            groups.setdefault((a["step"], a["device"]), []).append(a)
-    out = {}
-    for key, acts in groups.items():
-        acts.sort(key=lambda a: (a["s"], a["launch"] is None, a["launch"] or 0, a["e"]))
-        totals = {"host": 0, "kernel": 0, "other": 0}
-        gaps, busy_until = 0, None
-        for a in acts:
+def _breakdown(relative: str, threshold: int = 30_000) -> dict:
+    """(step, device) -> (gaps, idle, host, kernel, other) from the raw trace: the device's activity
+    (every step's) sorted by start (earliest launch first at one start), a gap where one starts after
+    all before ended, charged by that one; each gap cut into the steps' windows it crosses."""
+    acts = [a for a in device_activity(relative) if a["e"] > a["s"]]
+    windows = step_windows(acts)
+    out = {key: [0, 0, 0, 0, 0] for key in windows}
+    for device in {a["device"] for a in acts}:
+        mine = sorted((a for a in acts if a["device"] == device),
+                      key=lambda a: (a["s"], a["launch"] is None, a["launch"] or 0, a["e"]))
+        busy_until = None
+        for a in mine:
             if busy_until is not None and a["s"] > busy_until:
                 gap = a["s"] - busy_until
-                gaps += 1
                 if a["launch"] is not None and a["launch"] > busy_until:
-                    totals["host"] += gap
+                    cause = 2
                 elif a["launch"] is not None and gap < threshold:
-                    totals["kernel"] += gap
+                    cause = 3
                 else:
-                    totals["other"] += gap
+                    cause = 4
+                for key, pieces in windows.items():
+                    for lo, hi in pieces if key[1] == device else ():
+                        part = min(a["s"], hi) - max(busy_until, lo)
+                        if part > 0:
+                            out[key][0] += 1
+                            out[key][1] += part
+                            out[key][cause] += part
             busy_until = a["e"] if busy_until is None else max(busy_until, a["e"])
-        out[key] = (gaps, sum(totals.values()), totals["host"], totals["kernel"], totals["other"])
-    return out
+    return {key: tuple(v) for key, v in out.items()}
 
 
 @pytest.mark.slow
