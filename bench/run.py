@@ -263,10 +263,11 @@ print(time.perf_counter() - t)
 
 
 def bench_many_ranks(tmp: Path, scale: float) -> None:
-    """8, 64 and 256 Ascend ranks: the seed's algorithm over every rank (one process, rank
-    after rank), rlwh into a normal warehouse and in dataset mode, and DuckDB's bare scan
-    of the same files (one read_json + one read_csv: the floor), all in this one run;
-    MB/s of input per size, so the cost per MB can be seen flat or not."""
+    """8, 64 and 256 Ascend ranks (--ranks): the seed's algorithm over every rank, pooled
+    over the cores (RL-Insight's mapper) and in one process rank after rank, rlwh into a
+    normal warehouse and in dataset mode, and DuckDB's bare scan of the same files (one
+    read_json + one read_csv: the floor), all in this one run; MB/s of input per size, so
+    the cost per MB can be seen flat or not."""
     for ranks in MANY_RANKS:
         root = tmp / f"ranks_{ranks}"
         n_ops = synth.ops_for_trace_mb(RANK_TRACE_MB * scale, "compact", 0.27)
@@ -279,8 +280,9 @@ def bench_many_ranks(tmp: Path, scale: float) -> None:
         mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6
         load = os.getloadavg()[0]
         seed = measure([PY, str(HERE / "baseline.py"), *rank_dirs])
-        if seed.returncode != 0:
-            raise SystemExit(f"baseline failed: {seed.stderr}")
+        pooled = measure([PY, str(HERE / "baseline.py"), "--pool", *rank_dirs])
+        if seed.returncode != 0 or pooled.returncode != 0:
+            raise SystemExit(f"baseline failed: {seed.stderr}{pooled.stderr}")
         bare = measure([PY, "-c", BARE_SCAN, "\n".join(traces), "\n".join(csvs)])
         normal = ingest(root, tmp / f"ranks_{ranks}.duckdb")
         dataset = measure(rlwh("ingest", str(root), "-q", "--dataset", str(tmp / f"ranks_{ranks}.dataset"),
@@ -289,13 +291,16 @@ def bench_many_ranks(tmp: Path, scale: float) -> None:
             raise SystemExit(f"dataset ingest failed: {dataset.stdout}\n{dataset.stderr}")
         again = ingest(root, tmp / f"ranks_{ranks}.duckdb")
         label = f"{ranks} ranks, {mb:.0f} MB"
-        record(f"many ranks: seed's algorithm, {label}", wall_s=seed.wall_s, mb_per_s=mb / seed.wall_s,
-               cpu_s=seed.cpu_s, load_before=load)
+        record(f"many ranks: seed's algorithm, one process, {label}", wall_s=seed.wall_s,
+               mb_per_s=mb / seed.wall_s, cpu_s=seed.cpu_s, load_before=load)
+        record(f"many ranks: seed's algorithm, pooled over the cores, {label}", wall_s=pooled.wall_s,
+               mb_per_s=mb / pooled.wall_s, cpu_s=pooled.cpu_s)
         record(f"many ranks: DuckDB bare scan (floor), {label}", wall_s=bare.wall_s, mb_per_s=mb / bare.wall_s,
                cpu_s=bare.cpu_s)
         for mode, m in (("normal", normal), ("dataset", dataset)):
             record(f"many ranks: rlwh {mode}, {label}", wall_s=m.wall_s, mb_per_s=mb / m.wall_s, cpu_s=m.cpu_s,
-                   vs_seed=seed.wall_s / m.wall_s, vs_floor=m.wall_s / bare.wall_s,
+                   vs_seed=seed.wall_s / m.wall_s, vs_pooled_seed=pooled.wall_s / m.wall_s,
+                   vs_floor=m.wall_s / bare.wall_s,
                    peak_tree_rss_mb=m.peak_tree_rss_mb)
         record(f"many ranks: rlwh re-ingest unchanged, {label}", wall_s=again.wall_s, load_after=os.getloadavg()[0])
         shutil.rmtree(root, ignore_errors=True)
@@ -340,11 +345,15 @@ BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench
 
 
 def main() -> int:
+    global MANY_RANKS
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--keep", type=Path, help="write inputs here and keep them")
     parser.add_argument("--only", default=",".join(BENCHES))
+    parser.add_argument("--ranks", default=",".join(str(n) for n in MANY_RANKS),
+                        help="the run sizes of many_ranks (ranks, comma-separated)")
     args = parser.parse_args()
+    MANY_RANKS = tuple(int(n) for n in args.ranks.split(","))
     tmp = args.keep or Path(tempfile.mkdtemp(prefix="rlwh-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30

@@ -20,6 +20,8 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 POLL_S = 1.0
@@ -43,9 +45,25 @@ def _watch_parent(parent_pid: int) -> None:
         time.sleep(POLL_S)
 
 
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Within this block SIGINT waits (blocked, not lost), and processes started here start
+    with it blocked: a Ctrl-C while a worker imports would print its traceback."""
+    blocked = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if blocked else None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def end_with_parent(parent_pid: int, thread_name: str = "rlwh-parent-watch") -> None:
-    """Pool initializer: end this worker when process `parent_pid` ends; leave Ctrl-C to it."""
+    """Pool initializer: end this worker when process `parent_pid` ends; leave Ctrl-C to it
+    (ignored, then unblocked: one that came while it started is dropped)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(1)

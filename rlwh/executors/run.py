@@ -47,13 +47,17 @@ def local_pool(tasks: list[Task], parts: Path, workers: int,
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
+    from rlwh.child_process import sigint_blocked
     from rlwh.executors.clean_main import main_left_out
     from rlwh.executors.local import die_with_parent, stop_now
 
     pool = ProcessPoolExecutor(max_workers=min(workers, len(ordered)), mp_context=get_context("spawn"),
                                initializer=die_with_parent, initargs=(os.getpid(),))
     try:
-        with main_left_out():  # the workers start at the first submit: none re-runs the caller's script
+        # The workers start at the first submit: none re-runs the caller's script, and each
+        # starts with Ctrl-C blocked (a mask survives the exec of a spawned process) until its
+        # initializer ignores it; the parent gets a Ctrl-C of those moments once it unblocks.
+        with main_left_out(), sigint_blocked():
             futures = {pool.submit(_run, t.function, t.args, str(parts / t.name)): t for t in ordered}
     except BaseException:
         stop_now(pool)
