@@ -39,7 +39,7 @@ from rlwh.ingest.load import (
     with_notes,
 )
 from rlwh.ingest.parse import parse_source
-from rlwh.ingest.plan import FileResult, Planned, file_context
+from rlwh.ingest.plan import FileResult, Planned, changed_since_planned, file_context
 from rlwh.readers.base import ReadOutcome
 from rlwh.safe_files import pause_for_test
 from rlwh.warehouse import derive
@@ -174,12 +174,13 @@ def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], secon
     rows = _rows_per_file(con, facts)
     results = []
     for i, (p, outcome) in enumerate(zip(files, outcomes)):
-        message = with_notes(outcome.message, p.source.note)
+        status, message = outcome.status, with_notes(outcome.message, p.source.note)
         if not rows.get(i) and outcome.message is None:
             message = with_notes(nothing_loaded_note(p, facts, 0), message)
-        upsert_source(con, run, p, outcome.status, rows.get(i, 0), message, seconds, {})
-        results.append(FileResult(p.source.kind, p.source.rel_path, outcome.status, rows.get(i, 0), message,
-                                  seconds, p.size))
+        if changed := changed_since_planned(p):
+            status, message = "partial", with_notes(changed, message)
+        upsert_source(con, run, p, status, rows.get(i, 0), message, seconds, {})
+        results.append(FileResult(p.source.kind, p.source.rel_path, status, rows.get(i, 0), message, seconds, p.size))
     for table in job.fills:
         con.execute(f"drop view _staged_{table}")
         con.execute(f"drop table _rows_{table}")

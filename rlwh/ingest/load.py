@@ -15,7 +15,7 @@ import duckdb
 from rlwh.errors import RlwhError
 from rlwh.ingest.jobs import FACT_TABLES, RANK_OPTIONAL_TABLES, SHARED_TABLES, jobs
 from rlwh.ingest.parse import ParseResult, failed_result
-from rlwh.ingest.plan import FileResult, Planned, utc
+from rlwh.ingest.plan import FileResult, Planned, changed_since_planned, utc
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive
 
@@ -214,6 +214,8 @@ def _land(con, run: str, p: Planned, parsed: ParseResult, with_step: frozenset[s
         facts = [t for t in job.fills if t in FACT_TABLES and t != "ranks"]
         if facts and not any(parsed["rows"].get(t) for t in facts) and parsed["message"] is None:
             message = with_notes(nothing_loaded_note(p, facts, rows), message)
+    if status in ("ok", "partial") and (changed := changed_since_planned(p)):
+        status, message = "partial", with_notes(changed, message)
     upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
     return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
 

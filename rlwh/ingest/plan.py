@@ -8,6 +8,7 @@ it is, so the two warehouse modes cannot disagree about what changed.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -119,6 +120,21 @@ def is_unchanged(known: Known | None, p: Planned) -> bool:
     """The one rule: same fingerprint as last time, and not failed then (a failure is
     always retried)."""
     return known is not None and known[1] == p.fingerprint and known[2] != "failed"
+
+
+def changed_since_planned(p: Planned) -> str | None:
+    """Why `p` is no longer the file that was planned, and so read: its size or mtime
+    changed since it was fingerprinted (a profiler still writing it, a copy in progress);
+    None when it is as it was. Its rows are then of the file as it was read, and the next
+    ingest, whose fingerprint differs, reads it again."""
+    try:
+        now = os.stat(p.source.path)
+    except OSError as exc:
+        return f"{p.source.rel_path}: the file went while it was read ({exc.strerror}); its rows are as read"
+    if (now.st_size, now.st_mtime) == (p.size, p.mtime):
+        return None
+    return (f"{p.source.rel_path}: the file changed while it was read ({p.size:,} bytes when it was planned, "
+            f"{now.st_size:,} now): its rows are of the file as it was read; ingest again to load it as it is")
 
 
 def utc(seconds: float | None = None) -> datetime:
