@@ -78,3 +78,20 @@ def test_compare_page_draws_the_change_and_the_stacks_that_grew(tmp_path):
     links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', nav)
     assert ("job-a/index.html", "Run job-a") in links and all((out / href).is_file() for href, _ in links)
     assert "page:" in result.output
+
+
+@pytest.mark.slow
+def test_run_names_are_escaped_once_in_the_change_note(tmp_path):
+    """A run named like markup reads as its name under "Change per (role, rank)": escaped
+    once by the page (it read &lt;b&gt; on screen when escaped twice)."""
+    db = tmp_path / "w.duckdb"
+    config = Config(db_path=db, workers=1)
+    for run, ops in (("<b>", 400), ("x&y", 800)):
+        synth.write_ascend_profile(tmp_path / f"run{ops}", roles=("actor_update",), ranks=1, n_ops=ops, n_allocs=100)
+        ingest(tmp_path / f"run{ops}", config, run=run)
+    out = tmp_path / "reports"
+    CliRunner().invoke(cli, ["compare", "<b>", "x&y", "--out", str(out), "--db", str(db)])
+    (page,) = out.glob("compare-*.html")
+    note = re.search(r'<p class="note">Per \(role, rank\): how much (.*?) changed against (.*?)\. ',
+                     page.read_text())
+    assert note is not None and note.groups() == ("x&amp;y", "&lt;b&gt;")

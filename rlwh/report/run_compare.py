@@ -80,7 +80,7 @@ def _change_figure(comparison: Comparison, rows: list[CompareRow]) -> list[Figur
               "yaxis": {"title": {"text": f"change from {label(comparison.run_a)}, %"}, "zeroline": True},
               "xaxis": {"type": "category"}, "shapes": shapes, "legend": {"orientation": "h", "y": 1.02,
                                                                           "yanchor": "bottom"}}
-    note = (f"Per (role, rank): how much {label(comparison.run_b)} changed against {label(comparison.run_a)}. "
+    note = (f"Per (role, rank): how much {comparison.run_b} changed against {comparison.run_a}. "
             "Dotted lines: the regression thresholds (a bar above its line is a regression).")
     sql = query_text(SIDE_BY_SIDE, {"a": comparison.run_a, "b": comparison.run_b})
     return [Figure("compare-change", "Change per (role, rank)", note, script_json({"data": traces, "layout": layout}),
