@@ -65,7 +65,8 @@ def test_real_traces_are_found():
 
 
 @pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: str(p.relative_to(DATA)))
-def test_real_trace_rows_equal_the_sweeps(path, tmp_path):
+def test_real_trace_rows_equal_the_sweeps(path, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch_trace, "NEST_ROWS", 4096)  # nested in batches: what one leaves open, the next sees
     assert_same_as_sweep(path, tmp_path)
 
 
@@ -135,8 +136,10 @@ def tied_thread(rng: random.Random, pid, tid, ids: list[int], origin: int) -> li
     return events
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_tied_traces_rows_equal_the_sweeps(seed, tmp_path):
+@pytest.mark.parametrize(("seed", "batch_rows"), [(0, None), (1, None), (2, 5), (3, 64)])
+def test_tied_traces_rows_equal_the_sweeps(seed, batch_rows, tmp_path, monkeypatch):
+    if batch_rows:  # a batch ends inside threads, their stacks open
+        monkeypatch.setattr(torch_trace, "NEST_ROWS", batch_rows)
     rng = random.Random(seed)
     ids: list[int] = []
     events = []

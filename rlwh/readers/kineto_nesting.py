@@ -22,6 +22,7 @@ Arrow compute works on:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -44,21 +45,49 @@ EVENTS_IN_SWEEP_ORDER = """
     )
     order by pid, tid, ts, kind, "end" - ts desc, id, n
 """
+EVENT_COLUMNS = ["kind", "pid", "tid", "ts", "end", "id", "parent", "name"]
 
 
 @dataclass
 class Nesting:
-    """What the sweep order says: per op (by seq) its innermost open frame's trie node
-    (0: no frame), per memory event (by idx) the seq of its innermost open op (null: none),
-    and the trie of call paths (node, parent node, frame name id; node 0 is the root)."""
+    """What the sweep order says about one batch of events: per op (by seq) its innermost
+    open frame's node in the batch's trie of call paths (0: no frame), per memory event
+    (by idx) the seq of its innermost open op (null: none), and that trie (node, parent
+    node, frame name id; node 0 is the root)."""
 
     op_frames: pa.Table  # seq, node, own_stack (the name id of the "Call stack" the op carries)
     memory_ops: pa.Table  # idx, op_seq
     trie: pa.Table  # node, parent, name
 
 
-def nest(events: pa.Table) -> Nesting:
-    """The nesting of a trace's events, given in EVENTS_IN_SWEEP_ORDER."""
+@dataclass
+class Carry:
+    """What one batch leaves open for the next: the rows of its last thread's frames and
+    ops that a later row may still find open (frames first, then ops, each in sweep
+    order), each frame's parent among them and whether a tie closed it. A frame's
+    ancestors are all open while it is, so the rows carried hold every carried frame's
+    whole call path."""
+
+    rows: pa.Table
+    frame_parents: pa.Array
+    frame_closed: pa.Array
+
+
+def nest_batches(batches) -> Iterator[Nesting]:
+    """The nesting of a trace's events, read as batches of EVENTS_IN_SWEEP_ORDER: memory
+    stays that of a batch and of what it leaves open."""
+    carry = None
+    for batch in batches:
+        nesting, carry = nest(pa.Table.from_batches([batch]), carry)
+        yield nesting
+
+
+def nest(batch: pa.Table, carry: Carry | None = None) -> tuple[Nesting, Carry]:
+    """The nesting of a batch of events in EVENTS_IN_SWEEP_ORDER, the rows the batch before
+    left open first; and what this batch leaves open."""
+    carried = 0 if carry is None else carry.rows.num_rows
+    events = batch.select(EVENT_COLUMNS) if carry is None else pa.concat_tables(
+        [carry.rows, batch.select(EVENT_COLUMNS)])
     kind = events["kind"].combine_chunks()
     same_thread = _same_thread_as_previous(events["pid"].combine_chunks(), events["tid"].combine_chunks())
     frames_and_ops = pc.indices_nonzero(pc.less_equal(kind, 1))
@@ -67,16 +96,19 @@ def nest(events: pa.Table) -> Nesting:
     ops = pc.indices_nonzero(pc.equal(kind, 1))
     memory = pc.indices_nonzero(pc.equal(kind, 2))
     end, ts = events["end"].combine_chunks(), events["ts"].combine_chunks()
+    carried_frames = 0 if carry is None else len(carry.frame_parents)
+    carried_ops = carried - carried_frames
 
     # Frames and ops: a frame's frame by its end, an op's frame by its start.
     sub_kind = kind.take(frames_and_ops)
     is_frame = pc.equal(sub_kind, 0)
     reach = pc.if_else(is_frame, end.take(frames_and_ops), ts.take(frames_and_ops))
-    py = events.take(frames)
-    open_frame, parents = open_frames(_run_starts(same_thread, frames_and_ops), reach, is_frame,
-                                      py["ts"].combine_chunks(), py["end"].combine_chunks(),
-                                      py["id"].combine_chunks(), py["parent"].combine_chunks())
-    op_frame = open_frame.filter(pc.invert(is_frame))
+    py = events.select(["ts", "end", "id", "parent", "name"]).take(frames)
+    known = None if carry is None else (carry.frame_parents, carry.frame_closed)
+    open_frame, parents, closed = open_frames(_run_starts(same_thread, frames_and_ops), reach, is_frame,
+                                              py["ts"].combine_chunks(), py["end"].combine_chunks(),
+                                              py["id"].combine_chunks(), py["parent"].combine_chunks(), known)
+    op_frame = open_frame.filter(pc.invert(is_frame)).slice(carried_ops)
     node, trie = intern_paths(parents, py["name"].combine_chunks())
 
     # Ops and memory events: an op's enclosing op by its end, a memory event's op by its time.
@@ -87,13 +119,42 @@ def nest(events: pa.Table) -> Nesting:
     memory_op = open_op.filter(pc.invert(is_op))
 
     op_ids = events["id"].take(ops)
-    return Nesting(
-        op_frames=pa.table({"seq": op_ids, "node": _take_or(node, op_frame, 0),
-                            "own_stack": events["name"].take(ops)}),
+    nesting = Nesting(
+        op_frames=pa.table({"seq": op_ids.slice(carried_ops), "node": _take_or(node, op_frame, 0),
+                            "own_stack": events["name"].take(ops).slice(carried_ops)}),
         memory_ops=pa.table({"idx": events["id"].take(memory),
                              "op_seq": _take_or(op_ids, memory_op, pa.scalar(None, _I))}),
         trie=trie,
     )
+    thread = pc.cumulative_sum(pc.cast(pc.invert(same_thread), _I))
+    return nesting, _left_open(events, thread, frames, ops, parents, closed)
+
+
+def _left_open(events: pa.Table, thread: pa.Array, frames: pa.Array, ops: pa.Array, parents: pa.Array,
+               closed: pa.Array | None) -> Carry:
+    """The Carry of a run: its last thread's frames and ops that end at or after every
+    later one of their kind (the sweep's stacks at the run's end, and the frames ties
+    closed on them)."""
+    last = thread[len(thread) - 1].as_py() if len(thread) else None
+    kept_frames = _still_open(frames, thread, events["end"], last)
+    kept_ops = _still_open(ops, thread, events["end"], last)
+    where = pc.index_in(parents.take(kept_frames), value_set=kept_frames) if len(parents) else kept_frames
+    frame_closed = pa.repeat(False, len(kept_frames)) if closed is None else pc.is_valid(closed.take(kept_frames))
+    return Carry(rows=events.take(pa.concat_arrays([frames.take(kept_frames), ops.take(kept_ops)]).cast(_I)),
+                 frame_parents=pc.fill_null(where, -1).cast(_I), frame_closed=frame_closed)
+
+
+def _still_open(rows: pa.Array, thread: pa.Array, end: pa.ChunkedArray, last) -> pa.Array:
+    """Among rows (indices into the run) those of the last thread that end at or after
+    every later one: indices into rows."""
+    mine = pc.indices_nonzero(pc.equal(thread.take(rows), last)) if last is not None else pa.array([], pa.uint64())
+    if len(mine) == 0:
+        return mine.cast(_I)
+    ends = end.take(rows.take(mine)).combine_chunks()
+    backwards = pc.cumulative_max(ends.take(pc.subtract(len(ends) - 1, _arange(len(ends)))))
+    later = pa.concat_arrays([backwards.take(pc.subtract(len(ends) - 2, _arange(len(ends) - 1))),
+                              pa.nulls(1, _I)])
+    return mine.filter(pc.fill_null(pc.greater_equal(ends, later), True)).cast(_I)
 
 
 def _take_or(values: pa.Array, index: pa.Array, default) -> pa.Array:
@@ -150,63 +211,97 @@ def nearest_open(starts: pa.Array, reach: pa.Array, is_candidate: pa.Array, clos
     (its own end, or its start). closed: where a candidate was closed before its end (the
     row that closed it; null: never), and then parent: the candidate under it.
 
-    Pointer jumping: each row keeps a guess g such that no open candidate between g and
-    the row reaches as far as the row. A guess that does not reach far enough is replaced
-    by its own guess (no open candidate between those reaches as far as the guess, nor as
-    the row), so the distance covered doubles each pass. A closed candidate that reaches is
-    replaced by its parent (every candidate between them was closed when it opened). A
-    non-candidate guess that asks for more than the row can only be stepped over.
+    Pointer jumping: each row keeps a guess g, a candidate such that no open candidate
+    between g and the row reaches as far as the row; the first is the candidate just
+    before the row. A guess that does not reach far enough is replaced by its own guess
+    (no open candidate between those reaches as far as the guess, nor as the row), so
+    the distance covered doubles while the guesses move together. A closed candidate that
+    reaches is replaced by its parent (every candidate between them was closed when it
+    opened).
     """
-    n = len(reach)
-    index = _arange(n)
-    previous = pc.if_else(starts, -1, pc.subtract(index, 1)) if n else index
-    guess = previous
+    guess = _last_candidate_before(starts, is_candidate)
     active = pc.greater_equal(guess, 0)
     rows = pc.indices_nonzero(active)
+    g = guess.take(rows)
     while len(rows):
-        g = guess.take(rows)
-        asks = reach.take(rows)
-        g_reach = reach.take(g)
-        reaches = pc.and_(is_candidate.take(g), pc.greater_equal(g_reach, asks))
+        reaches = pc.greater_equal(reach.take(g), reach.take(rows))
         if closed is None or parent is None:
-            found = reaches
-            jump = pc.if_else(pc.less_equal(g_reach, asks), guess.take(g), previous.take(g))
+            found, jump = reaches, guess.take(g)
         else:
             found = pc.and_(reaches, pc.fill_null(pc.greater_equal(closed.take(g), rows.cast(_I)), True))
-            jump = pc.if_else(reaches, parent.take(g),
-                              pc.if_else(pc.less_equal(g_reach, asks), guess.take(g), previous.take(g)))
+            jump = pc.if_else(reaches, parent.take(g), guess.take(g))
         new_guess = pc.if_else(found, g, jump)
         still = pc.and_(pc.invert(found), pc.greater_equal(jump, 0))
         guess = pc.replace_with_mask(guess, active, new_guess)
         active = pc.replace_with_mask(active, active, still)
-        rows = rows.filter(still)
+        rows, g = rows.filter(still), new_guess.filter(still)
     return guess
 
 
+def _last_candidate_before(starts: pa.Array, is_candidate: pa.Array) -> pa.Array:
+    """Per row, the index of the last candidate before it in its thread, -1 if none."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], _I)
+    upto = pc.fill_null_forward(pc.if_else(is_candidate, _arange(n), pa.scalar(None, _I)))
+    before = pa.concat_arrays([pa.nulls(1, _I), upto.slice(0, n - 1)])
+    thread = pc.cumulative_sum(pc.cast(starts, _I))
+    same = pc.fill_null(pc.equal(thread.take(pc.fill_null(before, 0)), thread), False)
+    return pc.if_else(pc.and_(pc.is_valid(before), same), before, -1)
+
+
 def open_frames(starts: pa.Array, reach: pa.Array, is_frame: pa.Array, ts: pa.Array, end: pa.Array,
-                pyid: pa.Array, parent_id: pa.Array) -> tuple[pa.Array, pa.Array]:
+                pyid: pa.Array, parent_id: pa.Array, known: tuple[pa.Array, pa.Array] | None = None
+                ) -> tuple[pa.Array, pa.Array, pa.Array | None]:
     """Per row of the frames-and-ops run, its innermost open frame (index among the frames,
-    -1: none); per frame, its parent frame. Time decides, and frame_parents the ties. A
-    frame a tie closes ends where the closing frame ends (time alone then never finds it
-    again), unless the closing frame is of negative length: then the run is nested again,
-    knowing what those ties closed, until nothing changes."""
+    -1: none); per frame, its parent frame, and the row of the tie that closed it (null:
+    none; None: no frame was). Time decides, and frame_parents the ties. A frame a tie
+    closes ends where the closing frame ends (time alone then never finds it again),
+    unless the closing frame is of negative length: then the run is nested again, knowing
+    what those ties closed, until nothing changes. known: the parents of the first frames
+    (carried from the batch before) and whether a tie closed them (before any row here)."""
     at = pc.indices_nonzero(is_frame).cast(_I)  # each frame's row in the run
     frame_of_row = _as_local(_arange(len(is_frame)), is_frame)
-    closed = parent_row = None
+    known_parents = pa.array([], _I) if known is None else known[0]
+    was_closed = None
+    if known is not None and pc.any(known[1]).as_py():
+        was_closed = pa.concat_arrays([pc.if_else(known[1], -1, pa.scalar(None, _I)),
+                                       pa.nulls(len(at) - len(known_parents), _I)])
+    closed = _take_or(was_closed, pc.if_else(is_frame, frame_of_row, -1), pa.scalar(None, _I)) \
+        if was_closed is not None else None
+    parent_row = None if closed is None else _rows_of(_with_known(pa.repeat(pa.scalar(-1, _I), len(at)),
+                                                                  known_parents), at, is_frame, frame_of_row)
     while True:
         open_frame = _as_local(nearest_open(starts, reach, is_frame, closed, parent_row), is_frame)
-        enclosing = open_frame.filter(is_frame)
-        parents = frame_parents(enclosing, ts, end, pyid, parent_id)
-        closed_at = closed_by_ties(enclosing, parents, end, at)
+        enclosing = _with_known(open_frame.filter(is_frame), known_parents)
+        parents = frame_parents(enclosing, ts, end, pyid, parent_id, len(known_parents))
+        closed_at = _earliest(closed_by_ties(enclosing, parents, end, at), was_closed)
         if closed_at is None and closed is None:
-            return open_frame, parents
+            return open_frame, parents, None
         now = None if closed_at is None else _take_or(closed_at, pc.if_else(is_frame, frame_of_row, -1),
                                                       pa.scalar(None, _I))
         if now is not None and closed is not None and now.equals(closed):
-            return open_frame, parents
+            return open_frame, parents, closed_at
         closed = now
-        parent_row = _take_or(pc.if_else(pc.greater_equal(parents, 0), at.take(pc.if_else(
-            pc.greater_equal(parents, 0), parents, 0)), -1), pc.if_else(is_frame, frame_of_row, -1), -1)
+        parent_row = _rows_of(parents, at, is_frame, frame_of_row)
+
+
+def _with_known(values: pa.Array, known: pa.Array) -> pa.Array:
+    """values with its first entries replaced by known."""
+    return pa.concat_arrays([known, values.slice(len(known))]) if len(known) else values
+
+
+def _earliest(a: pa.Array | None, b: pa.Array | None) -> pa.Array | None:
+    """Element-wise the smaller of two nullable arrays, nulls ignored (None: all null)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return pc.min_element_wise(a, b)
+
+
+def _rows_of(parents: pa.Array, at: pa.Array, is_frame: pa.Array, frame_of_row: pa.Array) -> pa.Array:
+    """Per row of the run: the row of its frame's parent (-1: none, or not a frame)."""
+    parent_at = _take_or(at, parents, -1)
+    return _take_or(parent_at, pc.if_else(is_frame, frame_of_row, -1), -1)
 
 
 def closed_by_ties(enclosing: pa.Array, parents: pa.Array, end: pa.Array, at: pa.Array) -> pa.Array | None:
@@ -233,12 +328,13 @@ def closed_by_ties(enclosing: pa.Array, parents: pa.Array, end: pa.Array, at: pa
 
 
 def frame_parents(enclosing: pa.Array, ts: pa.Array, end: pa.Array, pyid: pa.Array,
-                  parent_id: pa.Array) -> pa.Array:
+                  parent_id: pa.Array, known: int = 0) -> pa.Array:
     """Each frame's parent frame (-1: none): the frame enclosing it in time, unless its
     "Python parent id" names a frame on that frame's chain and the frames before the named
     one touch the new frame (end as it starts, or span exactly its span): the sweep
     closed those, so the parent is the first of the chain that is the named frame or
-    does not touch. Settled in passes, since a tie's chain may run through earlier ties."""
+    does not touch. Settled in passes, since a tie's chain may run through earlier ties.
+    The first `known` frames' parents are settled already (enclosing holds them)."""
     if len(enclosing) == 0:
         return enclosing
     has = pc.greater_equal(enclosing, 0)
@@ -246,6 +342,7 @@ def frame_parents(enclosing: pa.Array, ts: pa.Array, end: pa.Array, pyid: pa.Arr
     touches = pc.or_(pc.equal(end.take(e), ts),
                      pc.and_(pc.equal(ts.take(e), ts), pc.equal(end.take(e), end)))
     tie = pc.fill_null(pc.and_(pc.and_(has, pc.is_valid(parent_id)), touches), False)
+    tie = pc.and_(tie, pc.greater_equal(_arange(len(tie)), known))
     ties = pc.indices_nonzero(tie)
     parents = enclosing
     while len(ties):

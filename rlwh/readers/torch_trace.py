@@ -51,7 +51,7 @@ from rlwh.errors import SourceError
 from rlwh.readers import kineto_decoding as decoding
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
 from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, pieces
-from rlwh.readers.kineto_nesting import EVENTS_IN_SWEEP_ORDER, nest
+from rlwh.readers.kineto_nesting import EVENTS_IN_SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import Rows, build, rows_of
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
@@ -59,6 +59,7 @@ BATCH_ROWS = 65536
 READ_BYTES = 256 << 10
 TYPED_READ_BYTES = 4 << 20
 STREAMING_RUN = 4096  # events the streaming parser hands to _Scan.take at once
+NEST_ROWS = 1 << 18  # events nested at once (rlwh.readers.kineto_nesting): what bounds its memory
 DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _WS = re.compile(r"\s*")
@@ -74,6 +75,8 @@ MEMORY_SCHEMA = pa.schema([("event_index", pa.int64()), ("ts_ns", pa.int64()), (
                            ("total_reserved_bytes", pa.int64()), ("device_type", pa.int32()),
                            ("device_id", pa.int32()), ("tid", pa.int64()), ("op_name", pa.string()),
                            ("stack_id", pa.int64()), ("op_ts_ns", pa.int64())])
+_OP_STACKS = pa.schema([("seq", pa.int64()), ("stack_id", pa.int64())])
+_MEMORY_OPS = pa.schema([("idx", pa.int64()), ("op_seq", pa.int64())])
 # Spilled rows: times relative to baseTimeNanoseconds, in ns; op and frame names as
 # indexes into _Scan.names, which keeps the sort narrow.
 _I = pa.int64()
@@ -449,27 +452,33 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         # 1 GB trace out of the worker's 256 MB; the other core parses another file.
         con.execute("set threads = 1")
         spilled = {"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")}
-        nesting = nest(con.sql(EVENTS_IN_SWEEP_ORDER, params=spilled).to_arrow_table())
-        con.register("_names", pa.table({"id": pa.array(range(len(names)), _I), "name": pa.array(names, pa.string())}))
-        con.register("_op_frames", nesting.op_frames)
-        con.register("_memory_ops", nesting.memory_ops)
-        con.register("_trie", nesting.trie)
-        stacks = _op_stacks(con, names)
+        names_table = pa.table({"id": pa.array(range(len(names)), _I), "name": pa.array(names, pa.string())})
+        con.register("_names", names_table)
+        stacks = _StackIds(con.cursor(), names_table, names)  # its own connection: the sorted rows stream here
+        with pq.ParquetWriter(tmp / "op_stacks.parquet", _OP_STACKS, compression="none") as op_stacks, \
+                pq.ParquetWriter(tmp / "memory_ops.parquet", _MEMORY_OPS, compression="none") as memory_ops:
+            sorted_events = con.sql(EVENTS_IN_SWEEP_ORDER, params=spilled).to_arrow_reader(NEST_ROWS)
+            for nesting in nest_batches(sorted_events):
+                op_stacks.write_table(stacks.of_ops(nesting))
+                memory_ops.write_table(nesting.memory_ops.cast(_MEMORY_OPS))
+        stacks.close()
+        nested = {"op_stacks": str(tmp / "op_stacks.parquet"), "memory_ops": str(tmp / "memory_ops.parquet")}
         _copy(con, sink, "cpu_ops", CPU_OPS_SCHEMA, """
             select n.name, o.ts + $base, o.dur, o.pid, o.tid, s.stack_id, o.seq_no, o.fwd_tid
-            from read_parquet($ops) o join _op_stacks s using (seq) join _names n on n.id = o.name""",
-              {"base": base, "ops": spill.path("ops")})
-        for i in range(0, len(stacks), BATCH_ROWS):
-            sink.write("call_stacks", pa.RecordBatch.from_pylist(stacks[i:i + BATCH_ROWS], schema=CALL_STACKS_SCHEMA))
+            from read_parquet($ops) o join read_parquet($op_stacks) s using (seq) join _names n on n.id = o.name""",
+              {"base": base, "ops": spill.path("ops"), "op_stacks": nested["op_stacks"]})
+        rows = list(stacks.rows.values())
+        for i in range(0, len(rows), BATCH_ROWS):
+            sink.write("call_stacks", pa.RecordBatch.from_pylist(rows[i:i + BATCH_ROWS], schema=CALL_STACKS_SCHEMA))
         _copy(con, sink, "torch_memory_events", MEMORY_SCHEMA, """
             select m.idx, m.ts + $base, m.bytes, m.addr, m.alloc, m.reserved, m.dtype, m.did,
                    m.tid, n.name, s.stack_id, o.ts + $base
             from read_parquet($mem) m
-            left join _memory_ops a using (idx)
+            left join read_parquet($memory_ops) a using (idx)
             left join read_parquet($ops) o on o.seq = a.op_seq
-            left join _op_stacks s on s.seq = a.op_seq
+            left join read_parquet($op_stacks) s on s.seq = a.op_seq
             left join _names n on n.id = o.name
-            order by m.idx""", {"base": base, "mem": spill.path("mem"), "ops": spill.path("ops")})
+            order by m.idx""", {"base": base, "mem": spill.path("mem"), "ops": spill.path("ops"), **nested})
         copy_device_ops(con, sink, base, names, spill.path("dev"), spill.path("launch"), spill.path("ops"),
                         spill.path("ranges"))
         _copy(con, sink, "ranges", RANGES_SCHEMA, """
@@ -502,35 +511,49 @@ _PATH_TEXTS = """
 """
 
 
-def _op_stacks(con, names: list) -> list[dict]:
-    """The view _op_stacks (seq, stack_id): an op's stack is the "Call stack" it carries
-    (PyTorch 1.8, frames split by ';'), else the call path of its innermost open frame.
-    Returns the call_stacks rows, one per distinct stack: each distinct path or text is
-    normalized and hashed once (a stack that normalizes to nothing is no stack)."""
-    rows: dict[int, dict] = {}
+class _StackIds:
+    """The stack of each op: the "Call stack" it carries (PyTorch 1.8, frames split by
+    ';'), else the call path of its innermost open frame. Each distinct path or text of a
+    batch is built once (in SQL, on `con`), normalized and hashed once per trace (a stack
+    that normalizes to nothing is no stack); .rows keeps one call_stacks row per stack."""
 
-    def stack_id_of(raw: str) -> int | None:
-        text = normalize_stack(raw)
-        if not text:
-            return None
-        row = call_stack_row(text)
-        rows.setdefault(row["stack_id"], row)
-        return row["stack_id"]
+    def __init__(self, con, names_table: pa.Table, names: list):
+        self.con, self.names = con, names
+        self.con.register("_names", names_table)
+        self.rows: dict[int, dict] = {}
+        self._ids: dict[str, int | None] = {}
 
-    paths = con.sql(_PATH_TEXTS).fetchall()
-    texts = con.sql("select distinct own_stack from _op_frames where own_stack is not null").fetchall()
-    con.register("_path_stacks", pa.table({"node": pa.array([p for p, _ in paths], _I),
-                                           "stack_id": pa.array([stack_id_of(t) for _, t in paths], _I)}))
-    con.register("_text_stacks", pa.table({"id": pa.array([i for (i,) in texts], _I),
-                                           "stack_id": pa.array([stack_id_of(names[i].replace(";", "\n"))
-                                                                 for (i,) in texts], _I)}))
-    con.execute("""
-        create temp view _op_stacks as
-        select f.seq, if(f.own_stack is not null, t.stack_id, p.stack_id) as stack_id
-        from _op_frames f
-        left join _text_stacks t on t.id = f.own_stack
-        left join _path_stacks p on p.node = f.node""")
-    return list(rows.values())
+    def of_ops(self, nesting: Nesting) -> pa.Table:
+        """(seq, stack_id) of a batch's ops."""
+        self.con.register("_op_frames", nesting.op_frames)
+        self.con.register("_trie", nesting.trie)
+        paths = self.con.sql(_PATH_TEXTS).fetchall()
+        path_ids = pa.array([self._id(text) for _, text in paths], _I)
+        own = nesting.op_frames["own_stack"].combine_chunks()
+        texts = pc.unique(own.drop_null())
+        text_ids = pa.array([self._id(self.names[i].replace(";", "\n")) for i in texts.to_pylist()], _I)
+        by_path = _lookup(nesting.op_frames["node"].combine_chunks(), pa.array([p for p, _ in paths], _I), path_ids)
+        by_text = _lookup(own, texts, text_ids)
+        return pa.table({"seq": nesting.op_frames["seq"], "stack_id": pc.if_else(pc.is_valid(own), by_text, by_path)},
+                        schema=_OP_STACKS)
+
+    def _id(self, raw: str) -> int | None:
+        if raw not in self._ids:
+            text = normalize_stack(raw)
+            row = call_stack_row(text) if text else None
+            if row is not None:
+                self.rows.setdefault(row["stack_id"], row)
+            self._ids[raw] = None if row is None else row["stack_id"]
+        return self._ids[raw]
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _lookup(keys: pa.Array, known: pa.Array, values: pa.Array) -> pa.Array:
+    """values at the place of each key in known (null where it is not there)."""
+    where = pc.index_in(keys, value_set=known)
+    return values.take(where) if len(values) else pa.nulls(len(keys), _I)
 
 
 def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) -> dict:
