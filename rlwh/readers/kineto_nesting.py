@@ -4,20 +4,24 @@ Why: the reader once walked every event in Python, keeping each thread's open
 python_function frames and open ops on two stacks. The same answers come from a few
 column-wide passes over the events in their sweep order (per thread, by start; at one
 instant frames before ops before [memory] events, longer first), which DuckDB sorts and
-Arrow compute works on:
+Arrow compute works on, a batch of events at a time:
 
-- The open row a row sees is the nearest earlier candidate of its thread that ends at or
-  after the row's own end (a frame for a frame) or start (a frame for an op, an op for a
-  memory event): a row that ends before that was closed by the sweep, as was any row
-  under it that ended sooner. nearest_open finds them all by pointer jumping: each row's
-  guess moves to its guess's guess, so the chains are walked in O(log n) passes.
+- The row a row finds open is the nearest earlier candidate of its thread that ends at
+  or after the row's own end (a frame for a frame, an op for an op) or start (a frame
+  for an op, an op for a memory event): a candidate that ends sooner was closed by the
+  sweep, as was any candidate under it that ended sooner still. nearest_open finds them
+  all by pointer jumping: each row's guess moves to its guess's guess, a pass for each
+  level a row climbs at most.
 - A frame's parent is that frame, except where the "Python parent id" settles a tie that
   time cannot order (frames that touch at one instant, or share one span): the sweep then
   closed the frames above the named parent that touch the new one. frame_parents walks
-  just those frames' chains.
+  just those frames' chains. A frame of negative length can close a frame that ends
+  later than itself: open_frames then nests the run again, knowing which.
 - A call stack is the chain of a frame's parents. Chains are interned level by level
-  (depth first found by pointer jumping), as a trie of (parent node, frame name), so that
-  each distinct stack is built as text once (stack_texts).
+  (depths by pointer jumping), as a trie of (parent node, frame name), so that each
+  distinct stack of a batch is built as text once.
+- A batch hands the next the rows still open at its end (Carry): a frame's ancestors are
+  open while it is, so they hold every call path a later row can take.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ Why it is built this way:
 - Kineto writes python_function events after the cpu_ops they enclose, and may put
   baseTimeNanoseconds / distributedInfo after traceEvents. So one pass spills compact
   rows (relative ns, no base yet) to Parquet in a temp dir; DuckDB sorts them by thread
-  and time out of core; one sweep keeps only the current thread's open python frames and
-  ops, which gives every op its call stack and every "[memory]" event its enclosing op.
-  Peak memory does not grow with the trace.
+  and time out of core; set operations over batches of the sorted rows
+  (rlwh.readers.kineto_nesting, no Python per event) give every op its call stack and
+  every "[memory]" event its enclosing op. Peak memory does not grow with the trace.
 - The pass decodes the events typed, 16 MB of the file at a time, in native code
   (rlwh.readers.kineto_events), on up to context["workers"] processes
   (rlwh.readers.kineto_decoding), each piece's rows built as Arrow columns
