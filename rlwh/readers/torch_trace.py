@@ -61,6 +61,7 @@ TYPED_READ_BYTES = 4 << 20
 STREAMING_RUN = 4096  # events the streaming parser hands to _Scan.take at once
 NEST_ROWS = 1 << 18  # events nested at once (rlwh.readers.kineto_nesting): what bounds its memory
 DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
+STACKS_MEMORY = "32MB"  # what building one batch's call paths as text may use (_StackIds)
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _WS = re.compile(r"\s*")
 
@@ -454,7 +455,7 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         spilled = {"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")}
         names_table = pa.table({"id": pa.array(range(len(names)), _I), "name": pa.array(names, pa.string())})
         con.register("_names", names_table)
-        stacks = _StackIds(con.cursor(), names_table, names)  # its own connection: the sorted rows stream here
+        stacks = _StackIds(names_table, names, tmp)
         with pq.ParquetWriter(tmp / "op_stacks.parquet", _OP_STACKS, compression="none") as op_stacks, \
                 pq.ParquetWriter(tmp / "memory_ops.parquet", _MEMORY_OPS, compression="none") as memory_ops:
             sorted_events = con.sql(EVENTS_IN_SWEEP_ORDER, params=spilled).to_arrow_reader(NEST_ROWS)
@@ -514,11 +515,18 @@ _PATH_TEXTS = """
 class _StackIds:
     """The stack of each op: the "Call stack" it carries (PyTorch 1.8, frames split by
     ';'), else the call path of its innermost open frame. Each distinct path or text of a
-    batch is built once (in SQL, on `con`), normalized and hashed once per trace (a stack
-    that normalizes to nothing is no stack); .rows keeps one call_stacks row per stack."""
+    batch is built once (in SQL), normalized and hashed once per trace (a stack that
+    normalizes to nothing is no stack); .rows keeps one call_stacks row per stack.
 
-    def __init__(self, con, names_table: pa.Table, names: list):
-        self.con, self.names = con, names
+    Its SQL runs in a DuckDB of its own: the sort the batches stream from holds all of the
+    reader's DuckDB's memory, and a second connection to it would share that budget."""
+
+    def __init__(self, names_table: pa.Table, names: list, tmp: Path):
+        self.con, self.names = duckdb.connect(), names
+        self.con.execute("set memory_limit = ?", [STACKS_MEMORY])
+        self.con.execute("set temp_directory = ?", [str(tmp / "duckdb-stacks")])
+        self.con.execute("set threads = 1")
+        self.con.execute("set enable_progress_bar = false")
         self.con.register("_names", names_table)
         self.rows: dict[int, dict] = {}
         self._ids: dict[str, int | None] = {}
