@@ -4,9 +4,9 @@ Why it is built this way:
 - Kineto writes python_function events after the cpu_ops they enclose, and may put
   baseTimeNanoseconds / distributedInfo after traceEvents. So one pass spills compact
   rows (relative ns, no base yet) to Parquet in a temp dir; DuckDB sorts them by thread
-  and time out of core; one sweep keeps only the current thread's open python frames and
-  ops, which gives every op its call stack and every "[memory]" event its enclosing op.
-  Peak memory does not grow with the trace.
+  and time out of core; set operations over batches of the sorted rows
+  (rlwh.readers.kineto_nesting, no Python per event) give every op its call stack and
+  every "[memory]" event its enclosing op. Peak memory does not grow with the trace.
 - The pass decodes the events typed, 16 MB of the file at a time, in native code
   (rlwh.readers.kineto_events), on up to context["workers"] processes
   (rlwh.readers.kineto_decoding), each piece's rows built as Arrow columns
@@ -51,6 +51,7 @@ from rlwh.errors import SourceError
 from rlwh.readers import kineto_decoding as decoding
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
 from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, pieces
+from rlwh.readers.kineto_nesting import EVENTS_IN_SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import Rows, build, rows_of
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
@@ -58,7 +59,9 @@ BATCH_ROWS = 65536
 READ_BYTES = 256 << 10
 TYPED_READ_BYTES = 4 << 20
 STREAMING_RUN = 4096  # events the streaming parser hands to _Scan.take at once
+NEST_ROWS = 1 << 18  # events nested at once (rlwh.readers.kineto_nesting): what bounds its memory
 DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
+STACKS_MEMORY = "32MB"  # what building one batch's call paths as text may use (_StackIds)
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _WS = re.compile(r"\s*")
 
@@ -73,6 +76,8 @@ MEMORY_SCHEMA = pa.schema([("event_index", pa.int64()), ("ts_ns", pa.int64()), (
                            ("total_reserved_bytes", pa.int64()), ("device_type", pa.int32()),
                            ("device_id", pa.int32()), ("tid", pa.int64()), ("op_name", pa.string()),
                            ("stack_id", pa.int64()), ("op_ts_ns", pa.int64())])
+_OP_STACKS = pa.schema([("seq", pa.int64()), ("stack_id", pa.int64())])
+_MEMORY_OPS = pa.schema([("idx", pa.int64()), ("op_seq", pa.int64())])
 # Spilled rows: times relative to baseTimeNanoseconds, in ns; op and frame names as
 # indexes into _Scan.names, which keeps the sort narrow.
 _I = pa.int64()
@@ -85,7 +90,6 @@ _SPILLS = {
                       ("dtype", _I), ("did", _I), ("pid", _I), ("tid", _I)]),
     "ranges": pa.schema([("source", pa.string()), ("domain", pa.string()), ("name", pa.string()), ("ts", _I),
                          ("end", _I), ("pid", _I), ("tid", _I)]),
-    "attr": pa.schema([("idx", _I), ("op_name", pa.string()), ("stack_id", _I), ("op_ts", _I)]),
     # Device activity and the runtime calls that launched it (rlwh.readers.torch_device).
     "dev": DEVICE_SPILL,
     "launch": LAUNCH_SPILL,
@@ -438,7 +442,7 @@ class _Spill:
 
 
 def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, memory_limit: str) -> None:
-    """Sort the spilled rows per thread, sweep them, write the final tables to the sink."""
+    """Nest the spilled rows (rlwh.readers.kineto_nesting), write the final tables to the sink."""
     con = duckdb.connect()
     try:
         con.execute("set memory_limit = ?", [memory_limit])
@@ -448,39 +452,34 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         # One sort thread: each thread holds its own sort buffers, and two of them ran a
         # 1 GB trace out of the worker's 256 MB; the other core parses another file.
         con.execute("set threads = 1")
-        sweep = con.sql(
-            """
-            select 0 as kind, pid, tid, ts, "end" - ts as dur, pyid as id, parent, name,
-              null::bigint as seq_no, null::bigint as fwd_tid, null::bigint as stack
-            from read_parquet($py)
-            union all
-            select 1, pid, tid, ts, coalesce(dur, 0), seq, dur, name, seq_no, fwd_tid, stack from read_parquet($ops)
-            union all
-            select 2, pid, tid, ts, 0, idx, null, null, null, null, null from read_parquet($mem)
-            order by pid, tid, ts, kind, dur desc, id
-            """,
-            params={"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")},
-        ).to_arrow_reader(BATCH_ROWS)
-        attr_writer = pq.ParquetWriter(tmp / "attr.parquet", _SPILLS["attr"], compression="none")
-        stacks = _Stacks(names)
-        for ops_rows, attr_rows in _sweep(sweep, names, stacks):
-            if ops_rows:
-                cols = list(zip(*ops_rows))
-                sink.write("cpu_ops", pa.RecordBatch.from_arrays(
-                    [pa.array(cols[0], pa.string()), pc.add(pa.array(cols[1], _I), base)]
-                    + [pa.array(c, _I) for c in cols[2:]], schema=CPU_OPS_SCHEMA))
-            if attr_rows:
-                cols = [pa.array(c, t) for c, t in zip(zip(*attr_rows), _SPILLS["attr"].types)]
-                attr_writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=_SPILLS["attr"]))
-        attr_writer.close()
+        spilled = {"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")}
+        names_table = pa.table({"id": pa.array(range(len(names)), _I), "name": pa.array(names, pa.string())})
+        con.register("_names", names_table)
+        stacks = _StackIds(names_table, names, tmp)
+        with pq.ParquetWriter(tmp / "op_stacks.parquet", _OP_STACKS, compression="none") as op_stacks, \
+                pq.ParquetWriter(tmp / "memory_ops.parquet", _MEMORY_OPS, compression="none") as memory_ops:
+            sorted_events = con.sql(EVENTS_IN_SWEEP_ORDER, params=spilled).to_arrow_reader(NEST_ROWS)
+            for nesting in nest_batches(sorted_events):
+                op_stacks.write_table(stacks.of_ops(nesting))
+                memory_ops.write_table(nesting.memory_ops.cast(_MEMORY_OPS))
+        stacks.close()
+        nested = {"op_stacks": str(tmp / "op_stacks.parquet"), "memory_ops": str(tmp / "memory_ops.parquet")}
+        _copy(con, sink, "cpu_ops", CPU_OPS_SCHEMA, """
+            select n.name, o.ts + $base, o.dur, o.pid, o.tid, s.stack_id, o.seq_no, o.fwd_tid
+            from read_parquet($ops) o join read_parquet($op_stacks) s using (seq) join _names n on n.id = o.name""",
+              {"base": base, "ops": spill.path("ops"), "op_stacks": nested["op_stacks"]})
         rows = list(stacks.rows.values())
         for i in range(0, len(rows), BATCH_ROWS):
             sink.write("call_stacks", pa.RecordBatch.from_pylist(rows[i:i + BATCH_ROWS], schema=CALL_STACKS_SCHEMA))
         _copy(con, sink, "torch_memory_events", MEMORY_SCHEMA, """
             select m.idx, m.ts + $base, m.bytes, m.addr, m.alloc, m.reserved, m.dtype, m.did,
-                   m.tid, a.op_name, a.stack_id, a.op_ts + $base
-            from read_parquet($mem) m left join read_parquet($attr) a using (idx)
-            order by m.idx""", {"base": base, "mem": spill.path("mem"), "attr": str(tmp / "attr.parquet")})
+                   m.tid, n.name, s.stack_id, o.ts + $base
+            from read_parquet($mem) m
+            left join read_parquet($memory_ops) a using (idx)
+            left join read_parquet($ops) o on o.seq = a.op_seq
+            left join read_parquet($op_stacks) s on s.seq = a.op_seq
+            left join _names n on n.id = o.name
+            order by m.idx""", {"base": base, "mem": spill.path("mem"), "ops": spill.path("ops"), **nested})
         copy_device_ops(con, sink, base, names, spill.path("dev"), spill.path("launch"), spill.path("ops"),
                         spill.path("ranges"))
         _copy(con, sink, "ranges", RANGES_SCHEMA, """
@@ -496,111 +495,73 @@ def _copy(con, sink: TableSink, table: str, schema: pa.Schema, sql: str, params:
             [c.cast(t) for c, t in zip(batch.columns, schema.types)], schema=schema))
 
 
-def _sweep(reader, names: list, stacks: _Stacks):
-    """Walk rows sorted by (pid, tid, ts): python frames, then ops, then memory events.
-
-    Keeps only the current thread's open python frames and open ops. A frame's parent is
-    the innermost open frame that encloses it in time: where the "Python parent id"
-    contradicts time (activation checkpointing re-runs forward code under other parents),
-    time nesting is what the thread did, for every frame. The ids settle only frames that
-    touch it at one instant (ending as it starts, or with its very span), which time
-    cannot order. An op's stack is the open frames
-    that have not ended before it starts, innermost first, or the "Call stack" it carries
-    (PyTorch 1.8); a memory event's op is the innermost open op whose [ts, ts+dur] holds it.
-    Yields (cpu_ops rows, memory attribution rows) per batch.
-    """
-    key = None
-    frames: list[list] = []  # [ts, end, python id, name id, trie node or None]
-    open_ops: list[tuple] = []  # (ts, end, name, stack_id)
-    for batch in reader:
-        out_ops, out_attr = [], []
-        columns = (c.to_pylist() for c in batch.columns)
-        for kind, pid, tid, ts, dur, ident, extra, name, seq_no, fwd_tid, own_stack in zip(*columns):
-            if (pid, tid) != key:
-                key, frames, open_ops = (pid, tid), [], []
-            if kind == 0:
-                end = ts + dur
-                while frames and frames[-1][1] < end:  # time first: these do not enclose it
-                    frames.pop()
-                j = len(frames) - 1 if extra is not None else -1  # extra: "Python parent id"
-                while j >= 0 and frames[j][2] != extra:
-                    j -= 1
-                # Frames deeper than the named parent that merely touch it (they end at the
-                # instant it starts, or share its exact span) are its siblings: the ids
-                # settle what time cannot. A frame that truly encloses it stays.
-                while j >= 0 and len(frames) > j + 1 and (
-                        frames[-1][1] == ts or (frames[-1][0] == ts and frames[-1][1] == end)):
-                    frames.pop()
-                frames.append([ts, end, ident, name, None])
-            elif kind == 1:  # extra: the op's dur as written (may be null)
-                while frames and frames[-1][1] < ts:
-                    frames.pop()
-                if own_stack is not None:
-                    sid = stacks.of_text(names[own_stack])
-                else:
-                    sid = stacks.of(frames) if frames else None
-                end = ts + dur
-                while open_ops and open_ops[-1][1] < end:
-                    open_ops.pop()
-                open_ops.append((ts, end, names[name], sid))
-                out_ops.append((names[name], ts, extra, pid, tid, sid, seq_no, fwd_tid))
-            else:
-                while open_ops and open_ops[-1][1] < ts:
-                    open_ops.pop()
-                if open_ops:
-                    op = open_ops[-1]
-                    out_attr.append((ident, op[2], op[3], op[0]))
-        yield out_ops, out_attr
+# Each call path an op stands in (its innermost open frame's trie node) as text, innermost
+# frame first: the names of the node and its ancestors in the trie, one line each.
+_PATH_TEXTS = """
+    with recursive chain(path, node, level) as (
+      select node, node, 0
+      from (select distinct node from _op_frames where own_stack is null and node > 0)
+      union all
+      select c.path, t.parent, c.level + 1
+      from chain c join _trie t on t.node = c.node
+      where t.parent > 0
+    )
+    select c.path, string_agg(coalesce(n.name, ''), chr(10) order by c.level) as text
+    from chain c join _trie t on t.node = c.node left join _names n on n.id = t.name
+    group by c.path
+"""
 
 
-class _Stacks:
-    """Interns call paths in a trie keyed by frame name, so each op's stack costs a few
-    dict lookups and each distinct stack is hashed (and becomes a call_stacks row) once."""
+class _StackIds:
+    """The stack of each op: the "Call stack" it carries (PyTorch 1.8, frames split by
+    ';'), else the call path of its innermost open frame. Each distinct path or text of a
+    batch is built once (in SQL), normalized and hashed once per trace (a stack that
+    normalizes to nothing is no stack); .rows keeps one call_stacks row per stack.
 
-    def __init__(self, names: list):
-        self.names = names
-        self.rows: dict[int, dict] = {}  # stack_id -> call_stacks row
-        self._trie: dict[tuple, int] = {}  # (parent node, name id) -> node
-        self._parent, self._name = [-1], [-1]
-        self._sid: dict[int, int | None] = {0: None}
-        self._texts: dict[str, int | None] = {}
+    Its SQL runs in a DuckDB of its own: the sort the batches stream from holds all of the
+    reader's DuckDB's memory, and a second connection to it would share that budget."""
 
-    def of_text(self, text: str) -> int | None:
-        """stack_id of a stack written as one text, frames split by ';' (innermost first)."""
-        if text not in self._texts:
-            self._texts[text] = self._intern(normalize_stack(text.replace(";", "\n")))
-        return self._texts[text]
+    def __init__(self, names_table: pa.Table, names: list, tmp: Path):
+        self.con, self.names = duckdb.connect(), names
+        self.con.execute("set memory_limit = ?", [STACKS_MEMORY])
+        self.con.execute("set temp_directory = ?", [str(tmp / "duckdb-stacks")])
+        self.con.execute("set threads = 1")
+        self.con.execute("set enable_progress_bar = false")
+        self.con.register("_names", names_table)
+        self.rows: dict[int, dict] = {}
+        self._ids: dict[str, int | None] = {}
 
-    def of(self, frames: list) -> int | None:
-        """stack_id of the open frames (listed outermost first, stored innermost first);
-        frames cache their trie node."""
-        i = len(frames) - 1
-        while i >= 0 and frames[i][4] is None:
-            i -= 1
-        node = frames[i][4] if i >= 0 else 0
-        for frame in frames[i + 1:]:
-            child = self._trie.get((node, frame[3]))
-            if child is None:
-                child = self._trie[(node, frame[3])] = len(self._parent)
-                self._parent.append(node)
-                self._name.append(frame[3])
-            frame[4] = node = child
-        if node not in self._sid:
-            chain = []
-            n = node
-            while n > 0:
-                chain.append(self.names[self._name[n]] or "")
-                n = self._parent[n]
-            self._sid[node] = self._intern(normalize_stack("\n".join(chain)))  # innermost frame first
-        return self._sid[node]
+    def of_ops(self, nesting: Nesting) -> pa.Table:
+        """(seq, stack_id) of a batch's ops."""
+        self.con.register("_op_frames", nesting.op_frames)
+        self.con.register("_trie", nesting.trie)
+        paths = self.con.sql(_PATH_TEXTS).fetchall()
+        path_ids = pa.array([self._id(text) for _, text in paths], _I)
+        own = nesting.op_frames["own_stack"].combine_chunks()
+        texts = pc.unique(own.drop_null())
+        text_ids = pa.array([self._id(self.names[i].replace(";", "\n")) for i in texts.to_pylist()], _I)
+        by_path = _lookup(nesting.op_frames["node"].combine_chunks(), pa.array([p for p, _ in paths], _I), path_ids)
+        by_text = _lookup(own, texts, text_ids)
+        return pa.table({"seq": nesting.op_frames["seq"], "stack_id": pc.if_else(pc.is_valid(own), by_text, by_path)},
+                        schema=_OP_STACKS)
 
-    def _intern(self, text: str) -> int | None:
-        """stack_id of a normalized stack text, its call_stacks row kept once; None for ''."""
-        if not text:
-            return None
-        row = call_stack_row(text)
-        self.rows.setdefault(row["stack_id"], row)
-        return row["stack_id"]
+    def _id(self, raw: str) -> int | None:
+        if raw not in self._ids:
+            text = normalize_stack(raw)
+            row = call_stack_row(text) if text else None
+            if row is not None:
+                self.rows.setdefault(row["stack_id"], row)
+            self._ids[raw] = None if row is None else row["stack_id"]
+        return self._ids[raw]
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _lookup(keys: pa.Array, known: pa.Array, values: pa.Array) -> pa.Array:
+    """values at the place of each key in known (null where it is not there)."""
+    where = pc.index_in(keys, value_set=known)
+    return values.take(where) if len(values) else pa.nulls(len(keys), _I)
 
 
 def _rank_facts(path: Path, meta: dict, scan: dict, base: int, context: dict) -> dict:
