@@ -90,11 +90,16 @@ con.execute("create table m as select * from read_csv(?, header = true, delim = 
 """
 
 
+# One Ascend rank's trace size in MB (--rank-mb) and its memory rows per MB of trace.
+ONE_RANK_MB = (300, 1000)
+ROWS_PER_RANK_MB = 1500
+
+
 def bench_one_rank(tmp: Path, scale: float) -> None:
     """One rank at 300 MB + 450 k memory rows and at 1 GB + 1.5 M rows: the seed's
     algorithm (bench/baseline.py), rlwh ingest + every memory view answering, and the
     floor (DuckDB reading the two files), in the same run."""
-    for size_mb, rows in ((300, 450_000), (1000, 1_500_000)):
+    for size_mb, rows in ((mb, ROWS_PER_RANK_MB * mb) for mb in ONE_RANK_MB):
         label = f"{size_mb * scale:.0f} MB"
         profile = make_rank_profile(tmp / f"one_rank_{size_mb}", size_mb * scale, int(rows * scale))
         rank_dir = next(profile.rglob("*_ascend_pt"))
@@ -345,15 +350,21 @@ BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench
 
 
 def main() -> int:
-    global MANY_RANKS
+    global MANY_RANKS, ONE_RANK_MB, TORCH_SIZES_MB
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--keep", type=Path, help="write inputs here and keep them")
     parser.add_argument("--only", default=",".join(BENCHES))
     parser.add_argument("--ranks", default=",".join(str(n) for n in MANY_RANKS),
                         help="the run sizes of many_ranks (ranks, comma-separated)")
+    parser.add_argument("--rank-mb", default=",".join(str(n) for n in ONE_RANK_MB),
+                        help="the trace sizes of one_rank (MB, comma-separated)")
+    parser.add_argument("--torch-mb", default=",".join(str(n) for n in TORCH_SIZES_MB),
+                        help="the trace sizes of torch (MB, comma-separated)")
     args = parser.parse_args()
     MANY_RANKS = tuple(int(n) for n in args.ranks.split(","))
+    ONE_RANK_MB = tuple(int(n) for n in args.rank_mb.split(","))
+    TORCH_SIZES_MB = tuple(int(n) for n in args.torch_mb.split(","))
     tmp = args.keep or Path(tempfile.mkdtemp(prefix="rlwh-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
