@@ -111,3 +111,18 @@ def test_read_json_refuses_a_piece_cut_in_the_wrong_place(tmp_path, text):
     with pytest.raises(duckdb.Error):
         duckdb.connect().execute("select * from read_json(?, format = 'array', columns = {a: 'VARCHAR'})",
                                  [str(path)]).fetchall()
+
+
+def test_pieces_without_the_kernel_copy_are_the_same(tmp_path, monkeypatch):
+    """Where copy_file_range is refused (another file system, an older kernel), the pieces
+    are copied through Python: the same bytes."""
+    trace = tmp_path / "trace_view.json"
+    _awkward_trace(trace, n=200)
+    kernel = [p.read_bytes() for p in json_pieces.cut(trace, tmp_path / "kernel", 333)]
+
+    def refuse(*args):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(json_pieces.os, "copy_file_range", refuse)
+    python = [p.read_bytes() for p in json_pieces.cut(trace, tmp_path / "python", 333)]
+    assert python == kernel and len(kernel) > 4
