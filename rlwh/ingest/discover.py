@@ -37,6 +37,8 @@ _PROFILER_INFO = re.compile(r"profiler_info_(\d+)\.json")
 # Folders inside a capture, never a role: Ascend's own, msprof's raw data, msprobe's dump.
 _INNER_FOLDER = re.compile(r"ASCEND_PROFILER_OUTPUT|FRAMEWORK|PROF_.*|dump_tensor_data|mindstudio_profiler_.*|"
                            r"logs?|profiler_output")
+# Folders only the profiler writes in a capture (a run folder may hold logs/ too).
+_PROFILER_FOLDER = re.compile(r"ASCEND_PROFILER_OUTPUT|FRAMEWORK|PROF_.*|mindstudio_profiler_.*")
 _WANDB_FOLDER = re.compile(r"wandb|(?:offline-)?run-\d{8}_\d{6}-\w+|latest-run|files")
 _CAPTURE_TIME = re.compile(r"(?<!\d)(\d{8})_?(\d{6})")
 
@@ -311,6 +313,19 @@ def _named_like_source(name: str, where: str) -> bool:
     return rule is not None and rule.kind != IGNORED
 
 
+def _is_capture_dir(name: str, dirnames: list[str], filenames: list[str]) -> bool:
+    """A folder is an Ascend capture when it holds a capture's own files: the profiler's
+    output folder, or a name like one (<...>_ascend_pt) and its profiler_info_<rank>.json,
+    profiler_metadata.json or inner folders. A run folder named grpo_ascend_pt, which holds
+    only the roles' folders, is none: the captures below it are."""
+    if ASCEND_OUTPUT in dirnames:
+        return True
+    if not _ASCEND_CAPTURE.fullmatch(name):
+        return False
+    return (any(_PROFILER_INFO.fullmatch(f) or f == "profiler_metadata.json" for f in filenames)
+            or any(_PROFILER_FOLDER.fullmatch(d) for d in dirnames))
+
+
 def _ascend_capture(here: Path, root: Path, entries: list[str]) -> _Capture:
     """Role, rank and step of an Ascend capture dir, for every file under it."""
     rel = here.relative_to(root)
@@ -363,7 +378,7 @@ def discover(root: str | os.PathLike) -> Discovery:
         seen_dirs.add((st.st_dev, st.st_ino))
         dirnames.sort()
         capture = capture_of.get(here.parent) if here != root else None
-        if capture is None and (_ASCEND_CAPTURE.fullmatch(here.name) or ASCEND_OUTPUT in dirnames):
+        if capture is None and _is_capture_dir(here.name, dirnames, filenames):
             capture = _ascend_capture(here, root, sorted(filenames))
             captures.append(capture)
         capture_of[here] = capture
