@@ -102,6 +102,7 @@ def bench_one_rank(tmp: Path, scale: float) -> None:
     for size_mb, rows in ((mb, ROWS_PER_RANK_MB * mb) for mb in ONE_RANK_MB):
         label = f"{size_mb * scale:.0f} MB"
         profile = make_rank_profile(tmp / f"one_rank_{size_mb}", size_mb * scale, int(rows * scale))
+        os.sync()  # the inputs' writeback must not land in a measured command
         rank_dir = next(profile.rglob("*_ascend_pt"))
         out = rank_dir / "ASCEND_PROFILER_OUTPUT"
         mb = trace_mb(profile)
@@ -194,6 +195,7 @@ def bench_torch_trace(tmp: Path, scale: float) -> None:
         folder.mkdir(parents=True)
         trace = folder / "prof_rank-0.pt.trace.json"
         tile(TORCH_SOURCE, trace, int(size * scale * 1e6))
+        os.sync()  # the inputs' writeback must not land in a measured command
         mb = trace.stat().st_size / 1e6
         load = os.getloadavg()[0]
         if mb * 5 < _available_mb() / 2:
@@ -283,6 +285,7 @@ def bench_many_ranks(tmp: Path, scale: float) -> None:
         traces = sorted(str(p) for p in root.rglob("trace_view.json"))
         csvs = sorted(str(p) for p in root.rglob("operator_memory.csv"))
         mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6
+        os.sync()  # the inputs' writeback must not land in a measured command
         load = os.getloadavg()[0]
         seed = measure([PY, str(HERE / "baseline.py"), *rank_dirs])
         pooled = measure([PY, str(HERE / "baseline.py"), "--pool", *rank_dirs])
