@@ -35,6 +35,7 @@ from rlwh.ingest.load import (
     load_file,
     nothing_loaded_note,
     storage_failed,
+    tables_with_step,
     upsert_source,
     with_notes,
 )
@@ -163,8 +164,7 @@ def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], secon
             raise RlwhError(f"{p.source.rel_path}: the rank is unknown (neither the file nor its path names it)")
         delete_rows_of(con, p)
     _set_batch_keys(con, run, files)
-    with_step = {r[0] for r in con.execute(
-        "select table_name from duckdb_columns() where schema_name = 'main' and column_name = 'step'").fetchall()}
+    with_step = tables_with_step(con)
     for table in job.fills:
         _staged_view(con, table, table in with_step)
     con.execute(job.sql)
