@@ -130,6 +130,9 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     return ReadOutcome("ok", None, rank)
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 class _Stream:
     """The trace's bytes, gunzipped when the magic says so (never by name).
 
@@ -157,6 +160,8 @@ class _Stream:
         n = n if n > 0 else READ_BYTES
         data = self._gunzip(n) if self.gzipped else self._raw.read(n)
         self.offset += len(data)
+        if self.offset == len(data) and data.startswith(UTF8_BOM):
+            data = data[len(UTF8_BOM):]  # a BOM is no JSON: skipped, as the CSV and log readers do
         if self._keep and data:
             self._tail.append(data)
             self._tail_len += len(data)
