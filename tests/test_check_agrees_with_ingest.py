@@ -212,6 +212,22 @@ def test_db_exports_get_ingests_verdict(tmp_path):
     assert failed[0] == "failed" and "not an SQLite database" in failed[1]
 
 
+@pytest.mark.parametrize("kept", [0.05, 0.5, 0.9])
+def test_a_db_export_cut_short_gets_ingests_verdict(tmp_path, kept):
+    """A db export cut short (its header's page count against its size, which check reads)
+    is partial or failed in check as in ingest (issue 40 item 5); check said ok."""
+    import shutil
+
+    rank = FIXTURES / "real/ascend/msinsight-alexnet-level1/db/rank0_ascend_pt"
+    root = tmp_path / "run"
+    shutil.copytree(rank, root / "rank0_ascend_pt")
+    db = root / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    data = db.read_bytes()
+    db.write_bytes(data[: max(4096, int(len(data) * kept) // 4096 * 4096)])
+    verdict = _agree(root, tmp_path)["rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"]
+    assert verdict[0] in ("partial", "failed") and "cut short" in verdict[1], verdict
+
+
 def test_the_bad_input_corpus_gets_ingests_verdict(tmp_path, monkeypatch):
     """Every case of tests/data/bad (and the generated ones), each in its rank dir; the
     pickles that ask for code run none (they would `touch rlwh-hostile-ran` here)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,16 +293,29 @@ def _snapshot_shape(head: bytes, snapshot_keys: tuple[str, ...]) -> str | None:
 def _ascend_db(f: SourceFile, head: bytes) -> list[Problem]:
     """The db reader's own first checks: beside a text export of its capture it is not
     loaded (the text export is), and a file that is no SQLite db fails."""
-    from rlwh.readers.ascend_db import check_header, not_loaded_beside
+    from rlwh.readers.ascend_db import check_header, connect_read_only, not_loaded_beside
 
     beside = not_loaded_beside(f.path)
     if beside:
         return [Problem(f.rel_path, _relative(beside, f), False, ignored=True)]
     try:
-        check_header(f.path)
+        cut = check_header(f.path)
     except SourceError as exc:
         return [Problem(f.rel_path, _relative(str(exc), f), True)]
-    return []
+    if cut is None:
+        return []
+    # Cut short (the header's page count against the file's size): ingest keeps what SQLite
+    # can still read, or fails where it cannot open the file at all, in these words.
+    try:
+        con = connect_read_only(f.path)
+        try:
+            con.execute("select count(*) from sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        return [Problem(f.rel_path, f"{f.rel_path}: {cut}; SQLite cannot read it ({exc})", True)]
+    return [Problem(f.rel_path, f"{f.rel_path}: {cut}: the rows SQLite can still read would load", False,
+                    partial=True)]
 
 
 def _nvtx(f: SourceFile, head: bytes) -> list[Problem]:
