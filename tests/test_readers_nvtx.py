@@ -138,9 +138,13 @@ def test_unquoted_rank_and_unknown_text(tmp_path):
         {"table": "NVTX_EVENTS", "eventType": 59, "text": "x", "domainId": 42, "globalTid": GTID,
          "start": 3, "end": 4},
     ]
-    outcome, rows = run_reader(write_jsonl(tmp_path / "w.jsonl", recs), tmp_path)
+    outcome, rows = run_reader(write_jsonl(tmp_path / "w.jsonl", recs), tmp_path, {"role": "actor"})
     assert outcome.rank["rank_id"] == 5
-    assert [(r["name"], r["domain"]) for r in rows] == [(None, "default"), ("x", None)]
+    assert [(r["name"], r["domain"]) for r in rows] == [(None, "default"), ("x", None)]  # lands as 'actor'
+    # With no role from its folder either, a range without a name could not land: skipped, its line named.
+    outcome, rows = run_reader(write_jsonl(tmp_path / "w2.jsonl", recs), tmp_path / "again")
+    assert [(r["name"], r["domain"]) for r in rows] == [("x", None)]
+    assert outcome.status == "partial" and "line 5 (an NVTX range whose name is none" in outcome.message
 
 
 def test_missing_rank_uses_context_else_errors(tmp_path):

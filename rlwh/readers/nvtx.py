@@ -64,7 +64,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     _refuse_legacy(path)
     look = _Lookups()
     bad: dict[int, str] = {}
-    for rec in _records(path, _LOOKUP_LINE, bad):
+    for _, rec in _records(path, _LOOKUP_LINE, bad):
         look.add(rec)
     env_rank = look.env.get("RANK")
     rank_id = int(env_rank) if env_rank is not None and env_rank.isdigit() else context.get("rank_id")
@@ -76,9 +76,12 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         raise SourceError(f"{path}: no rank: no RANK=<k> in META_DATA_CAPTURE and none from discovery")
     rows: list[tuple] = []
     found = 0
-    for rec in _records(path, _EVENT_LINE, bad):
+    for lineno, rec in _records(path, _EVENT_LINE, bad):
         row = _range_row(rec, look, rank_id)
-        if row is not None:
+        if row is not None and row[0] is None and context.get("role") is None:
+            # Its role is its name, else its folder's: with neither it cannot land.
+            bad[lineno] = "an NVTX range whose name is none of the export's strings, and no role from its folder"
+        elif row is not None:
             rows.append(row)
             found += 1
             if len(rows) >= BATCH_ROWS:
@@ -100,7 +103,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
 
 def _refuse_legacy(path: Path) -> None:
     """Fail a legacy `--type json` export at once, saying how to write jsonlines."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if line.strip():
                 if _LEGACY_LINE.match(line[:4096]) and '"table"' not in line[:4096]:
@@ -109,12 +112,13 @@ def _refuse_legacy(path: Path) -> None:
 
 
 def _records(path: Path, wanted: re.Pattern, bad: dict[int, str]):
-    """The records of the lines `wanted` finds; bad lines go to `bad` by line number.
+    """(line number, record) of the lines `wanted` finds; bad lines go to `bad` by line number.
 
     Other lines are only checked for shape ({...}), which catches a cut last line
-    without paying for a full parse of every kernel record.
+    without paying for a full parse of every kernel record. A UTF-8 BOM is skipped, as the
+    CSV readers skip one.
     """
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if len(bad) > MAX_BAD_LINES:
                 raise SourceError(f"{path}: not an nsys jsonlines export: {len(bad)} bad lines by line {lineno}")
@@ -128,7 +132,7 @@ def _records(path: Path, wanted: re.Pattern, bad: dict[int, str]):
                 bad[lineno] = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
                 continue
             if isinstance(rec, dict):
-                yield rec
+                yield lineno, rec
             else:
                 bad[lineno] = "not a JSON object"
 
