@@ -74,7 +74,8 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
             builds = _captures_to_build(con, run, todo, config)
             in_builds = {id(p) for files in builds.values() for p in files}
             read_here = [p for p in todo if id(p) not in in_builds and in_place.reads_in_place(p.source.kind)]
-            to_parse = [p for p in todo if id(p) not in in_builds and p not in read_here]
+            here = {id(p) for p in read_here}
+            to_parse = [p for p in todo if id(p) not in in_builds and id(p) not in here]
             tasks = _tasks(run, to_parse, builds, config)
             finished = run_tasks([t for t, _ in tasks.values()], config, parts)  # the workers start now
             try:
@@ -192,7 +193,7 @@ def _land_finished(con, run: str, tasks: dict[str, tuple[Task, list[Planned]]], 
             shutil.rmtree(parts / task.name, ignore_errors=True)
             landed(files)
             continue
-        pending.extend(zip(files, [result]))
+        pending.append((files[0], result))
         pending_tasks.append(task.name)
         # The first result lands as it arrives: the working copy holds committed rows from
         # the start (what a kill between files exercises), the rest LAND_FILES at a time.

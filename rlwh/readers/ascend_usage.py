@@ -228,12 +228,12 @@ def _read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], fmt: Forma
 
 
 def read_memory_record_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: dict,
-                  scratch: Path) -> list[ReadOutcome]:
+                                scratch: Path) -> list[ReadOutcome]:
     return _read_in_place(con, paths, MEMORY_RECORD)
 
 
 def read_npu_module_mem_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: dict,
-                  scratch: Path) -> list[ReadOutcome]:
+                                 scratch: Path) -> list[ReadOutcome]:
     return _read_in_place(con, paths, NPU_MODULE_MEM)
 
 
