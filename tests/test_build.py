@@ -20,7 +20,7 @@ import duckdb
 import pytest
 
 from rlwh.config import Config
-from rlwh.ingest import to_warehouse as ingest_module
+from rlwh.ingest import landing as ingest_module
 from rlwh.ingest.runner import ingest
 from tests.warehouse_compare import every_table_differences
 

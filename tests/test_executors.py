@@ -41,10 +41,10 @@ def test_a_small_profile_with_two_workers_starts_no_process(config, tmp_path, mo
     not even take the test's wrapper, which does not pickle)."""
     import dataclasses
 
-    from rlwh.ingest import to_warehouse
+    from rlwh.ingest import landing
 
     parsed_in = []
-    real = to_warehouse.parse_source
+    real = landing.parse_source
 
     def parse_here(*args):
         parsed_in.append(os.getpid())
@@ -53,7 +53,7 @@ def test_a_small_profile_with_two_workers_starts_no_process(config, tmp_path, mo
     def no_pool(*args, **kwargs):
         raise AssertionError("a worker pool was started for a small ingest")
 
-    monkeypatch.setattr(to_warehouse, "parse_source", parse_here)
+    monkeypatch.setattr(landing, "parse_source", parse_here)
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
     profile = copy_fixture("torch_profile", tmp_path / "p")
     summary = ingest(profile, dataclasses.replace(config, workers=2))

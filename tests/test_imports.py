@@ -181,7 +181,8 @@ def test_commands_import_only_what_they_need():
     small command ~0.1-0.2 s."""
     code = ("import sys, rlwh.cli, rlwh.ingest.runner, rlwh.report.terminal, rlwh.warehouse.catalog; "
             "print(' '.join(m for m in ('plotly', 'jinja2', 'concurrent.futures.process', 'rlwh.report.build', "
-            "'rlwh.parquet.dataset', 'rlwh.ingest.to_warehouse', 'pyarrow', 'ray') if m in sys.modules))")
+            "'rlwh.parquet.dataset', 'rlwh.ingest.to_warehouse', 'rlwh.ingest.landing', 'pyarrow', 'ray') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
 

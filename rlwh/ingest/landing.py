@@ -1,0 +1,191 @@
+"""Landing changed files into one DuckDB connection: the engine both targets of `rlwh ingest`
+share (the warehouse's working copy, rlwh.ingest.to_warehouse; a dataset's scratch
+database, rlwh.ingest.to_dataset).
+
+The formats DuckDB reads are read in place, batch by batch, by the connection itself
+(rlwh.ingest.in_place); the others are parsed in the executors and landed LAND_FILES files
+per transaction, each whole with its sources row (rlwh.ingest.load.load_batch). With Ray or
+[ingest] derive_in_workers a worker builds each capture whole, its derived tables
+included (rlwh.ingest.build), and the loader only appends it; otherwise the loader derives
+the keys the files touched at the end (rlwh.warehouse.derive).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from rlwh.config import Config
+from rlwh.executors.run import fresh_parts_dir, run_tasks, stop_tasks
+from rlwh.executors.task import Task
+from rlwh.ingest import in_place
+from rlwh.ingest.build import BuiltCapture, build_capture, land_capture
+from rlwh.ingest.load import ignored_result, load_batch, load_file, set_capture_starts, tables_with_step
+from rlwh.ingest.parse import ParseResult, failed_result, parse_source
+from rlwh.ingest.plan import FileResult, IngestSummary, Planned, Progress, file_context
+from rlwh.safe_files import pause_for_test
+from rlwh.warehouse import derive
+
+# Parsed files landed per transaction: one commit per file was most of a many-rank landing,
+# 8 per transaction halved it (DESIGN.md); a failure lands the files one by one.
+LAND_FILES = 16
+
+
+@dataclass
+class Counter:
+    """Files and bytes done of an ingest's plan, for its progress line."""
+
+    progress: Progress | None
+    total_files: int
+    total_bytes: int
+    files: int = 0
+    bytes: int = 0
+
+    def add(self, files: list[Planned], say: bool = True) -> None:
+        self.files += len(files)
+        self.bytes += sum(p.size for p in files)
+        if say and files:
+            self.say(files[-1].source.rel_path)
+
+    def say(self, what: str) -> None:
+        if self.progress:
+            self.progress(self.files, self.total_files, self.bytes, self.total_bytes, what)
+
+
+def land(con: duckdb.DuckDBPyConnection, run: str, files: list[Planned], config: Config,
+         summary: IngestSummary, done: Counter) -> None:
+    """Land every file of `files` (each with its source_id and loaded_before set) into
+    `con`, then derive the keys they touched; their results go to `summary`."""
+    todo = []
+    for p in files:
+        if p.source.ignored or p.source.problem:
+            parsed = ignored_result(p.source.reason) if p.source.ignored else failed_result(p.source.problem)
+            result = load_file(con, run, p, parsed)
+            (summary.ignored if p.source.ignored else summary.results).append(result)
+            done.add([p], say=False)
+            continue
+        todo.append(p)
+    done.say("")
+    parts = fresh_parts_dir(config)
+    try:
+        builds = _captures_to_build(con, run, todo, config)
+        in_builds = {id(p) for group in builds.values() for p in group}
+        read_here = [p for p in todo if id(p) not in in_builds and in_place.reads_in_place(p.source.kind)]
+        here = {id(p) for p in read_here}
+        to_parse = [p for p in todo if id(p) not in in_builds and id(p) not in here]
+        tasks = _tasks(run, to_parse, builds, config)
+        finished = run_tasks([t for t, _ in tasks.values()], config, parts)  # the workers start now
+        try:
+            summary.results += in_place.read_and_land(con, run, read_here, config, parts, done.add)
+        except BaseException:
+            stop_tasks(finished)
+            raise
+        summary.results += _land_finished(con, run, tasks, finished, parts, done.add)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+    set_capture_starts(con, run, {p.source.capture for p in todo if p.source.kind.startswith("ascend_")})
+    _refresh_derived(con, done)
+
+
+def _refresh_derived(con, done: Counter) -> None:
+    """Recompute the derived memory tables of every key the loaded files touched, one
+    transaction per key (memory stays flat whatever the number of ranks). This runs after
+    the parse workers have exited: the timeline's window sorts every event of a rank and
+    takes ~500 MB, more than fits beside them."""
+
+    def on_key(i: int, n: int) -> None:
+        done.say(f"deriving memory tables: rank {i} of {n}")
+
+    derive.refresh(con, on_key, transaction_per_key=True)
+
+
+def _captures_to_build(con, run: str, todo: list[Planned], config: Config) -> dict[str, list[Planned]]:
+    """The captures a worker builds whole (rlwh.ingest.build), by capture: with Ray, or with
+    [ingest] derive_in_workers, every capture whose files are all (re)loaded now. A capture
+    that keeps rows of a file not reloaded now is derived in the loader, which sees them all.
+
+    Locally the loader's path is the default: building costs ~1.5x the CPU (a scratch load
+    and a Parquet round trip per capture), which 2 busy cores pay in wall time; it pays
+    where the serial loader, not the cores, bounds the ingest (many cores, Ray)."""
+    if config.executor != "ray" and not config.derive_in_workers:
+        return {}
+    by_capture: dict[str, list[Planned]] = {}
+    for p in todo:
+        if p.source.capture is not None:
+            by_capture.setdefault(p.source.capture, []).append(p)
+    kept = con.execute(
+        "select distinct capture from sources where run = ? and rows > 0 and not list_contains(?, path)",
+        [run, [p.source.rel_path for p in todo]],
+    ).fetchall()
+    for (capture,) in kept:
+        by_capture.pop(capture, None)
+    return by_capture
+
+
+def _tasks(run: str, parsed: list[Planned], builds: dict[str, list[Planned]],
+           config: Config) -> dict[str, tuple[Task, list[Planned]]]:
+    """One task per capture to build and per file to parse: name -> (task, files)."""
+    tasks = {}
+    for i, files in enumerate(builds.values()):
+        task = Task(f"capture-{i}", build_capture, (run, files, config), sum(p.size for p in files),
+                    tuple(str(p.source.path) for p in files))
+        tasks[task.name] = (task, files)
+    for i, p in enumerate(parsed):
+        task = Task(f"file-{i}", parse_source, (p.source.kind, str(p.source.path), file_context(p, config)), p.size,
+                    (str(p.source.path),))
+        tasks[task.name] = (task, [p])
+    return tasks
+
+
+def _land_built(con, run: str, files: list[Planned], built: BuiltCapture) -> list[FileResult]:
+    """Append a capture a worker built; if the warehouse refuses it, every file of it fails."""
+    try:
+        land_capture(con, files, built)
+        return built.results
+    except duckdb.Error as exc:
+        if isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+            raise  # the warehouse could not be written (a full disk): no file is to blame
+        message = f"loading failed: {exc}"
+        return [load_file(con, run, p, failed_result(f"{p.source.rel_path}: {message}")) for p in files]
+
+
+def _land_finished(con, run: str, tasks: dict[str, tuple[Task, list[Planned]]], finished, parts: Path,
+                   landed) -> list[FileResult]:
+    """Land the parse and build tasks' results as they arrive (`finished`: run_tasks), LAND_FILES
+    parsed files per transaction (rlwh.ingest.load.load_batch); `landed(files)` after each landing."""
+    with_step = tables_with_step(con)
+    results: list[FileResult] = []
+    pending: list[tuple[Planned, ParseResult]] = []
+    pending_tasks: list[str] = []
+
+    def land_pending() -> None:
+        if not pending:
+            return
+        results.extend(load_batch(con, run, pending, with_step))
+        pause_for_test("between_files")
+        for name in pending_tasks:
+            shutil.rmtree(parts / name, ignore_errors=True)
+        for p, _ in pending:  # progress names each file, as when files landed one by one
+            landed([p])
+        pending.clear()
+        pending_tasks.clear()
+
+    for task, result in finished:
+        files = tasks[task.name][1]
+        if task.function is build_capture:
+            results.extend(_land_built(con, run, files, result))
+            pause_for_test("between_files")
+            shutil.rmtree(parts / task.name, ignore_errors=True)
+            landed(files)
+            continue
+        pending.append((files[0], result))
+        pending_tasks.append(task.name)
+        # The first result lands as it arrives: the working copy holds committed rows from
+        # the start (what a kill between files exercises), the rest LAND_FILES at a time.
+        if len(pending) >= LAND_FILES or not results:
+            land_pending()
+    land_pending()
+    return results
