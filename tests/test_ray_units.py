@@ -58,13 +58,11 @@ def test_a_built_capture_from_the_object_store_points_at_its_landed_files(tmp_pa
     """A capture built on a node (a dataclass, not a dict) has its table paths moved too."""
     from rlwh.ingest.build import BuiltCapture
 
-    built = BuiltCapture([], [("r", "a", 0, "c")], {"sources": "/tmp/rlwh-c-1/sources.parquet"},
-                         staged="/tmp/rlwh-c-1/staged")
+    built = BuiltCapture([], [("r", "a", 0, "c")], {"sources": "/tmp/rlwh-c-1/sources.parquet"})
     answer = {"dir": "/tmp/rlwh-c-1", "node": "n2", "result": built, "files": {"sources.parquet": b"PAR1"}}
     result = accept(_task("c"), tmp_path / "parts", answer)
     assert isinstance(result, BuiltCapture) and result.keys == built.keys
     assert Path(result.tables["sources"]).read_bytes() == b"PAR1"
-    assert Path(result.staged or "").parent == Path(result.tables["sources"]).parent
 
 
 def test_a_shared_folder_result_keeps_its_folder_and_drops_the_others(tmp_path):

@@ -40,12 +40,11 @@ SPILL_PREFIX = "rlwh-spill-"
 
 @dataclass
 class BuiltCapture:
-    """One capture built in a worker: what the loader appends (or the dataset stages)."""
+    """One capture built in a worker: what the loader appends."""
 
     results: list[FileResult]
     keys: list[tuple]  # the derived keys (run, role, rank_id, capture) its rows touched
     tables: dict[str, str] = field(default_factory=dict)  # table -> Parquet file of its rows
-    staged: str | None = None  # dataset mode: the folder stage_group partitioned it into
 
 _scratch: duckdb.DuckDBPyConnection | None = None
 
@@ -81,7 +80,7 @@ def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) 
     results: list[FileResult] = []
     for i, p in enumerate(files):
         parts = out / f"file-{i}"
-        if p.source.ignored or p.source.problem:  # in dataset mode: its sources row says why
+        if p.source.ignored or p.source.problem:
             parsed = ignored_result(p.source.reason) if p.source.ignored else failed_result(p.source.problem)
         else:
             parsed = parse_source(p.source.kind, str(p.source.path), file_context(p, config), str(parts))

@@ -1,7 +1,9 @@
-"""The dataset target of `rlwh ingest` ([warehouse] dataset): the workers build every capture
-whole (rlwh.ingest.build), the loader publishes their Parquet as one new generation of the
-dataset (rlwh.parquet.dataset) and rewrites the thin DuckDB file over it. Nothing is loaded into
-a DuckDB file, so the serial part is the publish, whatever the number of rows.
+"""The dataset target of `rlwh ingest` ([warehouse] dataset): every file of each changed
+capture lands in a scratch DuckDB database through the same engine as a warehouse's
+(rlwh.ingest.landing: read in place, parsed in the workers, derived), its rows are
+partitioned into the dataset's layout with one COPY per table, and publishing makes them
+a new generation of the dataset (rlwh.parquet.dataset) and rewrites the thin DuckDB file
+over it. No warehouse is copied: the scratch database holds only what changed.
 
 A capture is the unit: a changed file rebuilds its whole capture (its derived tables
 need all of its rows, and the dataset holds no warehouse to derive against); unchanged
@@ -17,12 +19,12 @@ from pathlib import Path
 import duckdb
 
 from rlwh.config import Config
-from rlwh.executors.run import fresh_parts_dir, run_tasks
-from rlwh.executors.task import Task
-from rlwh.ingest.build import BuiltCapture, build_capture
+from rlwh.ingest import landing
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, utc
 from rlwh.parquet import dataset
 from rlwh.sqltext import sql_literal
+from rlwh.warehouse.schema import migrate
+from rlwh.warehouse.session import store_settings
 
 
 def _digest(text: str) -> str:
@@ -37,17 +39,6 @@ def _groups(run: str, planned: list[Planned]) -> dict[str, list[Planned]]:
         key = f"capture\0{p.source.capture}" if p.source.capture is not None else f"file\0{p.source.rel_path}"
         groups.setdefault("g-" + _digest(f"{run}\0{key}"), []).append(p)
     return groups
-
-
-def build_and_stage(run: str, files: list[Planned], config: Config, gid: str, out_dir: str) -> BuiltCapture:
-    """The task of one group: build the capture (rlwh.ingest.build) and partition it into the
-    dataset's layout right there, so publishing is renames."""
-    built = build_capture(run, files, config, out_dir)
-    built.staged = str(dataset.stage_group(gid, Path(out_dir), Path(out_dir) / "staged"))
-    for path in built.tables.values():
-        Path(path).unlink()  # staged now: half the disk
-    built.tables = {}
-    return built
 
 
 def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Path:
@@ -67,19 +58,30 @@ def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Pat
     return folder
 
 
+def _scratch(config: Config, folder: Path) -> duckdb.DuckDBPyConnection:
+    """An empty warehouse in memory, spilling into `folder` past the ingest's memory limit."""
+    con = duckdb.connect(config={"temp_directory": str(folder)})
+    con.execute("set enable_progress_bar = false")
+    con.execute(f"set threads = {int(config.threads)}")
+    con.execute("set memory_limit = ?", [config.ingest_memory_limit])
+    migrate(con)
+    store_settings(con, config)
+    return con
+
+
 def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
-    """Build every changed capture of `plan` in the workers and publish a generation;
-    fills `summary`. The runner holds the writer lock."""
+    """Land every changed capture of `plan` in a scratch database, stage and publish them as
+    a generation; fills `summary`. The runner holds the writer lock."""
     assert config.dataset is not None  # the runner picks this target in dataset mode only
     run = plan.run
-    total_bytes = plan.total_bytes
+    done = landing.Counter(progress, len(plan.files), plan.total_bytes)
     next_id = plan.next_source_id
-    tasks: dict[str, tuple[Task, list[Planned]]] = {}
-    done_files = done_bytes = 0
+    changed: list[Planned] = []
+    group_of: dict[int, str] = {}
     for gid, files in _groups(run, plan.files).items():
         if all(plan.is_unchanged(p) for p in files):
             summary.results += [plan.unchanged_result(p) for p in files if not p.source.ignored]
-            done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
+            done.add(files, say=False)
             continue
         for p in files:
             known = plan.known.get(p.source.rel_path)
@@ -87,28 +89,25 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
                 p.source_id = known[0]
             else:
                 p.source_id, next_id = next_id, next_id + 1
-        tasks[gid] = (Task(gid, build_and_stage, (run, files, config, gid), sum(p.size for p in files),
-                           tuple(str(p.source.path) for p in files)), files)
-    if progress:
-        progress(done_files, len(plan.files), done_bytes, total_bytes, "")
-    parts = fresh_parts_dir(config)
+            p.loaded_before = False  # the scratch database is empty; the group replaces its old rows whole
+            group_of[p.source_id] = gid
+            changed.append(p)
+    work = config.db_path.with_name(config.db_path.name + ".stage")
+    shutil.rmtree(work, ignore_errors=True)  # a killed ingest's leftovers (the caller holds the writer lock)
+    (work / "spill").mkdir(parents=True)
     try:
-        built_groups = {}
-        for task, built in run_tasks([t for t, _ in tasks.values()], config, parts):
-            files = tasks[task.name][1]
-            built_groups[task.name] = Path(built.staged)
-            for result in built.results:
-                (summary.ignored if result.status == "ignored" else summary.results).append(result)
-            done_files, done_bytes = done_files + len(files), done_bytes + sum(p.size for p in files)
-            if progress:
-                progress(done_files, len(plan.files), done_bytes, total_bytes, files[-1].source.rel_path)
-        if progress:
-            progress(done_files, len(plan.files), done_bytes, total_bytes, "publishing the dataset")
-        built_groups["run-" + _digest(run)] = _runs_group(parts, run, plan.profile_dir, plan.first_ingested_at)
+        con = _scratch(config, work / "spill")
+        try:
+            landing.land(con, run, changed, config, summary, done)
+            done.say("publishing the dataset")
+            staged: dict[str, Path] = dataset.stage_rows_of(con, group_of, work / "staged")
+        finally:
+            con.close()
+        staged["run-" + _digest(run)] = _runs_group(work, run, plan.profile_dir, plan.first_ingested_at)
         # Each lands whole or raises. A failed publish leaves the dataset as it was; a thin
         # file that failed after it leaves the old one, whose sources make the next ingest
         # rebuild these captures.
-        dataset.publish(config.dataset, built_groups)
+        dataset.publish(config.dataset, staged)
         dataset.build_thin_db(config.dataset, config.db_path, config.view_settings())
     finally:
-        shutil.rmtree(parts, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)

@@ -409,6 +409,85 @@ def stage_group(gid: str, folder: Path, stage: Path) -> Path:
     return stage
 
 
+def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]:
+    """Partition the rows `con`'s warehouse tables hold into one staged folder per group
+    (`group_of`: source_id -> group id; every row is its source's), as stage_group does
+    for one group's files, with one COPY per table on DuckDB's threads: the dataset target
+    lands a plan's changed captures in a scratch database (rlwh.ingest.landing) and stages
+    them all at once, a thousand groups in some twenty statements. A group with no rows in
+    a table has no file of it; call_stacks and internal.stack_user_frames go to every group
+    whose rows use the stack. Returns group id -> staged folder, for publish()."""
+    tables = {t: s for t, s in _schema().items() if t not in THIN_TABLES}
+    gids = sorted(set(group_of.values()))
+    bad = [g for g in gids if not GROUP_ID.match(g)]
+    if bad:
+        raise RlwhError(f"group id {bad[0]!r}: use letters, digits, '_' and '-' (at most 100, not leading '_' or '-')")
+    stage = Path(stage)
+    raw = stage / ".raw"
+    raw.mkdir(parents=True)
+    con.execute("create or replace temp table _stage_groups as select unnest($ids)::bigint as source_id, "
+                "unnest($gids)::varchar as _group", {"ids": list(group_of), "gids": list(group_of.values())})
+    token = uuid.uuid4().hex[:12]
+    entries: dict[str, list[dict]] = {g: [] for g in gids}
+    of_rows = {t for t, s in tables.items() if {"source_id", "stack_id"} <= {c for c, _ in s["columns"]}}
+    for table, spec in tables.items():
+        names = {c for c, _ in spec["columns"]}
+        if "source_id" in names:
+            rows = f"{sql_table(table)} as t join _stage_groups as g on t.source_id = g.source_id"
+        elif "stack_id" in names:
+            used = " union ".join(
+                f"select g._group, x.stack_id from {sql_table(u)} as x join _stage_groups as g "
+                "on x.source_id = g.source_id" for u in sorted(of_rows))
+            rows = f"{sql_table(table)} as t join ({used}) as g on t.stack_id = g.stack_id"
+        elif one_value(con.execute(f"select count(*) from {sql_table(table)}")):
+            raise RlwhError(f"{table} holds rows that belong to no group: stage them with stage_group")
+        else:
+            continue
+        for key in ("run", "role"):
+            if key in spec["keys"]:
+                found = con.execute(f"select distinct {key} from {sql_table(table)} "
+                                    f"where lower({key}) in {tuple(_HIVE_NULLS)}").fetchall()
+                if found:
+                    raise RlwhError(f"{table} has {key} {found[0][0]!r}, which a hive path reads back as NULL; "
+                                    "rename it")
+        columns = ", ".join(f"cast(t.{sql_ident(c)} as {ty}) as {sql_ident(c)}" for c, ty in spec["columns"])
+        options = (f"format parquet, partition_by ({', '.join([*spec['keys'], '_group'])}), "
+                   f"filename_pattern {sql_literal(token + '_{i}')}, return_stats true")
+        try:
+            stats = con.execute(f"copy (select {columns}, g._group from {rows}) to "
+                                f"{sql_literal(str(raw / table))} ({options})").fetchall()
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            if "too long" in first.lower():
+                first += " (a run or role value too long for a folder name)"
+            raise RlwhError(f"staging {table} failed: {first}") from exc
+        for written, count in ((Path(os.path.realpath(s[0])), int(s[1])) for s in stats):
+            *keys, folder, name = written.relative_to(raw.resolve()).parts
+            gid = folder.removeprefix("_group=")
+            if gid not in entries or not folder.startswith("_group="):
+                raise RlwhError(f"staging {table}: DuckDB wrote {written}, no group's file")
+            dest = stage.joinpath(gid, *keys, f"{gid}.{name}")
+            if count == 0:
+                written.unlink()
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(written, dest)
+            fsync_path(dest)
+            entries[gid].append({"path": str(dest.relative_to(stage / gid)), "table": table, "group": gid,
+                                 "rows": count})
+    shutil.rmtree(raw)
+    run_of = dict(con.execute("select g._group, min(s.run) from sources as s join _stage_groups as g "
+                              "on s.source_id = g.source_id group by all").fetchall())
+    con.execute("drop table _stage_groups")
+    staged = {}
+    for gid in gids:
+        (stage / gid).mkdir(exist_ok=True)
+        check_contained(stage / gid, "dataset")
+        _write_json(stage / gid / STAGED, {"group": gid, "run": run_of.get(gid), "files": entries[gid]})
+        staged[gid] = stage / gid
+    return staged
+
+
 def _adopt(gid: str, stage: Path, gen: Path) -> tuple[list[dict], str | None]:
     """Move a staged group's files into gen (a rename; a copy across file systems)."""
     staged = json.loads((stage / STAGED).read_text(encoding="utf-8"))
