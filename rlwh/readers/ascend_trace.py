@@ -155,13 +155,16 @@ def _stack_texts_sql(sources: list[tuple[int, Path]]) -> str:
 
 def _make_stacks(con: duckdb.DuckDBPyConnection, texts: str) -> None:
     """`stacks`: each distinct stack text of `texts` (stack_hash, stack) once, normalized,
-    given its id, its top frame and depth."""
+    given its id, its top frame and depth. The normalized texts are materialized first:
+    as a subquery DuckDB inlined their two regexes into each of the four uses (2.4x the
+    time: 2.3 s against 0.95 s for 30,000 stacks of 1.5 KB)."""
     con.execute(
         f"""create or replace temp table stacks as
+        with normal as materialized (select stack_hash, {_NORMALIZED_STACK} as normalized from {texts})
         select stack_hash, normalized, (md5_number_lower(normalized) >> 1)::bigint as stack_id,
           {top_frame_sql('normalized')} as top_frame,
           len(string_split(normalized, chr(10)))::integer as depth
-        from (select stack_hash, {_NORMALIZED_STACK} as normalized from {texts})
+        from normal
         where normalized is not null"""
     )
 
