@@ -149,7 +149,7 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
         assert {"internal.memory_timeline_rows", "internal.memory_record_ops", "internal.torch_memory_blocks",
                 "internal.stack_user_frames", "call_stacks", "memory_records", "sources"} <= set(tables)
         # The rest are views over Parquet; rlwh still tells its tables from its views.
-        assert _names(thin) == ["internal.dataset", "internal.migrations", "internal.settings"]
+        assert _names(thin) == ["internal.dataset", "internal.migrations", "internal.settings", "internal.stack_texts"]
         assert public_views(thin) == views and public_tables(thin) == public_tables(con)
         assert thin.execute("select root, generation from internal.dataset").fetchall() == [
             (str(published["root"]), "gen-000001")]
@@ -157,6 +157,8 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
             # Same column names, order and types (a view has no NOT NULL or key to describe).
             described = [(r[0], r[1]) for r in thin.execute(f"describe {name}").fetchall()]
             assert described == [(r[0], r[1]) for r in con.execute(f"describe {name}").fetchall()], name
+            if name == "internal.stack_texts":  # the writer's cache, not data: a thin file's is empty
+                continue
             count = con.execute(f"select count(*) from {name}").fetchone()[0]
             assert thin.execute(f"select count(*) from {name}").fetchone()[0] == count, name
             if name == "internal.migrations":  # applied when the thin file was made

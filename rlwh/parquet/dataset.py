@@ -104,8 +104,9 @@ EMPTY = "empty.parquet"
 FORMAT = 1
 GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _GEN = re.compile(r"^gen-(\d{6,})$")
-# Kept as real tables in the thin file, never in the dataset.
-THIN_TABLES = ("internal.migrations", "internal.settings")
+# Kept as real tables in the thin file, never in the dataset: its own bookkeeping, and the
+# writer's cache of stack texts (a dataset's ingest starts from an empty scratch database).
+THIN_TABLES = ("internal.migrations", "internal.settings", "internal.stack_texts")
 # Values a hive path cannot carry: every engine reads these folder names back as NULL.
 _HIVE_NULLS = ("null", "__hive_default_partition__")
 _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
