@@ -6,9 +6,10 @@ The ingest runs as a real subprocess (`python -m rlwh.cli ingest`) in its own se
 and the whole process group is killed, parse workers included, as cron or systemd would.
 Exact points come from the runner's test hook: with RLWH_TEST_PAUSE_AT=<stage> the
 process stops itself (SIGSTOP) at that stage, the test sees it stop and kills it there.
-Stages: between_files (after a file committed to the working copy), publish (working copy
-checkpointed, not yet renamed), published (renamed, not yet cleaned up), worker_started (each
-parse worker, once started).
+Stages: between_files (after files landed in the ingest's scratch database), publish (the
+rows appended to the warehouse, or to its copy where a reader holds it, not yet committed),
+published (committed and checkpointed in place, or the copy renamed over the warehouse),
+worker_started (each parse worker, once started).
 """
 
 from __future__ import annotations
@@ -274,26 +275,80 @@ def test_kill_during_a_large_trace_parse(db, tmp_path, big, big_ref):
 
 
 @pytest.mark.parametrize("stage", ["between_files", "publish"])
-def test_kill_before_the_rename_leaves_the_warehouse_as_it_was(db, tmp_path, small, small_ref, stage):
+def test_kill_before_the_commit_leaves_the_warehouse_as_it_was(db, tmp_path, small, small_ref, base_db, stage):
+    """between_files: the files land in the ingest's scratch database, and the warehouse is
+    not touched, byte for byte. publish: the rows are appended to the warehouse, in place,
+    in a transaction not yet committed: DuckDB rolls it back when the file is next opened."""
     before = _sha(db)
     proc = _start(db, small, tmp_path, pause_at=stage)
     _wait_stopped(proc, stage)
-    assert (db.parent / (db.name + ".ingest")).exists()  # it was writing its working copy
+    assert not (db.parent / (db.name + ".ingest")).exists()  # no copy of the warehouse: it is written in place
     _kill(proc)
-    assert _sha(db) == before
-    con = duckdb.connect(str(db), read_only=True)  # and it still opens, without the run
+    if stage == "between_files":
+        assert _sha(db) == before
+    assert _differences(db, base_db) == {}
+    con = duckdb.connect(str(db), read_only=True)  # it opens, without the run
     assert con.execute("select count(*) from sources where run = ?", [RUN]).fetchone()[0] == 0
     con.close()
     _rerun(db, small)
     _assert_like_clean_ingest(db, small_ref)
 
 
-def test_kill_right_after_the_rename_keeps_the_whole_ingest(db, tmp_path, small, small_ref):
+def test_kill_right_after_the_commit_keeps_the_whole_ingest(db, tmp_path, small, small_ref):
     proc = _start(db, small, tmp_path, pause_at="published")
     _wait_stopped(proc, "published")
     _kill(proc)
     assert _differences(db, small_ref) == {}  # already the new warehouse, whole
     assert _rerun(db, small).count("unchanged") == 14
+    _assert_like_clean_ingest(db, small_ref)
+
+
+@pytest.mark.parametrize("stage", ["publish", "published"])
+def test_a_warehouse_a_reader_holds_is_copied_and_renamed(db, tmp_path, small, small_ref, base_db, stage):
+    """A reader holds the published file open (DuckDB then lets no process write it): the
+    ingest writes a copy and renames it over. Killed before the rename, the warehouse is as
+    it was, byte for byte; after it, whole. The reader is never blocked and keeps its view."""
+    before = _sha(db)
+    reader = duckdb.connect(str(db), read_only=True)
+    try:
+        count = reader.execute("select count(*) from sources").fetchone()
+        proc = _start(db, small, tmp_path, pause_at=stage)
+        _wait_stopped(proc, stage)
+        assert (db.parent / (db.name + ".ingest")).exists() == (stage == "publish")
+        assert reader.execute("select count(*) from sources").fetchone() == count
+        _kill(proc)
+    finally:
+        reader.close()
+    if stage == "publish":
+        assert _sha(db) == before
+        assert _differences(db, base_db) == {}
+    else:
+        assert _differences(db, small_ref) == {}
+    _rerun(db, small)
+    _assert_like_clean_ingest(db, small_ref)
+
+
+def test_a_reader_that_opens_during_the_append_waits_for_it(db, tmp_path, small, small_ref):
+    """The seconds an ingest appends in place, DuckDB refuses other processes the file: an
+    rlwh command waits for the append (saying so), then sees the whole run."""
+    proc = _start(db, small, tmp_path, pause_at="publish")
+    _wait_stopped(proc, "publish")
+    try:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}, "PYTHONPATH": str(REPO)}
+        reader = subprocess.Popen(
+            [sys.executable, "-m", "rlwh", "query", "--db", str(db), "--format", "csv",
+             f"select count(*) as n from sources where run = '{RUN}'"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        time.sleep(1.5)
+        assert reader.poll() is None  # waiting for the file
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=120) == 0
+        out, err = reader.communicate(timeout=60)
+        assert reader.returncode == 0, err
+        assert "waiting for the ingest" in err
+        assert int(out.splitlines()[-1]) > 0  # the run, whole
+    finally:
+        _kill(proc)
     _assert_like_clean_ingest(db, small_ref)
 
 

@@ -304,10 +304,11 @@ def test_stack_normalization_on_every_real_ascend_trace():
 
 
 def test_progress_reports_the_derive_step(memory_profile, config):
-    """After the last file, progress says the derived memory tables are being computed."""
+    """After the last file, progress says the derived memory tables are being computed, then
+    that the warehouse is being written."""
     calls = []
     ingest(memory_profile, config, progress=lambda *args: calls.append(args))
     labels = [c[4] for c in calls]
-    assert labels[-1] == "deriving memory tables: rank 1 of 1"
+    assert labels[-2:] == ["deriving memory tables: rank 1 of 1", "publishing the warehouse"]
     assert calls[-1][0] == calls[-1][1]  # every file counted by then
     assert any(label.endswith("operator_memory.csv") for label in labels)

@@ -12,6 +12,7 @@ the keys the files touched at the end (rlwh.warehouse.derive).
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,13 @@ from rlwh.ingest import in_place
 from rlwh.ingest.build import BuiltCapture, build_capture, land_capture
 from rlwh.ingest.load import ignored_result, load_batch, load_file, set_capture_starts, tables_with_step
 from rlwh.ingest.parse import ParseResult, failed_result, parse_source
-from rlwh.ingest.plan import FileResult, IngestSummary, Planned, Progress, file_context
+from rlwh.ingest.plan import FileResult, IngestSummary, Plan, Planned, Progress, file_context
+from rlwh.readers import ascend_trace
 from rlwh.safe_files import pause_for_test
-from rlwh.warehouse import derive
+from rlwh.sqltext import one_value, sql_literal
+from rlwh.warehouse import derive, template
+from rlwh.warehouse.schema import migrate
+from rlwh.warehouse.session import store_settings
 
 # Parsed files landed per transaction: one commit per file was most of a many-rank landing,
 # 8 per transaction halved it (DESIGN.md); a failure lands the files one by one.
@@ -53,6 +58,104 @@ class Counter:
     def say(self, what: str) -> None:
         if self.progress:
             self.progress(self.files, self.total_files, self.bytes, self.total_bytes, what)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def groups(run: str, planned: list[Planned]) -> dict[str, list[Planned]]:
+    """The files by group: one per capture, or per file where no capture names it. A
+    group's id is filename-safe: a digest of the run and the capture (or path)."""
+    found: dict[str, list[Planned]] = {}
+    for p in planned:
+        key = f"capture\0{p.source.capture}" if p.source.capture is not None else f"file\0{p.source.rel_path}"
+        found.setdefault("g-" + digest(f"{run}\0{key}"), []).append(p)
+    return found
+
+
+@dataclass
+class Changed:
+    """What an ingest lands: the files to read (`files`) and, in a group with a changed
+    file, its unchanged files whose rows the warehouse holds (`kept`); each has its source
+    id, and `group_of` names each id's group."""
+
+    files: list[Planned]
+    kept: list[Planned]
+    group_of: dict[int, str]
+
+
+def changed_groups(plan: Plan, summary: IngestSummary, done: Counter, read_unchanged: bool) -> Changed:
+    """The files of every group with a changed file, each given its source id (its old one,
+    or the next free). A capture is the unit: its derived tables need all of its rows, and
+    a scratch database (scratch()) holds only what is landed now. read_unchanged: an
+    unchanged file of such a group is read again (a dataset, which keeps no rows to copy);
+    else it is `kept`, its rows copied from the warehouse (keep_rows). Unchanged files go
+    to `summary` as they are."""
+    next_id = plan.next_source_id
+    changed = Changed([], [], {})
+    for gid, files in groups(plan.run, plan.files).items():
+        if all(plan.is_unchanged(p) for p in files):
+            summary.results += [plan.unchanged_result(p) for p in files if not p.source.ignored]
+            done.add(files, say=False)
+            continue
+        for p in files:
+            known = plan.known.get(p.source.rel_path)
+            if known:
+                p.source_id = known[0]
+            else:
+                p.source_id, next_id = next_id, next_id + 1
+            p.loaded_before = False  # not in the scratch database: the target replaces its old rows
+            changed.group_of[p.source_id] = gid
+            if plan.is_unchanged(p) and not read_unchanged:
+                changed.kept.append(p)
+                if not p.source.ignored:
+                    summary.results.append(plan.unchanged_result(p))
+                done.add([p], say=False)
+            else:
+                changed.files.append(p)
+    return changed
+
+
+PUBLISHED = "published"  # the warehouse, attached read-only to a scratch database
+
+
+def scratch(config: Config, spill: Path, published: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """An empty warehouse in memory (the catalog `memory`) that changed groups land in,
+    spilling into `spill` past the ingest's memory limit. `published`: the warehouse, attached
+    read-only as PUBLISHED (readers keep reading it) for keep_rows and for the stack texts it
+    knows (rlwh.readers.ascend_trace.KNOWN_STACK_TEXTS); the caller detaches it to write it."""
+    con = duckdb.connect(config={"temp_directory": str(spill)})
+    con.execute("set enable_progress_bar = false")
+    con.execute(f"set threads = {int(config.threads)}")
+    con.execute("set memory_limit = ?", [config.ingest_memory_limit])
+    if not template.copy_into_memory(con):
+        migrate(con)
+    store_settings(con, config)
+    known = [ascend_trace.known_stack_texts_sql()]
+    if published is not None:
+        con.execute(f"attach {sql_literal(str(published))} as {PUBLISHED} (read_only)")
+        if one_value(con.execute("select count(*) from duckdb_tables() where database_name = ? and "
+                                 "schema_name = 'internal' and table_name = 'stack_texts'", [PUBLISHED])):
+            known.append(ascend_trace.known_stack_texts_sql(PUBLISHED))
+    con.execute(f"create temp view {ascend_trace.KNOWN_STACK_TEXTS} as {' union all '.join(known)}")
+    return con
+
+
+def keep_rows(con: duckdb.DuckDBPyConnection, source_ids: list[int]) -> None:
+    """Copy the rows of the sources `source_ids` from the attached warehouse (scratch(...,
+    published)) into the scratch database, and mark their keys for derive: the unchanged
+    files of a changed capture, whose rows its derived tables need."""
+    if not source_ids:
+        return
+    tables = [f"{schema}.{table}" for schema, table in con.execute(
+        "select schema_name, table_name from duckdb_columns() where database_name = 'memory' "
+        "and column_name = 'source_id' and schema_name = 'main' and table_name in "
+        "(select table_name from duckdb_tables() where database_name = 'memory')").fetchall()]
+    for table in tables:
+        con.execute(f"insert into {table} by name select * from {PUBLISHED}.{table} "
+                    "where list_contains(?, source_id)", [source_ids])
+    derive.mark_sources(con, source_ids)
 
 
 def land(con: duckdb.DuckDBPyConnection, run: str, files: list[Planned], config: Config,

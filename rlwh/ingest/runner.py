@@ -20,7 +20,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.discover import discover
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
-from rlwh.warehouse.session import connect_read, writer_lock
+from rlwh.warehouse.session import connect_read, remove_leftovers, writer_lock
 
 # Re-exported: callers of `ingest` read its summary.
 __all__ = ["IngestSummary", "Progress", "ingest"]
@@ -77,6 +77,7 @@ def ingest(
         )
     else:
         with writer_lock(config):
+            remove_leftovers(config)
             plan = _read_plan(config, run, root, files)
             if plan.nothing_changed:
                 summary.results = [plan.unchanged_result(p) for p in files if not p.source.ignored]

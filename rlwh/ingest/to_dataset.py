@@ -12,7 +12,6 @@ captures are carried over by hard link.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
@@ -20,25 +19,10 @@ import duckdb
 
 from rlwh.config import Config
 from rlwh.ingest import landing
-from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, utc
+from rlwh.ingest.plan import IngestSummary, Plan, Progress, utc
 from rlwh.parquet import dataset
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse.schema import migrate
-from rlwh.warehouse.session import store_settings
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def _groups(run: str, planned: list[Planned]) -> dict[str, list[Planned]]:
-    """The files by group: one per capture, or per file where no capture names it. A
-    group's id is filename-safe: a digest of the run and the capture (or path)."""
-    groups: dict[str, list[Planned]] = {}
-    for p in planned:
-        key = f"capture\0{p.source.capture}" if p.source.capture is not None else f"file\0{p.source.rel_path}"
-        groups.setdefault("g-" + _digest(f"{run}\0{key}"), []).append(p)
-    return groups
+from rlwh.warehouse.session import stage_path
 
 
 def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Path:
@@ -58,52 +42,25 @@ def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Pat
     return folder
 
 
-def _scratch(config: Config, folder: Path) -> duckdb.DuckDBPyConnection:
-    """An empty warehouse in memory, spilling into `folder` past the ingest's memory limit."""
-    con = duckdb.connect(config={"temp_directory": str(folder)})
-    con.execute("set enable_progress_bar = false")
-    con.execute(f"set threads = {int(config.threads)}")
-    con.execute("set memory_limit = ?", [config.ingest_memory_limit])
-    migrate(con)
-    store_settings(con, config)
-    return con
-
-
 def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
     """Land every changed capture of `plan` in a scratch database, stage and publish them as
     a generation; fills `summary`. The runner holds the writer lock."""
     assert config.dataset is not None  # the runner picks this target in dataset mode only
     run = plan.run
     done = landing.Counter(progress, len(plan.files), plan.total_bytes)
-    next_id = plan.next_source_id
-    changed: list[Planned] = []
-    group_of: dict[int, str] = {}
-    for gid, files in _groups(run, plan.files).items():
-        if all(plan.is_unchanged(p) for p in files):
-            summary.results += [plan.unchanged_result(p) for p in files if not p.source.ignored]
-            done.add(files, say=False)
-            continue
-        for p in files:
-            known = plan.known.get(p.source.rel_path)
-            if known:
-                p.source_id = known[0]
-            else:
-                p.source_id, next_id = next_id, next_id + 1
-            p.loaded_before = False  # the scratch database is empty; the group replaces its old rows whole
-            group_of[p.source_id] = gid
-            changed.append(p)
-    work = config.db_path.with_name(config.db_path.name + ".stage")
+    changed = landing.changed_groups(plan, summary, done, read_unchanged=True)
+    work = stage_path(config)
     shutil.rmtree(work, ignore_errors=True)  # a killed ingest's leftovers (the caller holds the writer lock)
     (work / "spill").mkdir(parents=True)
     try:
-        con = _scratch(config, work / "spill")
+        con = landing.scratch(config, work / "spill")
         try:
-            landing.land(con, run, changed, config, summary, done)
+            landing.land(con, run, changed.files, config, summary, done)
             done.say("publishing the dataset")
-            staged: dict[str, Path] = dataset.stage_rows_of(con, group_of, work / "staged")
+            staged: dict[str, Path] = dataset.stage_rows_of(con, changed.group_of, work / "staged")
         finally:
             con.close()
-        staged["run-" + _digest(run)] = _runs_group(work, run, plan.profile_dir, plan.first_ingested_at)
+        staged["run-" + landing.digest(run)] = _runs_group(work, run, plan.profile_dir, plan.first_ingested_at)
         # Each lands whole or raises. A failed publish leaves the dataset as it was; a thin
         # file that failed after it leaves the old one, whose sources make the next ingest
         # rebuild these captures.

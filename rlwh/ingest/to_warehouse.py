@@ -1,42 +1,50 @@
-"""The DuckDB-file target of `rlwh ingest`: the changed files land in the warehouse's
-working copy (rlwh.ingest.landing), which is published once at the end
-(rlwh.warehouse.session). The runner holds the writer lock and made the plan; this module
-only writes.
+"""The DuckDB-file target of `rlwh ingest`: every file of each changed capture lands in a
+scratch database (rlwh.ingest.landing), and its rows are then appended to the warehouse in
+one transaction (rlwh.warehouse.append), so an ingest costs what it adds, not what the
+warehouse holds. The runner holds the writer lock and made the plan; this module only
+writes.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from rlwh.config import Config
+from rlwh.errors import RlwhError
 from rlwh.ingest import landing
 from rlwh.ingest.plan import IngestSummary, Plan, Progress, utc
-from rlwh.sqltext import one_value
-from rlwh.warehouse import derive
-from rlwh.warehouse.session import working_copy
+from rlwh.warehouse import append
+from rlwh.warehouse.session import stage_path
 
 
 def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
-    """Land every changed file of `plan` and publish the warehouse; fills `summary`."""
+    """Land every changed capture of `plan` and append it to the warehouse; fills `summary`."""
     done = landing.Counter(progress, len(plan.files), plan.total_bytes)
-    with working_copy(config) as session:
-        con = session.con
-        if derive.catch_up(con, session.derived_stale):
-            session.changed = True
-        changed = []
-        for p in plan.files:
-            if plan.is_unchanged(p):
-                if not p.source.ignored:
-                    summary.results.append(plan.unchanged_result(p))
-                done.add([p], say=False)
-                continue
-            known = plan.known.get(p.source.rel_path)
-            p.loaded_before = known is not None
-            p.source_id = known[0] if known else one_value(con.execute("select nextval('internal.source_ids')"))
-            changed.append(p)
-        landing.land(con, plan.run, changed, config, summary, done)
-        _record_run(con, plan.run, plan.profile_dir)
-        session.changed = True
+    # A warehouse that needs migrating has older tables: its rows are not copied, but read again.
+    changed = landing.changed_groups(plan, summary, done, read_unchanged=plan.schema_behind)
+    reloaded = [p.source_id for p in changed.files + changed.kept
+                if p.source_id is not None and p.source.rel_path in plan.known]
+    work = stage_path(config)
+    try:
+        (work / "spill").mkdir(parents=True)
+    except OSError as exc:
+        raise RlwhError(f"cannot create {work} beside the warehouse ({exc.strerror}): pick another --db, "
+                        "or fix the folder's permissions") from exc
+    try:
+        published = config.db_path if config.db_path.exists() else None
+        con = landing.scratch(config, work / "spill", published)
+        try:
+            landing.keep_rows(con, [p.source_id for p in changed.kept if p.source_id is not None])
+            landing.land(con, plan.run, changed.files, config, summary, done)
+            done.say("publishing the warehouse")
+            if published is not None:
+                con.execute(f"detach {landing.PUBLISHED}")
+            append.publish(con, config, reloaded, lambda wh: _record_run(wh, plan.run, plan.profile_dir))
+        finally:
+            con.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _record_run(con, run: str, profile_dir: Path) -> None:

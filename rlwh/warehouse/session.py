@@ -46,6 +46,27 @@ def missing_warehouse(path: Path) -> RlwhError:
         "export RLWH_DB=demo/warehouse.duckdb), or create it with `rlwh ingest PROFILE_DIR`")
 
 
+def _open_read_only(path: Path, timeout: float) -> duckdb.DuckDBPyConnection:
+    """A read-only connection; while an ingest appends to the file in place (seconds:
+    rlwh.warehouse.append) DuckDB refuses every other process, so wait for it, up to
+    `timeout` ([ingest] lock_timeout), saying so once."""
+    started = time.monotonic()
+    said = False
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=True)
+        except duckdb.IOException as exc:
+            waited = time.monotonic() - started
+            if "lock" not in str(exc).lower() or waited >= timeout:
+                raise RlwhError(f"cannot open {path}: {exc}") from exc
+            if not said:
+                print(f"{path}: waiting for the ingest that is writing it", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(0.2)
+        except duckdb.Error as exc:
+            raise RlwhError(f"cannot open {path}: {exc}") from exc
+
+
 def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the published warehouse; it never blocks a writer.
 
@@ -54,10 +75,7 @@ def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBP
     path = config.db_path
     if not path.exists():
         raise missing_warehouse(path)
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as exc:
-        raise RlwhError(f"cannot open {path}: {exc}") from exc
+    con = _open_read_only(path, config.lock_timeout)
     _configure(con, config)
     if require_current and not is_current(con):
         con.close()
@@ -125,14 +143,26 @@ def writer_lock(config: Config) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _working_path(config: Config) -> Path:
+def working_path(config: Config) -> Path:
     return config.db_path.with_name(config.db_path.name + ".ingest")
 
 
-def _remove_working_files(work: Path) -> None:
+def remove_working_files(work: Path) -> None:
     for path in (work, work.with_name(work.name + ".wal")):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def stage_path(config: Config) -> Path:
+    """The folder beside the warehouse where an ingest's scratch database spills and a
+    dataset's groups are staged (rlwh.ingest.to_warehouse, rlwh.ingest.to_dataset)."""
+    return config.db_path.with_name(config.db_path.name + ".stage")
+
+
+def remove_leftovers(config: Config) -> None:
+    """Remove what a killed writer left beside the warehouse (the caller holds the writer lock)."""
+    shutil.rmtree(stage_path(config), ignore_errors=True)
+    remove_working_files(working_path(config))
 
 
 class WriteSession:
@@ -186,7 +216,7 @@ def _open_working_copy(work: Path, from_template: bool) -> duckdb.DuckDBPyConnec
     except duckdb.Error:
         if not from_template:
             raise
-    _remove_working_files(work)
+    remove_working_files(work)
     return connect_writable(work)
 
 
@@ -203,28 +233,28 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         config.db_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RlwhError(f"cannot create the warehouse folder {config.db_path.parent}: {exc.strerror}") from exc
-    work = _working_path(config)
-    _remove_working_files(work)  # left by a writer that was killed
+    work = working_path(config)
+    remove_working_files(work)  # left by a writer that was killed
     from_template = False
     if config.db_path.exists():
         try:
             shutil.copyfile(config.db_path, work)
         except OSError as exc:
-            _remove_working_files(work)
+            remove_working_files(work)
             raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
         except BaseException:  # Ctrl-C during the copy: no half copy left beside the warehouse
-            _remove_working_files(work)
+            remove_working_files(work)
             raise
     else:  # a new warehouse: the schema's template, else migrate() makes it below
         try:
             from_template = template.copy_schema(work)
         except BaseException:  # Ctrl-C during the copy, as above
-            _remove_working_files(work)
+            remove_working_files(work)
             raise
     try:
         con = _open_working_copy(work, from_template)
     except BaseException as exc:
-        _remove_working_files(work)
+        remove_working_files(work)
         if not isinstance(exc, duckdb.Error):
             raise
         first = str(exc).strip().splitlines()[0]
@@ -257,7 +287,7 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
     finally:
         with contextlib.suppress(duckdb.Error):
             con.close()
-        _remove_working_files(work)
+        remove_working_files(work)
 
 
 @contextlib.contextmanager

@@ -89,6 +89,24 @@ def copy_schema(work: Path) -> bool:
         return False
 
 
+def copy_into_memory(con: duckdb.DuckDBPyConnection) -> bool:
+    """Give the empty in-memory database of `con` (its catalog `memory`) the schema, copied
+    from the template (0.05 s where migrate takes 0.5 s); False when there is no template
+    to copy, the database left empty (the caller migrates it)."""
+    path = template_path()
+    try:
+        if not path.is_file():
+            _build(path)
+        con.execute(f"attach '{path}' as _rlwh_template (read_only)")
+    except (OSError, duckdb.Error, RlwhError):
+        return False
+    try:
+        con.execute("copy from database _rlwh_template to memory")
+    finally:
+        con.execute("detach _rlwh_template")
+    return True
+
+
 def stamp_copy(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Date the copy's migrations now (applied to this warehouse now); returns their names."""
     con.execute(f"update {MIGRATIONS_TABLE} set applied_at = ?", [datetime.now(timezone.utc).replace(tzinfo=None)])
