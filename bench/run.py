@@ -347,13 +347,24 @@ def bench_small_ingest(tmp: Path, scale: float) -> None:
     bench_small(tmp, record)
 
 
+GROWTH_GB: tuple[float, ...] = (1, 5)
+
+
+def bench_warehouse_growth(tmp: Path, scale: float) -> None:
+    """A small ingest into a grown warehouse against an empty one (bench/growth.py)."""
+    from growth import bench_growth
+
+    bench_growth(tmp, scale, GROWTH_GB, rlwh, record)
+
+
 BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench_rss_flat,
            "four_ranks": bench_four_ranks, "torch": bench_torch_trace, "report": bench_reports,
-           "scale_out": bench_scale_out, "many_ranks": bench_many_ranks, "check_gzip": bench_check_gzip}
+           "scale_out": bench_scale_out, "many_ranks": bench_many_ranks, "check_gzip": bench_check_gzip,
+           "growth": bench_warehouse_growth}
 
 
 def main() -> int:
-    global MANY_RANKS, ONE_RANK_MB, TORCH_SIZES_MB
+    global MANY_RANKS, ONE_RANK_MB, TORCH_SIZES_MB, GROWTH_GB
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--keep", type=Path, help="write inputs here and keep them")
@@ -364,7 +375,10 @@ def main() -> int:
                         help="the trace sizes of one_rank (MB, comma-separated)")
     parser.add_argument("--torch-mb", default=",".join(str(n) for n in TORCH_SIZES_MB),
                         help="the trace sizes of torch (MB, comma-separated)")
+    parser.add_argument("--growth-gb", default=",".join(str(n) for n in GROWTH_GB),
+                        help="the warehouse sizes of growth (GB, comma-separated)")
     args = parser.parse_args()
+    GROWTH_GB = tuple(float(n) for n in args.growth_gb.split(","))
     MANY_RANKS = tuple(int(n) for n in args.ranks.split(","))
     ONE_RANK_MB = tuple(int(n) for n in args.rank_mb.split(","))
     TORCH_SIZES_MB = tuple(int(n) for n in args.torch_mb.split(","))

@@ -124,8 +124,10 @@ def _append(con, config: Config, reloaded: list[int], finish) -> None:
                         "`rlwh ingest` with [warehouse] dataset (or --dataset) naming that dataset")
     con.execute(f"set checkpoint_threshold = {sql_literal(WRITER_CHECKPOINT)}")
     applied = migrate(con)
-    store_settings(con, config)
-    derive.catch_up(con, adds_derived_tables(applied))
+    # Caught up only when something asks for it: its user-frame pass reads every stack the
+    # warehouse holds, which the new stacks (their frames made in the scratch) do not need.
+    if store_settings(con, config) or applied or derive.user_frames_stale(con):
+        derive.catch_up(con, adds_derived_tables(applied))
     tables = [f"{schema}.{table}" for schema, table in con.execute(
         "select schema_name, table_name from duckdb_tables() where database_name = ? and not temporary "
         "and schema_name in ('main', 'internal')", [SCRATCH]).fetchall()]

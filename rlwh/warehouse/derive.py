@@ -180,6 +180,20 @@ def _set_group(con: duckdb.DuckDBPyConnection, group: list[tuple]) -> None:
                     [(i, *key) for i, key in enumerate(group)])
 
 
+def _user_frame_rule(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
+    """The library regex in force, and the rule text a stack_user_frames row records."""
+    row = con.execute("select max(value) from internal.settings where name = 'library_frames'").fetchone()
+    rule = row[0] if row and row[0] else stacks.library_pattern()
+    return rule, f"{rule}\n-- native frames: {stacks.LINE_FRAME} unless {stacks.PYTHON_LINE_FRAME}"
+
+
+def user_frames_stale(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether a stored user frame was computed under another rule (a new rlwh's frame rules)."""
+    _, recorded = _user_frame_rule(con)
+    return bool(one_value(con.execute(
+        "select exists (select 1 from internal.stack_user_frames where rule <> ?)", [recorded])))
+
+
 def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     """Compute user_frame for stacks that have none under the current rules (rlwh.stacks).
 
@@ -190,9 +204,7 @@ def refresh_user_frames(con: duckdb.DuckDBPyConnection) -> int:
     brought to the same rule (stacks stored before native frames were told apart).
     Returns how many stacks were (re)computed.
     """
-    row = con.execute("select max(value) from internal.settings where name = 'library_frames'").fetchone()
-    rule = row[0] if row and row[0] else stacks.library_pattern()
-    recorded = f"{rule}\n-- native frames: {stacks.LINE_FRAME} unless {stacks.PYTHON_LINE_FRAME}"
+    rule, recorded = _user_frame_rule(con)
     stale = one_value(con.execute("delete from internal.stack_user_frames where rule <> ?", [recorded]))
     before = one_value(con.execute("select count(*) from internal.stack_user_frames"))
     con.execute(

@@ -1,0 +1,129 @@
+"""A warehouse that grows (issue 39): the same small ingest into an empty warehouse and into
+grown ones, paired (empty, grown, empty, grown, ...), with the extra disk each took.
+
+A grown warehouse is generated: one real ingest of the small run, then its rows copied
+under new run names (every table with a run column, source ids shifted) until the file
+holds the size asked for, so building 5 GB takes a minute, not hours of ingests.
+
+  python bench/run.py --only growth [--growth-gb 1,5]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+from measure import Measured, measure
+
+from rlwh import synth
+
+SMALL_RANKS = 8
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.lstat().st_blocks * 512
+        except OSError:
+            pass
+    return total
+
+
+class DiskPeak:
+    """The most a folder held above its size at start, sampled every 20 ms."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.start, self.peak = folder, _folder_bytes(folder), 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _folder_bytes(self.folder) - self.start)
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def grow(db: Path, target_bytes: int) -> None:
+    """Double the warehouse's runs (copies under new names) until the file holds target_bytes."""
+    con = duckdb.connect(str(db))
+    try:
+        tables = [f"{s}.{t}" for s, t in con.execute(
+            "select distinct schema_name, table_name from duckdb_columns() where column_name = 'run' "
+            "and schema_name in ('main', 'internal') and table_name in (select table_name from duckdb_tables())"
+        ).fetchall()]
+        round_ = 0
+        while db.stat().st_size < target_bytes:
+            round_ += 1
+            shift = con.execute("select max(source_id) from sources").fetchone()[0]
+            con.execute("begin transaction")
+            for table in tables:
+                columns = {c for (c,) in con.execute(
+                    "select column_name from duckdb_columns() where schema_name || '.' || table_name = ?",
+                    [table]).fetchall()}
+                moved = f"run || '~{round_}' as run" + (f", source_id + {shift} as source_id"
+                                                         if "source_id" in columns else "")
+                con.execute(f"insert into {table} select * replace ({moved}) from {table}")
+            con.execute("commit")
+            con.execute("checkpoint")
+    finally:
+        con.close()
+
+
+def _ingest(rlwh, profile: Path, db: Path, run: str) -> tuple[Measured, int]:
+    with DiskPeak(db.parent) as disk:
+        m = measure(rlwh("ingest", str(profile), "-q", "--run", run, db=db))
+    if m.returncode != 0:
+        raise SystemExit(f"ingest failed: {m.stdout}\n{m.stderr}")
+    return m, disk.peak
+
+
+def bench_growth(tmp: Path, scale: float, sizes_gb: tuple[float, ...], rlwh, record, pairs: int = 3) -> None:
+    """For each size: `pairs` pairs of (the small run into an empty warehouse, into one
+    grown to the size), alternating; wall time, the ratio and the extra disk of each."""
+    profile = tmp / "growth_small"
+    synth.write_ascend_profile(profile, roles=("actor_update",), ranks=SMALL_RANKS, seed=7,
+                               n_ops=synth.ops_for_trace_mb(8 * scale, "compact", 0.27),
+                               n_allocs=max(1, int(12_000 * scale)), n_stacks=1300, stacked_fraction=0.27,
+                               trace_format="compact")
+    mb = sum(p.stat().st_size for p in profile.rglob("*") if p.is_file()) / 1e6
+    seed = tmp / "growth_seed" / "warehouse.duckdb"
+    seed.parent.mkdir()
+    _ingest(rlwh, profile, seed, "seed")
+    for gb in sizes_gb:
+        grown = tmp / f"growth_{gb}gb" / "warehouse.duckdb"
+        grown.parent.mkdir()
+        shutil.copy(seed, grown)
+        grow(grown, int(gb * 1e9))
+        size_gb = grown.stat().st_size / 1e9
+        os.sync()
+        empty_s, grown_s, disk_empty, disk_grown = [], [], [], []
+        for i in range(pairs):
+            empty = tmp / f"growth_empty_{gb}_{i}" / "warehouse.duckdb"
+            empty.parent.mkdir()
+            m, disk = _ingest(rlwh, profile, empty, "night")
+            empty_s.append(m.wall_s)
+            disk_empty.append(disk)
+            shutil.rmtree(empty.parent)
+            m, disk = _ingest(rlwh, profile, grown, f"night-{i}")
+            grown_s.append(m.wall_s)
+            disk_grown.append(disk)
+        ratios = sorted(g / e for g, e in zip(grown_s, empty_s))
+        record(f"growth: a small ingest ({SMALL_RANKS} ranks, {mb:.0f} MB) into a {size_gb:.1f} GB warehouse "
+               "against an empty one", empty_s=sorted(empty_s)[pairs // 2], grown_s=sorted(grown_s)[pairs // 2],
+               grown_vs_empty=ratios[pairs // 2], worst_pair=ratios[-1],
+               extra_disk_empty_mb=max(disk_empty) / 1e6, extra_disk_grown_mb=max(disk_grown) / 1e6,
+               load=os.getloadavg()[0])
+        shutil.rmtree(grown.parent)
