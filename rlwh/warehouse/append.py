@@ -16,13 +16,15 @@ open, even read-only. So:
   lock error (rlwh's own commands wait for it, rlwh.warehouse.session.connect_read);
 - a reader holds it (a BI tool, a duckdb shell, a notebook): it is copied, the copy
   written, and renamed over it as before this module existed, so the reader is never
-  blocked and keeps its snapshot; that ingest pays the copy;
+  blocked and keeps its snapshot; that ingest pays the copy (none where the file system
+  clones: clone_or_copy);
 - there is none yet: the schema's template is copied and written, then renamed into place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -98,7 +100,7 @@ def _append_to_copy(con, config: Config, reloaded: list[int], finish) -> str:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
-            shutil.copyfile(path, work)
+            clone_or_copy(path, work)
         else:
             template.copy_schema(work)  # none (an unwritable cache): an empty file, migrated below
         _attach(con, work)
@@ -113,6 +115,21 @@ def _append_to_copy(con, config: Config, reloaded: list[int], finish) -> str:
     finally:
         remove_working_files(work)
     return how
+
+
+FICLONE = 0x40049409  # Linux's ioctl: the destination shares the source's blocks until written
+
+
+def clone_or_copy(src: Path, dest: Path) -> None:
+    """Copy `src` to `dest`: a copy-on-write clone where the file system makes one (btrfs,
+    XFS, ZFS, bcachefs: instant, no extra disk until written), else a plain copy."""
+    with open(src, "rb") as source, open(dest, "wb") as target:
+        try:
+            fcntl.ioctl(target.fileno(), FICLONE, source.fileno())
+            return
+        except OSError:
+            pass  # ext4, tmpfs, another file system: copy
+    shutil.copyfile(src, dest)
 
 
 def _append(con, config: Config, reloaded: list[int], finish) -> None:
