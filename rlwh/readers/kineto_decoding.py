@@ -28,7 +28,7 @@ _pool_size = 0
 GZIP_RATIO = 8  # a gzipped trace's size times this: about its uncompressed size
 
 
-def starter(workers: int, path: Path) -> Callable[[bytes], Callable[[], tuple]]:
+def starter(workers: int, path: Path) -> Callable[[bytes | kineto_events.Span], Callable[[], tuple]]:
     """decode(body) for kineto_events.pieces: starts decoding a piece and returns what
     waits for its result; in this process when one worker is enough."""
     size = path.stat().st_size
@@ -42,7 +42,7 @@ def starter(workers: int, path: Path) -> Callable[[bytes], Callable[[], tuple]]:
     return lambda body: pool.submit(decode_rows, body).result
 
 
-def _here(body: bytes) -> Callable[[], tuple]:
+def _here(body: bytes | kineto_events.Span) -> Callable[[], tuple]:
     """Decode now; what it raises is raised when its result is asked for, as from a pool
     (a piece that starts inside an event fails, and is never asked for)."""
     try:

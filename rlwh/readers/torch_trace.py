@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from rlwh.errors import SourceError
 from rlwh.readers import kineto_decoding as decoding
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
-from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, event_or_none, pieces
+from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, bytes_bodies, event_or_none, pieces, spans
 from rlwh.readers.kineto_nesting import EVENTS_IN_SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import Rows, build, rows_of
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
@@ -250,11 +250,14 @@ def _scan_events(path: Path, spill: _Spill, workers: int = 1) -> dict:
 
 
 def _scan_typed(path: Path, spill: _Spill, workers: int = 1) -> dict:
+    """A plain file's pieces are byte ranges that each decoding process reads itself; a
+    gzipped file's are cut from the inflated stream here."""
     scan = _Scan(spill)
     out: dict = {}
     decode = decoding.starter(workers, path)
     with _Stream(path) as stream:
-        for rows in pieces(_chunks(stream), _members, out, decode, workers + 1, rows_of):
+        bodies = bytes_bodies(_chunks(stream)) if stream.gzipped else spans(str(path))
+        for rows in pieces(bodies, _members, out, decode, workers + 1, rows_of):
             scan.take(rows)
     return scan.facts(None, out["trailer"])
 
@@ -421,13 +424,18 @@ def _members(text: str, i: int) -> dict | None:
             return None
 
 
+def _spill_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    """A Parquet file read back once, by this reader's DuckDB: neither compressed nor
+    dictionary-encoded (the encoding was most of the spill's cost, 5x a plain write)."""
+    return pq.ParquetWriter(path, schema, compression="none", use_dictionary=False)
+
+
 class _Spill:
     """The rows of each kind, written to one Parquet file per kind as they come."""
 
     def __init__(self, root: Path):
         self.root = root
-        self._writers = {k: pq.ParquetWriter(root / f"{k}.parquet", s, compression="none")
-                         for k, s in _SPILLS.items()}
+        self._writers = {k: _spill_writer(root / f"{k}.parquet", s) for k, s in _SPILLS.items()}
 
     def path(self, kind: str) -> str:
         return str(self.root / f"{kind}.parquet")
@@ -461,8 +469,8 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         names_table = pa.table({"id": pa.array(range(len(names)), _I), "name": pa.array(names, pa.string())})
         con.register("_names", names_table)
         stacks = _StackIds(names_table, names, tmp)
-        with pq.ParquetWriter(tmp / "op_stacks.parquet", _OP_STACKS, compression="none") as op_stacks, \
-                pq.ParquetWriter(tmp / "memory_ops.parquet", _MEMORY_OPS, compression="none") as memory_ops:
+        with _spill_writer(tmp / "op_stacks.parquet", _OP_STACKS) as op_stacks, \
+                _spill_writer(tmp / "memory_ops.parquet", _MEMORY_OPS) as memory_ops:
             sorted_events = con.sql(EVENTS_IN_SWEEP_ORDER, params=spilled).to_arrow_reader(NEST_ROWS)
             for nesting in nest_batches(sorted_events):
                 op_stacks.write_table(stacks.of_ops(nesting))
