@@ -240,17 +240,17 @@ def _tail_bytes(tail: list) -> bytes:
 
 
 def _bytes(body: bytes | Span) -> bytes:
-    return body.read() if body.__class__ is Span else body  # type: ignore[union-attr]
+    return body.read() if isinstance(body, Span) else body
 
 
 def _size(body: bytes | Span) -> int:
-    return body.end - body.start if body.__class__ is Span else len(body)  # type: ignore[union-attr]
+    return body.end - body.start if isinstance(body, Span) else len(body)
 
 
 def _joined(body: bytes | Span, after: bytes | Span) -> bytes | Span:
     """A piece and the one after it, as one."""
-    if body.__class__ is Span and after.__class__ is Span:
-        return body._replace(end=after.end)  # type: ignore[union-attr]
+    if isinstance(body, Span) and isinstance(after, Span):
+        return body._replace(end=after.end)
     return _bytes(body) + b"," + _bytes(after)
 
 
