@@ -99,7 +99,7 @@ class _NoPandas:
 def _start_worker(parent_pid: int) -> None:
     """Pool initializer: end with the parent (rlwh.child_process), and no pandas."""
     end_with_parent(parent_pid, "rlwh-decode-watch")
-    sys.meta_path.insert(0, _NoPandas())  # type: ignore[arg-type]
+    sys.meta_path.insert(0, _NoPandas())
 
 
 def _get_pool(workers: int) -> ProcessPoolExecutor:
