@@ -7,7 +7,8 @@ takes them in file order, so the rows are exactly those of one process.
 
 The pool is made on first use, or earlier by `prestart` (ingest calls it once the plan
 says the trace is to be read here, so the processes start while the writer opens the
-warehouse), and kept for the next trace of this process. A reader that runs in a parse
+warehouse), and ended by the reader once the trace is decoded: idle, its processes held
+their memory through the landing, which is where an ingest's process tree peaks. A reader that runs in a parse
 worker (several files at once) decodes in its own process: the other workers already use
 the other cores. A trace smaller than two pieces is decoded here too.
 """
@@ -119,7 +120,8 @@ def _get_pool(workers: int) -> ProcessPoolExecutor:
 
 
 def forget_pool() -> None:
-    """Drop the pool (one of its processes died): the next trace makes a new one."""
+    """End the pool (a trace is decoded, or one of its processes died): the next trace
+    makes a new one."""
     global _pool
     if _pool is not None:
         _pool.shutdown(wait=False, cancel_futures=True)
