@@ -84,3 +84,16 @@ def test_the_pool_starts_after_the_plan_and_ends_with_the_trace(tmp_path, config
     assert two.failed == 0 and len(prestarted) == 1
     assert made and kineto_decoding._pool is None  # started early, ended with the trace
     assert _rows(config.db_path, "two") == _rows(config.db_path, "one")
+
+
+def test_a_pool_started_for_a_file_that_is_no_trace_ends(tmp_path):
+    from rlwh.errors import SourceError
+    from rlwh.readers import torch_trace
+    from rlwh.readers.base import TableSink
+
+    path = tmp_path / "prof_rank-0.pt.trace.json"
+    path.write_text('{"schemaVersion": 1}')
+    kineto_decoding._get_pool(2)
+    with pytest.raises(SourceError, match="no traceEvents"):
+        torch_trace.read(path, TableSink(tmp_path / "out"), {"rank_id": 0, "workers": 2})
+    assert kineto_decoding._pool is None

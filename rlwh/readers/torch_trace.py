@@ -110,6 +110,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
         if not has_events:
             why = "not a PyTorch trace" if broken_at is None else (
                 f"the JSON ends or breaks before them, at or before uncompressed byte {broken_at}")
+            decoding.forget_pool()  # started for this trace (rlwh.ingest.early), not needed
             raise SourceError(f"{path}: no traceEvents ({why})")
         spill = _Spill(Path(tmp))
         try:
@@ -122,6 +123,9 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
             rank = _rank_facts(path, meta, scan, base, context)
         finally:
             spill.close()
+            # Idle from here on, each decoding process would hold ~170 MB through the
+            # resolve, the landing and derive, where an ingest's process tree peaks.
+            decoding.forget_pool()
         _resolve(Path(tmp), spill, sink, base, scan["names"], context.get("memory_limit") or DUCKDB_MEMORY)
     if scan["error"] is not None:
         return ReadOutcome("partial", f"{path}: {scan['error']}", rank)
@@ -244,8 +248,6 @@ def _scan_events(path: Path, spill: _Spill, workers: int = 1) -> dict:
             decoding.forget_pool()
             spill.reset()
             return _scan_typed(path, spill, 1)
-        finally:  # idle from here on, each process would hold ~170 MB through the landing
-            decoding.forget_pool()
     except NotTyped:
         spill.reset()
         return _scan_streaming(path, spill)
