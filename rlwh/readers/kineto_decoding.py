@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from rlwh.child_process import end_with_parent, sigint_blocked
-from rlwh.executors.clean_main import main_left_out
+from rlwh.clean_main import main_left_out
 from rlwh.readers import kineto_events
 
 _pool: ProcessPoolExecutor | None = None
@@ -112,7 +112,7 @@ def _get_pool(workers: int) -> ProcessPoolExecutor:
                                     initializer=_start_worker, initargs=(os.getpid(),))
         _pool_size = workers
         # Every process starts now, each on its first task: none imports the caller's
-        # script (rlwh.executors.clean_main), each starts with Ctrl-C blocked.
+        # script (rlwh.clean_main), each starts with Ctrl-C blocked.
         with main_left_out(), sigint_blocked():
             for _ in range(workers):
                 _pool.submit(_ready)
