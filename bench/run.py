@@ -166,7 +166,7 @@ from rlwh.readers import kineto_events as k
 with open(sys.argv[1], "rb") as f:
     chunks = iter(lambda: f.read(4 << 20), b"")
     n = 0
-    for body in k._bodies(k._array_start(chunks), chunks):
+    for body in k.bytes_bodies(chunks):
         data = body.data if body.__class__ is k._Rest else body
         if body.__class__ is k._Rest:
             data = data[:data.rindex(b"]")]

@@ -3,7 +3,7 @@
 The same work as the CLI's commands, returning objects instead of printing: ingest's
 summary, a read-only DuckDB connection with every view, check's report. Settings come
 from warehouse.toml (or RLWH_CONFIG) as for the CLI, with the keyword arguments winning.
-Parse workers never re-run the calling script (rlwh.executors.clean_main), so a plain
+Parse workers never re-run the calling script (rlwh.clean_main), so a plain
 script without an `if __name__ == "__main__":` guard, or a notebook cell, is fine.
 """
 

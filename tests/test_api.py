@@ -57,13 +57,13 @@ def test_ingest_and_connect_from_a_script_without_a_main_guard(tmp_path):
 
 
 def test_spawned_workers_do_not_run_the_callers_script(tmp_path):
-    """The pool's start (rlwh.executors.clean_main): a spawned process inside the block
+    """The pool's start (rlwh.clean_main): a spawned process inside the block
     does not import the script; one outside it does (what broke the pool)."""
     proc = _python("""
         import multiprocessing
         import os
 
-        from rlwh.executors.clean_main import main_left_out
+        from rlwh.clean_main import main_left_out
 
         with open("imported", "a") as f:
             f.write(f"{os.getpid()}\\n")

@@ -48,7 +48,7 @@ def local_pool(tasks: list[Task], parts: Path, workers: int,
     from multiprocessing import get_context
 
     from rlwh.child_process import sigint_blocked
-    from rlwh.executors.clean_main import main_left_out
+    from rlwh.clean_main import main_left_out
     from rlwh.executors.local import die_with_parent, stop_now
 
     pool = ProcessPoolExecutor(max_workers=min(workers, len(ordered)), mp_context=get_context("spawn"),

@@ -18,6 +18,7 @@ from types import ModuleType
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest.discover import discover
+from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
 from rlwh.warehouse.session import connect_read, remove_leftovers, writer_lock
@@ -82,6 +83,7 @@ def ingest(
             if plan.nothing_changed:
                 summary.results = [plan.unchanged_result(p) for p in files if not p.source.ignored]
             else:
+                start_decoding(plan, config)
                 _target(config).write(summary, plan, config, progress)
     summary.results.sort(key=lambda r: r.rel_path)
     summary.seconds = time.perf_counter() - started

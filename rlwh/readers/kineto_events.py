@@ -9,7 +9,9 @@ How: the traceEvents array is cut into pieces of about PIECE_BYTES at event boun
 A boundary is a '},' followed by '{'; one inside a string or a nested value leaves the
 piece unbalanced, which the decoder rejects at the piece's very end, and the cut moves back
 to an earlier candidate (or, after a few, waits for more bytes), so a piece that decodes is
-exactly a run of whole events. At the end the array's own ']' is the one after which the
+exactly a run of whole events. In a plain file a piece is a byte range (Span) that the
+process decoding it reads itself, so its bytes never pass through the process that cuts
+it; a gzipped one is cut from the inflated bytes. At the end the array's own ']' is the one after which the
 rest of the file reads as the trailing keys (searched in the last TAIL_BYTES only). A piece
 that is valid JSON but has an event of another shape (a ts that is no number) is decoded
 event by event, and an event that still does not fit is None (malformed), as it is in the
@@ -21,11 +23,12 @@ the streaming parser, which keeps every complete event before a cut.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from decimal import Decimal
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import msgspec
 
@@ -161,11 +164,101 @@ def _array_start(chunks: Iterator[bytes]) -> bytes:
     raise NotTyped("no traceEvents array")
 
 
-def decode_piece(body: bytes, build: Callable[[list, bytes], Any]) -> tuple[str, Any]:
+class Span(NamedTuple):
+    """A piece of a plain file as a byte range [start, end): read by whoever decodes it."""
+
+    path: str
+    start: int
+    end: int
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            return f.read(self.end - self.start)
+
+
+SPAN_WINDOW = 64 << 10  # bytes read at once while looking for a cut
+
+
+def spans(path: str) -> Iterator[Span | _Rest]:
+    """A plain file's traceEvents array as Spans of about PIECE_BYTES, each ending at a
+    candidate boundary (its '}'; the next starts at the '{' after the ','), then the _Rest.
+    Only the bytes around each cut are read here."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = _events_offset(f)
+        while size - start > PIECE_BYTES:
+            found = _next_boundary(f, start + PIECE_BYTES, start + MAX_PIECE_BYTES)
+            if found is None:
+                break
+            at, after = found
+            yield Span(path, start, at + 1)
+            start = after
+        f.seek(start)
+        yield _Rest(f.read())
+
+
+def _events_offset(f) -> int:
+    """The file offset right after the traceEvents array's '['."""
+    head = b""
+    while len(head) <= MAX_PIECE_BYTES:
+        chunk = f.read(SPAN_WINDOW)
+        searched = max(0, len(head) - 64)  # the key may straddle two reads
+        head += chunk
+        match = _EVENTS_KEY.search(head, searched)
+        if match:
+            return match.end()
+        if not chunk:
+            raise NotTyped("no traceEvents array")
+    raise NotTyped("no traceEvents array near the start")
+
+
+def _next_boundary(f, at: int, limit: int) -> tuple[int, int] | None:
+    """(the '}', the '{') of the first '}' ',' '{' from byte `at`; None at the end of the
+    file; NotTyped when there is none before `limit`."""
+    while at < limit:
+        f.seek(at)
+        window = f.read(SPAN_WINDOW)
+        if len(window) < 3:
+            return None
+        match = _BOUNDARY.search(window)
+        if match:
+            return at + match.start(), at + match.end() - 1
+        if len(window) < SPAN_WINDOW:
+            return None
+        at += len(window) - 256  # a boundary that straddles two reads (whitespace aside)
+    raise NotTyped(f"no event boundary in {MAX_PIECE_BYTES} bytes")
+
+
+def _tail_bytes(tail: list) -> bytes:
+    """The last pieces as one text: from the first Span's start to the end of the file as
+    written (a cut may fall in the keys after the array, where a ',' would not do), else
+    the bodies joined."""
+    if tail[0].__class__ is Span:
+        return tail[0]._replace(end=os.path.getsize(tail[0].path)).read()
+    return b",".join(map(_bytes, tail))
+
+
+def _bytes(body: bytes | Span) -> bytes:
+    return body.read() if isinstance(body, Span) else body
+
+
+def _size(body: bytes | Span) -> int:
+    return body.end - body.start if isinstance(body, Span) else len(body)
+
+
+def _joined(body: bytes | Span, after: bytes | Span) -> bytes | Span:
+    """A piece and the one after it, as one."""
+    if isinstance(body, Span) and isinstance(after, Span):
+        return body._replace(end=after.end)
+    return _bytes(body) + b"," + _bytes(after)
+
+
+def decode_piece(body: bytes | Span, build: Callable[[list, bytes], Any]) -> tuple[str, Any]:
     """One piece cut by pieces(): ("events", build(its events, its text)), ("cut", None)
     when the cut fell inside an event (the piece breaks at its very end), or ("ends",
     None) when the traceEvents array ends inside it. NotTyped for a damaged file."""
-    piece = b"[" + body + b"]"
+    piece = b"[" + _bytes(body) + b"]"
     try:
         events = _decode(piece)
     except _ArrayEnds:
@@ -173,10 +266,11 @@ def decode_piece(body: bytes, build: Callable[[list, bytes], Any]) -> tuple[str,
     return ("cut", None) if events is None else ("events", build(events, piece))
 
 
-def pieces(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | None], out: dict,
-           decode: Callable[[bytes], Callable[[], tuple[str, Any]]], window: int,
+def pieces(bodies: Iterator[bytes | Span | _Rest], parse_trailer: Callable[[str, int], dict | None], out: dict,
+           decode: Callable[[bytes | Span], Callable[[], tuple[str, Any]]], window: int,
            build: Callable[[list, bytes], Any]) -> Iterator[Any]:
-    """What decode_piece gives for each piece of the trace, in file order: decode(body)
+    """What decode_piece gives for each piece of the trace (bodies: spans(), or
+    bytes_bodies() of a stream), in file order: decode(body)
     starts that work (in another process, say) and returns what waits for its result;
     up to `window` pieces wait at once. The last piece is decoded here, with build; the
     keys after the array are left in out["trailer"].
@@ -188,8 +282,7 @@ def pieces(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | N
     and decoded again. A piece in which the array ends ("ends") is, with everything after
     it, the last piece. A damaged piece raises NotTyped from its result."""
     waiting: deque = deque()  # (result getter, body), in file order
-    bodies = _bodies(_array_start(chunks), chunks)
-    tail: list[bytes] | None = None
+    tail: list | None = None
     rest = b""
     for body in bodies:
         if isinstance(body, _Rest):
@@ -212,7 +305,7 @@ def pieces(chunks: Iterator[bytes], parse_trailer: Callable[[str, int], dict | N
         elif kind == "tail":
             tail = [value, *(b for _, b in waiting), rest]
             waiting.clear()
-    events, piece, out["trailer"] = _last(b",".join(tail if tail is not None else [rest]), parse_trailer)
+    events, piece, out["trailer"] = _last(_tail_bytes(tail if tail is not None else [rest]), parse_trailer)
     yield build(events, piece)
 
 
@@ -221,6 +314,11 @@ class _Rest:
 
     def __init__(self, data: bytes):
         self.data = data
+
+
+def bytes_bodies(chunks: Iterator[bytes]) -> Iterator[bytes | _Rest]:
+    """The traceEvents array of a stream's bytes (a gzipped file) cut into bodies."""
+    return _bodies(_array_start(chunks), chunks)
 
 
 def _bodies(buf: bytes, chunks: Iterator[bytes]) -> Iterator[bytes | _Rest]:
@@ -264,9 +362,9 @@ def _settle(waiting: deque, decode) -> tuple[str, Any]:
     if kind == "ends" or not waiting:
         return "tail", body
     _, after = waiting.popleft()  # it starts inside an event: its result is not used
-    joined = body + b"," + after
-    if len(joined) > MAX_PIECE_BYTES:
-        raise NotTyped(f"no event boundary in {len(joined)} bytes")
+    joined = _joined(body, after)
+    if _size(joined) > MAX_PIECE_BYTES:
+        raise NotTyped(f"no event boundary in {_size(joined)} bytes")
     waiting.appendleft((decode(joined), joined))
     return "again", None
 

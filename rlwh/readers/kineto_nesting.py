@@ -33,21 +33,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _I = pa.int64()
+# Every frame, op and memory event of a trace's spill, unsorted.
+EVENTS = """
+    select 0::tinyint as kind, pid, tid, ts, "end", pyid as id, parent, name, file_row_number as n
+    from read_parquet($py, file_row_number = true)
+    union all
+    select 1, pid, tid, ts, ts + coalesce(dur, 0), seq, null, stack, file_row_number
+    from read_parquet($ops, file_row_number = true)
+    union all
+    select 2, pid, tid, ts, ts, idx, null, null, file_row_number
+    from read_parquet($mem, file_row_number = true)
+"""
 # The sweep order: per thread by start; at one start frames (0), ops (1), memory events (2);
 # longer first; then by id (python id, op seq, memory index), and file order for full ties.
-EVENTS_IN_SWEEP_ORDER = """
+SWEEP_ORDER = 'order by pid, tid, ts, kind, "end" - ts desc, id, n'
+EVENTS_IN_SWEEP_ORDER = f"""
     select kind, pid, tid, ts, "end", id, parent, name
-    from (
-      select 0::tinyint as kind, pid, tid, ts, "end", pyid as id, parent, name, file_row_number as n
-      from read_parquet($py, file_row_number = true)
-      union all
-      select 1, pid, tid, ts, ts + coalesce(dur, 0), seq, null, stack, file_row_number
-      from read_parquet($ops, file_row_number = true)
-      union all
-      select 2, pid, tid, ts, ts, idx, null, null, file_row_number
-      from read_parquet($mem, file_row_number = true)
-    )
-    order by pid, tid, ts, kind, "end" - ts desc, id, n
+    from ({EVENTS})
+    {SWEEP_ORDER}
 """
 EVENT_COLUMNS = ["kind", "pid", "tid", "ts", "end", "id", "parent", "name"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlwh.readers.kineto_events import NO_ARGS, Event, FastArgs, FastEvent, decode_piece, general_events
+from rlwh.readers.kineto_events import NO_ARGS, Event, FastArgs, FastEvent, Span, decode_piece, general_events
 from rlwh.readers.torch_device import DEVICE_CATEGORIES, LAUNCH_CATEGORIES, kineto_int
 
 _I, _S = pa.int64(), pa.string()
@@ -100,7 +100,7 @@ def rows_of(events: list, piece: bytes) -> Rows:
     return build(events, lambda: general_events(piece) or [])
 
 
-def decode_rows(body: bytes) -> tuple[str, Rows | None]:
+def decode_rows(body: bytes | Span) -> tuple[str, Rows | None]:
     """A piece cut by kineto_events.pieces, decoded and built: what a decoding process does."""
     return decode_piece(body, rows_of)
 

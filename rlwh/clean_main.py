@@ -1,11 +1,13 @@
-"""Start parse workers without re-running the script that called rlwh.
+"""Start worker processes without re-running the script that called rlwh.
 
-A spawned worker imports the parent's `__main__` again (as `__mp_main__`) so that it can
-unpickle functions defined there. rlwh's tasks are rlwh functions, so that import buys
-nothing, and it costs everything when the caller is a plain script without an
+A spawned worker (a parse worker, rlwh.executors; a Kineto decoding process,
+rlwh.readers.kineto_decoding) imports the parent's `__main__` again (as `__mp_main__`)
+so that it can unpickle functions defined there. rlwh's tasks are rlwh functions, so that
+import buys nothing, and it costs everything when the caller is a plain script without an
 `if __name__ == "__main__":` guard: each worker runs the script, which starts an ingest,
 and the pool breaks. While a pool launches its workers, `__main__` is swapped for an
-empty module, so the workers' preparation names no main module to import.
+empty module, so the workers' preparation names no main module to import. A leaf module,
+below the readers and the executors that both start pools.
 """
 
 from __future__ import annotations
