@@ -3,7 +3,7 @@
 Why: a PyTorch trace that is the only file to parse is read in the writer's own process,
 its pieces decoded by a pool of processes (rlwh.readers.kineto_decoding). Starting them
 (Python and the decoding imports, about half a second each) once the plan says the trace
-changed lets that start overlap the writer opening its working copy and reading the
+changed lets that start overlap the writer making its scratch database and reading the
 trace's head. Not before the plan: an unchanged re-ingest must not pay for them.
 """
 
