@@ -131,6 +131,14 @@ from step_metrics order by step
 """
 
 
+def _show(config, title: str, sql: str) -> None:
+    """A table with the query that made it above it: some columns are computed (MB, a
+    clock time), so a reader copies the query, not the column names."""
+    print(f"\n{title}:")
+    print("  " + "\n  ".join(line for line in sql.strip().splitlines()))
+    print(as_table(query(config, sql)))
+
+
 def run_demo(out: Path) -> int:
     out = out.resolve()
     profile = out / "profile" / "demo-run"
@@ -142,14 +150,12 @@ def run_demo(out: Path) -> int:
     summary = ingest(profile, config)
     print(f"ingested {profile}: {len(summary.results)} files, {summary.rows:,} rows, "
           f"{summary.failed} failed, {summary.seconds:.1f} s -> {config.db_path}")
-    print("\nPeak memory per rank (memory_peak):")
-    print(as_table(query(config, PEAKS_SQL)))
-    print("\nTop call stacks live at each rank's peak (memory_peak_breakdown):")
-    print(as_table(query(config, TOP_STACKS_SQL)))
-    print("\nEach rank's clock against rank 0's, from the collectives' end times (clock_offsets):")
-    print(as_table(query(config, CLOCKS_SQL)))
-    print("\nThe training log's steps beside the profile's (step_metrics):")
-    print(as_table(query(config, STEPS_SQL)))
+    for title, sql in (("Peak memory per rank (memory_peak)", PEAKS_SQL),
+                       ("Top call stacks live at each rank's peak (memory_peak_breakdown)", TOP_STACKS_SQL),
+                       ("Each rank's clock against rank 0's, from the collectives' end times (clock_offsets)",
+                        CLOCKS_SQL),
+                       ("The training log's steps beside the profile's (step_metrics)", STEPS_SQL)):
+        _show(config, title, sql)
     try:
         from rlwh.report import build_report
     except ImportError:

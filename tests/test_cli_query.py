@@ -137,3 +137,17 @@ def test_json_output_is_valid_json_even_for_nan(db):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == [{"x": None, "y": None, "z": 1.5}]
     assert "NaN" not in result.output and "Infinity" not in result.output
+
+
+def test_a_long_value_is_cut_in_the_table_and_whole_in_csv(db):
+    """A 385-character kernel name would make every line of the table 400 wide."""
+    sql = "select repeat('k', 385) as kernel, 'short' as other"
+    table = CliRunner().invoke(cli, ["query", "--db", str(db), sql])
+    assert table.exit_code == 0, table.output
+    row = table.output.splitlines()[2]
+    assert row.startswith("k" * 99 + "\u2026") and "short" in row and len(row) < 120
+    assert "--format csv" in table.output.splitlines()[-1]
+    whole = CliRunner().invoke(cli, ["query", "--db", str(db), "--format", "csv", sql])
+    assert whole.output.splitlines()[1] == "k" * 385 + ",short"
+    short = CliRunner().invoke(cli, ["query", "--db", str(db), "select 'short' as other"])
+    assert "cut" not in short.output

@@ -179,3 +179,19 @@ def test_the_readme_in_order_prints_a_screenful_per_query_naming_the_run(fresh_c
             assert len(lines) <= SCREEN, f"{sql.splitlines()[-1]}: {len(lines)} lines"
             assert "run" in _header(lines), f"{sql}: no run column: {lines[:2]}"
     assert queries >= 15
+
+
+def test_every_table_the_demo_prints_comes_with_a_query_that_gives_it(tmp_path, capsys):
+    """A newcomer copies from the demo's output: each table is printed under the query that
+    made it, and that query, pasted into `rlwh query`, prints the same columns."""
+    assert run_demo(tmp_path / "demo") == 0
+    out = capsys.readouterr().out
+    sections = re.findall(r"\n([^\n]+):\n((?:  [^\n]*\n)+)(\S[^\n]*)\n", out)
+    assert len(sections) >= 4
+    for title, indented, header in sections:
+        sql = "\n".join(line[2:] for line in indented.splitlines())
+        db = tmp_path / "demo" / "warehouse.duckdb"
+        done = subprocess.run([sys.executable, "-m", "rlwh.cli", "query", "--db", str(db), "--format", "csv", sql],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"{title}: {done.stderr}"
+        assert done.stdout.splitlines()[0].split(",") == header.split(), title

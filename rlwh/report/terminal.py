@@ -59,10 +59,22 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
 
 
+# A terminal table's widest line of a value; a longer one (a C++ kernel name of 385
+# characters) is cut, and the table says so and how to get it whole.
+MAX_CELL = 100
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_CELL else line[:MAX_CELL - 1] + "…"
+
+
 def as_table(result: QueryResult) -> str:
     """Aligned columns; multi-line values span several lines of their row, rows with
-    such values are separated by a blank line so each row's extent is visible."""
-    cells = [[_cell(v).replace("\r\n", "\n").split("\n") for v in row] for row in result.rows]
+    such values are separated by a blank line so each row's extent is visible. A line
+    of a value longer than MAX_CELL is cut, and a last line says so."""
+    whole = [[_cell(v).replace("\r\n", "\n").split("\n") for v in row] for row in result.rows]
+    cells = [[[_cut(line) for line in lines] for lines in row] for row in whole]
+    cut = cells != whole
     numeric = [
         bool(result.rows) and all(row[i] is None or _is_number(row[i]) for row in result.rows)
         for i in range(len(result.columns))
@@ -84,6 +96,9 @@ def as_table(result: QueryResult) -> str:
         for k in range(max((len(lines) for lines in row), default=1)):
             out.append(line([lines[k] if k < len(lines) else "" for lines in row]))
     out.append(f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})")
+    if cut:
+        out.append(f"(values longer than {MAX_CELL} characters are cut at \u2026: --format csv or "
+                   "--format json prints them whole)")
     return "\n".join(out)
 
 
