@@ -163,7 +163,7 @@ def _progress_printer(quiet: bool):
 
 
 @cli.command()
-@click.argument("profile_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("profile_dir", type=click.Path())
 @click.option("--run", "run_name", help="Run name (default: the profile dir's name).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-format lines (failures still print).")
 @click.option("--executor", type=click.Choice(["local", "ray"]),
@@ -220,7 +220,7 @@ def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset)
 
 
 @cli.command()
-@click.argument("profile_dir", type=click.Path(exists=True))
+@click.argument("profile_dir", type=click.Path())
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Settings file (default: ./warehouse.toml; env RLWH_CONFIG): [verl_log] required_keys.")
 @user_errors
@@ -248,6 +248,8 @@ def check(profile_dir, config_path):
     from rlwh.ingest.log_check import check_log, format_log_checks
 
     required = load_config(config_path).verl_log_required_keys
+    if not Path(profile_dir).exists():
+        raise RlwhError(f"profile dir not found: {profile_dir}")
     if not Path(profile_dir).is_dir():
         verdict = check_log(Path(profile_dir), profile_dir, required)
         click.echo("\n".join(format_log_checks([verdict])))

@@ -35,9 +35,19 @@ def test_ingest_exits_nonzero_when_a_file_failed(tmp_path):
     assert "1 failed" in result.output
 
 
-def test_ingest_missing_dir_is_a_usage_error(tmp_path):
-    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "w.duckdb")])
-    assert result.exit_code == 2 and "does not exist" in result.output
+@pytest.mark.parametrize("command", ["ingest", "check"])
+def test_a_missing_dir_exits_1_as_the_readme_says(tmp_path, command):
+    """README's exit statuses: 1 for a bad path (2 is a wrong option); one line naming it."""
+    args = [command, str(tmp_path / "nope")] + (["--db", str(tmp_path / "w.duckdb")] if command == "ingest" else [])
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and result.output.strip() == f"Error: profile dir not found: {tmp_path / 'nope'}"
+
+
+def test_ingest_of_a_file_says_to_point_at_its_folder(tmp_path):
+    file = tmp_path / "trace_view.json"
+    file.write_text("[]")
+    result = CliRunner().invoke(cli, ["ingest", str(file), "--db", str(tmp_path / "w.duckdb")])
+    assert result.exit_code == 1 and "is a file: point at the folder" in result.output
 
 
 @pytest.mark.slow

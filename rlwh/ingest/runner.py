@@ -62,6 +62,8 @@ def ingest(
     """Load every source file of `profile_dir` into the warehouse as run `run`."""
     started = time.perf_counter()
     root = Path(profile_dir)
+    if root.is_file():
+        raise RlwhError(f"{root} is a file: point at the folder that holds the profiler's files (or its run)")
     if not root.is_dir():
         raise RlwhError(f"profile dir not found: {root}")
     root = root.resolve()
