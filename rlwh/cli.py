@@ -440,10 +440,13 @@ def forget(config, run_name):
     Example:
       rlwh forget grpo-0412-retry
     """
+    from rlwh.ingest.jobs import FACT_TABLES
     from rlwh.warehouse.forget import forget_run
 
     removed = forget_run(config, run_name)
-    click.echo(f"forgot run {run_name}: {sum(removed.values()):,} rows from {len(removed)} tables "
+    read = sum(n for table, n in removed.items() if table in FACT_TABLES)
+    derived = sum(n for table, n in removed.items() if table.startswith("internal."))
+    click.echo(f"forgot run {run_name}: {read:,} rows read from its files and {derived:,} derived from them "
                f"-> {config.db_path}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -46,8 +47,8 @@ def test_query_error_is_clear(db):
 def test_runs_and_sources(db):
     runs = CliRunner().invoke(cli, ["runs", "--db", db, "--format", "json"])
     assert json.loads(runs.output)[0] | {"profile_dir": None, "last_ingested_at": None} == {
-        "run": "memory_data", "profile_dir": None, "last_ingested_at": None, "ranks": 1, "files": 4,
-        "failed": 0, "partial": 0, "rows": 63}
+        "run": "memory_data", "profile_dir": None, "last_ingested_at": None, "roles": 1, "ranks": 1, "files": 3,
+        "failed": 0, "partial": 0, "ignored": 1, "rows": 63}
     sources = CliRunner().invoke(cli, ["sources", "--db", db, "--status", "ok", "--format", "csv"])
     assert sources.exit_code == 0 and sources.output.count("\nmemory_data,") == 3
     none = CliRunner().invoke(cli, ["sources", "--db", db, "--status", "failed", "--format", "json"])
@@ -151,3 +152,22 @@ def test_a_long_value_is_cut_in_the_table_and_whole_in_csv(db):
     assert whole.output.splitlines()[1] == "k" * 385 + ",short"
     short = CliRunner().invoke(cli, ["query", "--db", str(db), "select 'short' as other"])
     assert "cut" not in short.output
+
+
+def test_ingest_runs_summary_and_forget_count_alike(tmp_path):
+    """One definition per count: files are the files read (ignored ones apart), ranks the
+    distinct rank ids, rows the rows read from the files; every command says the same."""
+    profile = copy_fixture("rl-insight-samples/mstx_data", tmp_path)
+    db = str(tmp_path / "w.duckdb")
+    ingested = CliRunner().invoke(cli, ["ingest", str(profile), "--db", db])
+    assert ingested.exit_code == 0, ingested.output
+    files, rows = (int(n.replace(",", "")) for n in
+                   re.search(r": (\S+) files, (\S+) rows loaded", ingested.output).groups())
+    (run,) = json.loads(CliRunner().invoke(cli, ["runs", "--db", db, "--format", "json"]).output)
+    ranks = {r["rank_id"] for r in json.loads(CliRunner().invoke(
+        cli, ["query", "--db", db, "--format", "json", "select distinct rank_id from ranks"]).output)}
+    assert (run["files"], run["rows"], run["ranks"]) == (files, rows, len(ranks))
+    summary = CliRunner().invoke(cli, ["summary", "--db", db]).output
+    assert f": {files} files read (" in summary.splitlines()[0]
+    forgot = CliRunner().invoke(cli, ["forget", run["run"], "--db", db]).output
+    assert f": {rows:,} rows read from its files" in forgot

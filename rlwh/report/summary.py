@@ -24,9 +24,10 @@ TOP_LINKS_PER_STEP = 3
 
 RUN_FACTS = """
 select r.run, r.profile_dir, r.last_ingested_at,
-  (select count(*) from sources s where s.run = r.run) as files,
+  (select count(*) from sources s where s.run = r.run and s.status <> 'ignored') as files,
   (select count(*) from sources s where s.run = r.run and s.status = 'failed') as failed,
-  (select count(*) from sources s where s.run = r.run and s.status = 'partial') as partial
+  (select count(*) from sources s where s.run = r.run and s.status = 'partial') as partial,
+  (select count(*) from sources s where s.run = r.run and s.status = 'ignored') as ignored
 from runs r where r.run = $run
 """
 
@@ -192,8 +193,8 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
     facts = query(config, RUN_FACTS, {"run": run})
     if not facts.rows:
         raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
-    name, profile_dir, ingested_at, files, failed, partial = facts.rows[0]
-    header = (f"run {name}: {files} files ({failed} failed, {partial} partial), "
+    name, profile_dir, ingested_at, files, failed, partial, ignored = facts.rows[0]
+    header = (f"run {name}: {files} files read ({failed} failed, {partial} partial; {ignored} ignored), "
               f"last ingested {str(ingested_at)[:19]} UTC from {profile_dir}")
     params = {"run": run}
     return RunSummary(run, header, [

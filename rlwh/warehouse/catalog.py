@@ -70,14 +70,18 @@ def query_script(config: Config, sql: str, origin: str = "the SQL") -> list[Quer
 
 
 def runs(config: Config) -> QueryResult:
-    """Every run with its ranks, files and rows, newest ingest first."""
+    """Every run with its roles, ranks, files and rows, newest ingest first. The counts mean
+    what `rlwh ingest` and `rlwh summary` mean by them: ranks are distinct rank ids, files
+    the files rlwh read (ignored ones apart), rows the rows read from them."""
     return query(
         config,
         """select r.run, r.profile_dir, r.last_ingested_at,
-             (select count(distinct (role, rank_id)) from ranks k where k.run = r.run) as ranks,
-             count(s.source_id) as files,
+             (select count(distinct role) from ranks k where k.run = r.run) as roles,
+             (select count(distinct rank_id) from ranks k where k.run = r.run) as ranks,
+             count(s.source_id) filter (where s.status <> 'ignored') as files,
              count(s.source_id) filter (where s.status = 'failed') as failed,
              count(s.source_id) filter (where s.status = 'partial') as partial,
+             count(s.source_id) filter (where s.status = 'ignored') as ignored,
              coalesce(sum(s.rows), 0) as rows
            from runs r left join sources s using (run)
            group by all
