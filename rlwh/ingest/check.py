@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlwh.errors import RlwhError, SourceError
-from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover
+from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover, profile_root
 from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
 from rlwh.ingest.sniff import HEAD_BYTES, read_head, read_tail, shown_start
 
@@ -128,8 +128,9 @@ def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAU
     root = Path(profile_dir)
     if not root.is_dir():
         raise RlwhError(f"profile dir not found: {root}")
+    root, note = profile_root(root)
     found: Discovery = discover(root)
-    report = CheckReport(str(root.resolve()), found.files, list(found.warnings))
+    report = CheckReport(str(root), found.files, ([note] if note else []) + list(found.warnings))
     for f in found.files:
         if not f.ignored:
             report.problems += _file_problems(f, report.head_ranks)

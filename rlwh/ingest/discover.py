@@ -338,11 +338,33 @@ def _ascend_capture(here: Path, root: Path, entries: list[str]) -> _Capture:
     infos = [n for n in entries if _PROFILER_INFO.fullmatch(n)]
     if infos and (info_name := _PROFILER_INFO.fullmatch(infos[0])) is not None:  # it matched above
         rank = int(info_name.group(1))
-    capture = _Capture(here, rel.as_posix(), role or root.name, rank, step, None, None, infos)
+    if role is None:
+        # No role folder between the profile dir and the capture: the folder pointed at names
+        # it, or, pointed at the capture itself, the nearest folder above it that is no rank,
+        # step or capture folder (what pointing at that folder would give).
+        role = root.name if here != root else (place(here.parent.parts)[2] or here.name)
+    # Pointed at the capture itself, it is still named as from the folder above it.
+    name = rel.as_posix() if here != root else here.name
+    capture = _Capture(here, name, role, rank, step, None, None, infos)
     if rank is None:
-        capture.problem = (f"{rel.as_posix()}: no profiler_info_<rank>.json and no rank<k> folder, "
+        capture.problem = (f"{name}: no profiler_info_<rank>.json and no rank<k> folder, "
                            "so the rank is unknown")
     return capture
+
+
+def profile_root(path: Path) -> tuple[Path, str | None]:
+    """The folder to read when the user points at `path`: itself, or, for the profiler's
+    ASCEND_PROFILER_OUTPUT, the capture that holds it (the rank and the role come from the
+    capture's own files and place), with a line saying so."""
+    path = path.resolve()
+    capture = path.parent
+    if path.name == ASCEND_OUTPUT and path.is_dir():
+        entries = list(capture.iterdir())
+        if _is_capture_dir(capture.name, [e.name for e in entries if e.is_dir()],
+                           [e.name for e in entries if e.is_file()]):
+            return capture, (f"read {capture}: {ASCEND_OUTPUT} is part of that capture, whose "
+                             "profiler_info_<rank>.json gives its rank")
+    return path, None
 
 
 def discover(root: str | os.PathLike) -> Discovery:

@@ -17,7 +17,7 @@ from types import ModuleType
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest.discover import discover
+from rlwh.ingest.discover import discover, profile_root
 from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
@@ -66,12 +66,13 @@ def ingest(
         raise RlwhError(f"{root} is a file: point at the folder that holds the profiler's files (or its run)")
     if not root.is_dir():
         raise RlwhError(f"profile dir not found: {root}")
-    root = root.resolve()
+    root, note = profile_root(root)
     run = run if run is not None else root.name
     if not run.strip():
         raise RlwhError("--run must not be empty")
     found = discover(root)
-    summary = IngestSummary(run, str(root), warnings=list(found.warnings))
+    summary = IngestSummary(run, str(root), warnings=[note] if note else [])
+    summary.warnings += found.warnings
     files = fingerprint_files(found.files)
     if all(p.source.ignored for p in files):
         summary.warnings.append(
