@@ -1,8 +1,8 @@
 """The DuckDB-file target of `rlwh ingest`: every file of each changed capture lands in a
 scratch database (rlwh.ingest.landing), and its rows are then appended to the warehouse in
 one transaction (rlwh.warehouse.append), so an ingest costs what it adds, not what the
-warehouse holds. The runner holds the writer lock and made the plan; this module only
-writes.
+warehouse holds. A new warehouse is written straight (the scratch would be all of it).
+The runner holds the writer lock and made the plan; this module only writes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest import landing
 from rlwh.ingest.plan import IngestSummary, Plan, Progress, utc
 from rlwh.warehouse import append
-from rlwh.warehouse.session import stage_path
+from rlwh.warehouse.session import stage_path, working_copy
 
 
 def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
@@ -23,6 +23,9 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
     done = landing.Counter(progress, len(plan.files), plan.total_bytes)
     # A warehouse that needs migrating has older tables: its rows are not copied, but read again.
     changed = landing.changed_groups(plan, summary, done, read_unchanged=plan.schema_behind)
+    if not config.db_path.exists():
+        _create(summary, plan, config, changed.files, done)
+        return
     reloaded = [p.source_id for p in changed.files + changed.kept
                 if p.source_id is not None and p.source.rel_path in plan.known]
     work = stage_path(config)
@@ -45,6 +48,17 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
             con.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _create(summary: IngestSummary, plan: Plan, config: Config, files: list, done: landing.Counter) -> None:
+    """A new warehouse: the files land straight in its file (the schema's template, copied),
+    which is renamed into place when whole; a scratch database and an append would only
+    write every row twice (64 ranks: 1.13x the time)."""
+    with working_copy(config) as session:
+        landing.land(session.con, plan.run, files, config, summary, done)
+        done.say("publishing the warehouse")
+        _record_run(session.con, plan.run, plan.profile_dir)
+        session.changed = True
 
 
 def _record_run(con, run: str, profile_dir: Path) -> None:
