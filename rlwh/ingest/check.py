@@ -165,8 +165,19 @@ def _file_problems(f: SourceFile, head_ranks: dict[str, int]) -> list[Problem]:
 
 
 def _torch_trace(f: SourceFile, head: bytes) -> list[Problem]:
+    """A trace's head read by the reader's own code (rlwh.readers.kineto_head): the keys
+    before traceEvents, the events that end within it; then whether its end is cut."""
     if f.content == "chrome_object":
-        return _cut(f, b"}")
+        from rlwh.readers.kineto_head import head_problem
+
+        said = head_problem(head, len(head) < HEAD_BYTES)
+        if said is not None and said[0] == "failed":
+            return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", True)]
+        end = _cut(f, b"}")
+        if said is not None and not any(p.fails for p in end):
+            what = said[1] + (": ingest keeps the complete events before it" if "JSON breaks" in said[1] else "")
+            return [Problem(f.rel_path, f"{f.rel_path}: {what}", False, partial=True)]
+        return end
     start = shown_start(head.lstrip(b" \t\r\n\xef\xbb\xbf"))
     return [Problem(f.rel_path, f"{f.rel_path}: does not start like a PyTorch trace (a JSON object with "
                     f"traceEvents); it starts {start}", True)]
@@ -186,20 +197,15 @@ _TRAILER_BYTES = 16384
 def _object_closes(end: bytes) -> bool:
     """A Kineto trace ends with traceEvents' `]`, then its other keys (`"distributedInfo":
     {...}`, `"traceName": "..."`) and the `}` that closes the object. Some `]` of the tail
-    must be followed by exactly that: nothing, or keys that parse as an object's members."""
-    import json
+    must be followed by exactly that: nothing, or keys that parse as an object's members,
+    read as the reader reads them (TooDeep for one nested too deep, as ingest says)."""
+    from rlwh.readers.kineto_stream import trailing_keys
 
     tail = end[-_TRAILER_BYTES:]
     pos = len(tail)
     while (pos := tail.rfind(b"]", 0, pos)) >= 0:
-        rest = tail[pos + 1:].strip()
-        if rest == b"}":
+        if trailing_keys(tail[pos + 1:].decode("utf-8", "replace"), 0) is not None:
             return True
-        if rest[:1] == b",":
-            try:
-                return isinstance(json.loads(b"{" + rest[1:]), dict)
-            except ValueError:
-                pass
     return False
 
 
@@ -211,8 +217,11 @@ def _cut(f: SourceFile, closer: bytes) -> list[Problem]:
     except OSError as exc:
         return [Problem(f.rel_path, f"cannot read {f.path}: {exc.strerror}", True)]
     end = tail.rstrip()
-    if damage is None and end.endswith(closer) and (closer != b"}" or _object_closes(end)):
-        return []
+    try:
+        if damage is None and end.endswith(closer) and (closer != b"}" or _object_closes(end)):
+            return []
+    except SourceError as exc:  # a key after traceEvents nested too deep: the reader fails the file
+        return [Problem(f.rel_path, f"{f.rel_path}: {exc}", True)]
     what = damage or f"the JSON does not end with its closing {closer.decode()!r} (cut while being written)"
     return [Problem(f.rel_path, f"{f.rel_path}: {what}: ingest keeps the complete events before the cut",
                     False, partial=True)]
