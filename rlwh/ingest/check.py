@@ -403,25 +403,56 @@ def _gmm(path: Path) -> None:
         load_counts(path)
 
 
-def _operator_memory(path: Path) -> None:
+def _operator_memory(path: Path) -> list[str]:
     from rlwh.readers.ascend_csv import read_header
 
-    read_header(path)
+    return read_header(path)
 
 
 def _usage_csv(fmt_name: str):
-    def header(path: Path) -> None:
+    def header(path: Path) -> list[str]:
         from rlwh.readers import ascend_usage
 
-        ascend_usage.read_header(path, getattr(ascend_usage, fmt_name))
+        return ascend_usage.read_header(path, getattr(ascend_usage, fmt_name))[0]
 
     return header
+
+
+def _kernel_details(path: Path) -> list[str]:
+    from rlwh.readers.ascend_kernels import KERNEL_DETAILS
+    from rlwh.readers.ascend_usage import read_header
+
+    return read_header(path, KERNEL_DETAILS)[0]
+
+
+def _csv(header_of):
+    """A CSV: its reader's own header read (what it refuses, ingest fails in the same
+    words), then the cells of the rows within its first 64 KiB against that header, as
+    the row-by-row reads count them (rlwh.readers.csv_header.rows_problem)."""
+    from rlwh.readers.csv_header import rows_problem
+
+    def look(f: SourceFile, head: bytes) -> list[Problem]:
+        try:
+            width = len(header_of(f.path))
+            with open(f.path, "rb") as handle:
+                first = handle.read(HEAD_BYTES)
+        except SourceError as exc:
+            return [Problem(f.rel_path, _relative(str(exc), f), True)]
+        said = rows_problem(first, len(first) < HEAD_BYTES, width)
+        if said is None:
+            return []
+        if said[0] == "failed":
+            return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", True)]
+        return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}: ingest skips it", False, partial=True)]
+
+    return look
 
 
 # What each reader says of an empty file (the readers with a look of their own say it there).
 _EMPTY = {"ascend_trace": "{rel}: empty file ({size} bytes), no trace events"}
 _READERS_OWN = ("torch_snapshot", "ascend_info", "ascend_comm_matrix", "gmm_group_list", "ascend_memory_csv",
-                "ascend_memory_record_csv", "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
+                "ascend_memory_record_csv", "ascend_npu_module_mem_csv", "ascend_step_trace_csv",
+                "ascend_kernel_details_csv")
 
 _LOOKS = {
     "torch_trace": _torch_trace,
@@ -434,10 +465,11 @@ _LOOKS = {
     "ascend_comm_matrix": _communication_matrix,
     "ascend_analysis_db": _readers_own(_analysis_db),
     "ascend_communication_json": _readers_own(_communication_json),
-    "ascend_memory_csv": _readers_own(_operator_memory),
-    "ascend_memory_record_csv": _readers_own(_usage_csv("MEMORY_RECORD")),
-    "ascend_npu_module_mem_csv": _readers_own(_usage_csv("NPU_MODULE_MEM")),
-    "ascend_step_trace_csv": _readers_own(_usage_csv("STEP_TRACE_TIME")),
+    "ascend_memory_csv": _csv(_operator_memory),
+    "ascend_memory_record_csv": _csv(_usage_csv("MEMORY_RECORD")),
+    "ascend_npu_module_mem_csv": _csv(_usage_csv("NPU_MODULE_MEM")),
+    "ascend_step_trace_csv": _csv(_usage_csv("STEP_TRACE_TIME")),
+    "ascend_kernel_details_csv": _csv(_kernel_details),
 }
 
 
