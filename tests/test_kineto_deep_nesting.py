@@ -80,9 +80,14 @@ def test_a_deep_top_level_key_fails_the_file(tmp_path):
     root = _profile(tmp_path, "rank0.pt.trace.json", head)
     (root / "deep" / "rank1.pt.trace.json").write_bytes(tail)
     got = ingested(root, tmp_path / "w.duckdb")
-    assert got["deep/rank0.pt.trace.json"][0] == "failed"
-    assert "'deviceProperties' nests past 256 levels" in got["deep/rank0.pt.trace.json"][1]
-    assert got["deep/rank1.pt.trace.json"][0] == "failed" and "after traceEvents" in got["deep/rank1.pt.trace.json"][1]
+    before = len(b'{"deviceProperties": ') + MAX_DEPTH  # the '[' that makes the value 257 levels deep
+    after = text.rindex(b"}") + len(b', "x": ') + MAX_DEPTH
+    assert got["deep/rank0.pt.trace.json"] == ("failed", "deep/rank0.pt.trace.json: the value of the top-level key "
+                                               f"'deviceProperties' nests past 256 levels at uncompressed byte {before}:"
+                                               " no trace rlwh can read")
+    assert got["deep/rank1.pt.trace.json"] == ("failed", "deep/rank1.pt.trace.json: the value of the top-level key "
+                                               f"'x' after traceEvents nests past 256 levels at uncompressed byte "
+                                               f"{after}: no trace rlwh can read")
     assert got["good/rank0.pt.trace.json"] == ("ok", None)
     said = checked(root, got)
     assert said["deep/rank0.pt.trace.json"] == got["deep/rank0.pt.trace.json"]

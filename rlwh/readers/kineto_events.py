@@ -39,7 +39,9 @@ from typing import Any, NamedTuple, Optional, Union
 
 import msgspec
 
+from rlwh.errors import SourceError
 from rlwh.readers.json_outline import outline
+from rlwh.readers.json_tokens import MAX_DEPTH  # an event nested past it may be too deep: tried alone
 
 PIECE_BYTES = 16 << 20
 MAX_PIECE_BYTES = 64 << 20  # no boundary in this many bytes (one giant event?): not typed
@@ -69,9 +71,6 @@ class Malformed:
         self.why = why
 
 
-# Levels of nesting within an event past which it may be too deep for the decoders (an
-# event past it is tried alone); the streaming pass builds no value past it.
-MAX_DEPTH = 256
 
 
 class _ArrayEnds(Exception):
@@ -435,8 +434,15 @@ def _last(buf: bytes, at: int, parse_trailer: Callable[[str, int], dict | None]
     text = buf[start:].decode("utf-8", "surrogateescape")  # one char per undecodable byte: offsets map back
     below = len(text)
     for pos in reversed([m.start() for m in _TRAILER_START.finditer(text)]):
-        if pos >= below or (trailer := parse_trailer(text, pos + 1)) is None:
-            continue
+        try:
+            if pos >= below or (trailer := parse_trailer(text, pos + 1)) is None:
+                continue
+        except SourceError as exc:  # a trailing key nested too deep: named by its byte
+            end = start + len(text[:pos].encode("utf-8", "surrogateescape"))
+            deep = outline(b"{" + buf[end + 1:], MAX_DEPTH + 1).deep
+            if deep and getattr(exc, "byte", 0) is None:
+                exc.byte = at + end + deep[0]  # type: ignore[attr-defined]
+            raise
         end = start + len(text[:pos].encode("utf-8", "surrogateescape"))
         if not _is_utf8(buf, end + 1):  # read again with U+FFFD for each bad byte, as metadata keeps it
             trailer = parse_trailer(buf[end + 1:].decode("utf-8", "replace"), 0)

@@ -17,9 +17,10 @@ import ijson
 from rlwh.readers.json_outline import Outline, outline
 from rlwh.readers.kineto_events import EVENTS_KEY, MAX_DEPTH, NotTyped, events_of, last_events
 from rlwh.readers.kineto_rows import FirstBad, rows_of
-from rlwh.readers.kineto_stream import TooDeep, TopLevel, trailing_keys
+from rlwh.readers.kineto_stream import TooDeep, TopLevel, deep_byte, trailing_keys
 
 HEAD_READ_BYTES = 64 << 10  # as rlwh.readers.torch_trace reads the keys before traceEvents
+KEEPS = "ingest keeps the complete events before the cut"
 # An error this close to where the head stops may be the head's own cut (a literal, a
 # number cut in two), not damage in the file.
 _CUT_MARGIN = 256
@@ -42,13 +43,17 @@ class _Head:
 
 
 def head_problem(head: bytes, whole: bool) -> tuple[str, str] | None:
-    """("failed" or "partial", the reason as ingest words it, less the file's name) for
-    what the head shows; None where it shows nothing. whole: the head is the whole file."""
+    """("failed" or "partial", the reason as ingest words it, and what ingest does about
+    it, less the file's name) for what the head shows; None where it shows nothing.
+    whole: the head is the whole file."""
     try:
         try:
             TopLevel(_Head(head), HEAD_READ_BYTES).until_events()  # the reader's read of the keys before
         except ijson.JSONError:
             pass  # the head ends (or breaks) first: the checks of its start and its tail speak of that
+        except TooDeep as exc:
+            exc.byte = deep_byte(head)
+            raise
         match = EVENTS_KEY.search(head)
         return None if match is None else _events(head, match.end(), whole)
     except TooDeep as exc:
@@ -74,10 +79,12 @@ def _events(head: bytes, at: int, whole: bool) -> tuple[str, str] | None:
     except NotTyped as exc:
         if exc.at is None:
             return None
-        return "partial", f"JSON breaks at uncompressed byte {exc.at} ({exc})"
+        return "partial", f"JSON breaks at uncompressed byte {exc.at} ({exc}): {KEEPS}"
     rows = rows_of(events, piece, at - 1)
     if rows.first_bad is not None:
-        return "partial", f"malformed events are skipped (the first: {rows.first_bad.said()})"
+        return "partial", f"skipped malformed events (the first: {rows.first_bad.said()})"
+    if whole and shape.close is None:
+        return "partial", f"the JSON does not end with its closing '}}' (cut while being written): {KEEPS}"
     return _deep_at_the_end(text, shape, at, whole)
 
 
@@ -105,4 +112,4 @@ def _deep_at_the_end(text: bytes, shape: Outline, at: int, whole: bool) -> tuple
     start += len(text[start:start + 4096]) - len(text[start:start + 4096].lstrip())
     first = FirstBad(last, at - 1 + start, f"nested past {MAX_DEPTH} levels, deeper than the JSON decoders "
                      f"follow, at uncompressed byte {at - 1 + byte}")
-    return "partial", f"malformed events are skipped (the first: {first.said()})"
+    return "partial", f"skipped malformed events (the first: {first.said()})"

@@ -1,13 +1,11 @@
 """A Kineto trace's top-level object token by token: the keys before traceEvents, and the
 events and the keys after them of a file the typed decoder cannot cut (damaged, cut).
 
-Why its own builder: ijson's parse and items give each token its prefix, a text as long
-as the nesting, which costs the square of a value's depth (an event whose args nest
-200,000 deep, 400 KB: minutes, and then RecursionError). basic_parse gives the tokens
-alone; the builder here keeps the depth itself and builds no value past MAX_DEPTH levels,
-because Python's own recursion (the JSON decoders, what reads the values) stops near
-1,000: an event holding one is Malformed (skipped, its place named), a top-level key
-holding one fails the file (TooDeep).
+Why token by token: the values are built by rlwh.readers.json_tokens, linear in their
+depth and none past MAX_DEPTH levels (ijson's own items cost the square of the depth):
+an event past it is Malformed (skipped, its place named), a top-level key past it fails
+the file (TooDeep, as soon as its depth shows; the reader and check name its byte from
+the file's first bytes, rlwh.readers.json_outline).
 """
 
 from __future__ import annotations
@@ -20,22 +18,32 @@ from decimal import Decimal
 import ijson
 
 from rlwh.errors import SourceError
-from rlwh.readers.kineto_events import MAX_DEPTH, Event, Malformed, event_or_none
+from rlwh.readers.json_outline import outline
+from rlwh.readers.json_tokens import MAX_DEPTH, TOO_DEEP, nests_past, tokens, value_of
+from rlwh.readers.kineto_events import Event, Malformed, event_or_none
 
-_OPEN = ("start_map", "start_array")
 _WS = re.compile(r"\s*")
-_CLOSE = ("end_map", "end_array")
 
 
 class TooDeep(SourceError):
-    """A top-level value nests past MAX_DEPTH levels (the reader adds the file's path)."""
+    """A top-level key's value nests past MAX_DEPTH levels (or past what the decoders
+    follow): no trace rlwh can read. .byte: where, in the file, once known."""
+
+    def __init__(self, key: str, after: bool, byte: int | None = None):
+        super().__init__(key, after, byte)
+        self.key, self.after, self.byte = key, after, byte
+
+    def __str__(self) -> str:
+        where = "" if self.byte is None else f" at uncompressed byte {self.byte}"
+        return (f"the value of the top-level key {self.key!r}{' after traceEvents' if self.after else ''} nests "
+                f"past {MAX_DEPTH} levels{where}: no trace rlwh can read")
 
 
-class _Deep:
-    """What _value gives for a value past MAX_DEPTH levels."""
-
-
-_DEEP = _Deep()
+def deep_byte(data: bytes) -> int | None:
+    """The first byte of `data` (an object's or an array's text, from its first byte) past
+    MAX_DEPTH levels within one of its members."""
+    deep = outline(data, MAX_DEPTH + 1).deep
+    return deep[0] if deep else None
 
 
 class TopLevel:
@@ -44,12 +52,13 @@ class TopLevel:
 
     def __init__(self, stream, buf_size: int):
         self._stream = stream
-        self._tokens = ijson.basic_parse(stream, use_float=False, buf_size=buf_size)
+        self._tokens = tokens(stream, buf_size)
         self.keys: dict = {}
+        self._after = False
 
     def until_events(self) -> bool:
         """Read the keys up to traceEvents (True) or to the object's end (False; also when
-        it is no object). ijson.JSONError where the JSON breaks."""
+        it is no object). ijson.JSONError where the JSON breaks; TooDeep."""
         event, _ = next(self._tokens, ("", None))
         if event != "start_map":
             return False
@@ -58,6 +67,7 @@ class TopLevel:
     def events(self) -> Iterator[Event | Malformed | None]:
         """traceEvents' elements (None for one that is no event), then the keys after it;
         call after until_events() said True."""
+        self._after = True
         event, value = next(self._tokens)
         if event != "start_array":
             self._value(event, value, "traceEvents")
@@ -65,8 +75,8 @@ class TopLevel:
             for event, value in self._tokens:
                 if event == "end_array":
                     break
-                item = _value(event, value, self._tokens)
-                if item is _DEEP:
+                item = value_of(event, value, self._tokens)
+                if item is TOO_DEEP:
                     yield Malformed(f"nested past {MAX_DEPTH} levels, deeper than the JSON decoders follow, at or "
                                     f"before uncompressed byte {self._stream.offset}")
                 else:
@@ -79,70 +89,17 @@ class TopLevel:
                 return False
             if event != "map_key":
                 raise ijson.JSONError(f"unexpected {event} among the top-level keys")
-            if value == "traceEvents":
+            if value == "traceEvents" and not self._after:
                 return True
             first, first_value = next(self._tokens)
-            self.keys[value] = self._value(first, first_value, value)
+            self.keys[value] = self._value(first, first_value, str(value))
         raise ijson.IncompleteJSONError("the JSON ends inside the top-level object")
 
     def _value(self, event: str, value, key: str):
-        built = _value(event, value, self._tokens)
-        if built is _DEEP:
-            raise TooDeep(f"the value of the top-level key {key!r} nests past {MAX_DEPTH} levels (at or before "
-                          f"uncompressed byte {self._stream.offset}): no trace rlwh can read")
+        built = value_of(event, value, self._tokens, give_up=True)
+        if built is TOO_DEEP:
+            raise TooDeep(key, self._after)
         return built
-
-
-def _value(event: str, value, tokens: Iterator[tuple[str, object]]):
-    """The JSON value that starts with (event, value), its other tokens taken from tokens;
-    _DEEP (its tokens taken all the same) when it nests past MAX_DEPTH levels."""
-    if event not in _OPEN:
-        return value
-    top: dict | list = {} if event == "start_map" else []
-    stack: list = [top]
-    key = None
-    level = 1
-    for event, value in tokens:
-        if event == "map_key":
-            key = value
-        elif event in _OPEN:
-            level += 1
-            if level > MAX_DEPTH or not stack:
-                stack = []  # past the limit: the rest is only counted
-                continue
-            child: dict | list = {} if event == "start_map" else []
-            parent = stack[-1]
-            if parent.__class__ is dict:
-                parent[key] = child
-            else:
-                parent.append(child)
-            stack.append(child)
-        elif event in _CLOSE:
-            level -= 1
-            if level == 0:
-                return top if stack else _DEEP
-            if stack:
-                stack.pop()
-        elif stack:
-            parent = stack[-1]
-            if parent.__class__ is dict:
-                parent[key] = value
-            else:
-                parent.append(value)
-    raise ijson.IncompleteJSONError("the JSON ends inside a value")
-
-
-def nests_past(value, limit: int = MAX_DEPTH) -> bool:
-    """Whether a value built elsewhere (json, msgspec) nests past `limit` levels; found
-    without recursion."""
-    todo = [(value, 1)]
-    while todo:
-        item, level = todo.pop()
-        if isinstance(item, (dict, list)):
-            if level > limit:
-                return True
-            todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return False
 
 
 def _skip_space(text: str, i: int) -> int:
@@ -164,6 +121,7 @@ def trailing_keys(text: str, i: int) -> dict | None:
             return out if _skip_space(text, i + 1) == len(text) else None
         if not text.startswith(",", i):
             return None
+        key = None
         try:
             key, i = dec.raw_decode(text, _skip_space(text, i + 1))
             i = _skip_space(text, i)
@@ -173,8 +131,6 @@ def trailing_keys(text: str, i: int) -> dict | None:
         except ValueError:
             return None
         except RecursionError:
-            raise TooDeep("a key after traceEvents nests deeper than the JSON decoders follow: "
-                          "no trace rlwh can read") from None
+            raise TooDeep(str(key), True) from None
         if nests_past(out[key]):
-            raise TooDeep(f"the value of the key {key!r} after traceEvents nests past {MAX_DEPTH} levels: "
-                          "no trace rlwh can read")
+            raise TooDeep(key, True)

@@ -52,7 +52,7 @@ from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_s
 from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies, pieces, spans
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import FirstBad, Rows, build, rows_of
-from rlwh.readers.kineto_stream import TooDeep, TopLevel, trailing_keys
+from rlwh.readers.kineto_stream import TooDeep, TopLevel, deep_byte, trailing_keys
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
 BATCH_ROWS = 65536
@@ -141,6 +141,7 @@ def _read(path: Path, tmp: Path, sink: TableSink, context: dict) -> tuple[dict, 
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
+CUT = "the JSON does not end with its closing '}' (cut while being written)"  # check's words too
 
 
 class _Stream:
@@ -212,6 +213,18 @@ def _head_keys(path: Path) -> tuple[dict, bool, int | None]:
             return top.keys, top.until_events(), None
         except ijson.JSONError:
             return top.keys, False, stream.offset  # a damaged file: what was read is all there is
+        except TooDeep as exc:
+            exc.byte = deep_byte(_first_bytes(path, stream.offset))
+            raise
+
+
+def _first_bytes(path: Path, n: int) -> bytes:
+    """The file's first n (uncompressed) bytes, a BOM included."""
+    out = bytearray()
+    with _Stream(path, skip_bom=False) as stream:
+        while len(out) < n and (data := stream.read(min(READ_BYTES, n - len(out)))):
+            out += data
+    return bytes(out)
 
 
 def _scan_events(path: Path, spill: _Spill, workers: int = 1) -> dict:
@@ -274,6 +287,8 @@ def _scan_streaming(path: Path, spill: _Spill, refused: NotTyped | None = None) 
             if stream.error is None and refused is not None and refused.at is not None \
                     and refused.at <= stream.offset:
                 where = f"JSON breaks at uncompressed byte {refused.at} ({refused})"
+            elif stream.error is None and "premature EOF" in str(exc) and not stream.read():
+                where = f"{CUT} at uncompressed byte {stream.offset}"
             else:
                 what = stream.error or f"JSON ends or breaks early ({' '.join(str(exc).split())[:80]})"
                 where = f"{what} at or before uncompressed byte {stream.offset}"
