@@ -175,8 +175,7 @@ def _torch_trace(f: SourceFile, head: bytes) -> list[Problem]:
             return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", True)]
         end = _cut(f, b"}")
         if said is not None and not any(p.fails for p in end):
-            what = said[1] + (": ingest keeps the complete events before it" if "JSON breaks" in said[1] else "")
-            return [Problem(f.rel_path, f"{f.rel_path}: {what}", False, partial=True)]
+            return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", False, partial=True)]
         return end
     start = shown_start(head.lstrip(b" \t\r\n\xef\xbb\xbf"))
     return [Problem(f.rel_path, f"{f.rel_path}: does not start like a PyTorch trace (a JSON object with "
@@ -184,7 +183,7 @@ def _torch_trace(f: SourceFile, head: bytes) -> list[Problem]:
 
 
 def _ascend_trace(f: SourceFile, head: bytes) -> list[Problem]:
-    first = head.lstrip()[:1]  # the reader's own test, in its words
+    first = head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1]  # the reader's own test (a BOM skipped), in its words
     if first == b"[":
         return _cut(f, b"]")
     return [Problem(f.rel_path, f"{f.rel_path}: not a JSON array of trace events (it starts with "
@@ -198,13 +197,16 @@ def _object_closes(end: bytes) -> bool:
     """A Kineto trace ends with traceEvents' `]`, then its other keys (`"distributedInfo":
     {...}`, `"traceName": "..."`) and the `}` that closes the object. Some `]` of the tail
     must be followed by exactly that: nothing, or keys that parse as an object's members,
-    read as the reader reads them (TooDeep for one nested too deep, as ingest says)."""
+    read as the reader reads them (TooDeep for one nested too deep, as ingest says); and
+    be the end of an array of events: an event's '}' (or the '[' of an empty one) before
+    it, where a cut after an args array (`"grid": [1, 1, 1]\n  }`) has a number."""
     from rlwh.readers.kineto_stream import trailing_keys
 
     tail = end[-_TRAILER_BYTES:]
     pos = len(tail)
     while (pos := tail.rfind(b"]", 0, pos)) >= 0:
-        if trailing_keys(tail[pos + 1:].decode("utf-8", "replace"), 0) is not None:
+        if tail[:pos].rstrip()[-1:] in (b"}", b"[") and \
+                trailing_keys(tail[pos + 1:].decode("utf-8", "replace"), 0) is not None:
             return True
     return False
 
@@ -336,7 +338,12 @@ def _nvtx(f: SourceFile, head: bytes) -> list[Problem]:
     if f.content != "nsys_jsonl":
         return [Problem(f.rel_path, f"{f.rel_path}: does not start like an nsys jsonlines export "
                         '(lines of {"table": ...} objects)', True)]
-    return []
+    from rlwh.readers.nvtx import first_bad_line
+
+    bad = first_bad_line(head, len(head) < HEAD_BYTES)  # the lines within the head, read as the reader reads them
+    if bad is None:
+        return []
+    return [Problem(f.rel_path, f"{f.rel_path}: skipped bad JSON at {bad}: ingest skips it", False, partial=True)]
 
 
 def _readers_own(check_file):

@@ -61,7 +61,7 @@ def classify_head(head: bytes, complete: bool) -> str | None:
         first_line = text.split("\n", 1)[0]
         if _NSYS_LEGACY.match(first_line):
             return "nsys_legacy_json"
-        if _NSYS_TABLE.match(first_line):
+        if _NSYS_TABLE.match(first_line) or _later_table_lines(text):
             return "nsys_jsonl"
         key = _FIRST_KEY.match(text)
         first = key.group(1) if key else None
@@ -74,6 +74,13 @@ def classify_head(head: bytes, complete: bool) -> str | None:
     if text.startswith("[") and re.match(r'\[\s*\{', text) and '"ph"' in text[:4096]:
         return "chrome_array"
     return None
+
+
+def _later_table_lines(text: str) -> bool:
+    """An nsys export whose first record is damaged (cut, a bad byte): the next lines are
+    {"table": ...} records (two of the next three), so it is read and its first line named."""
+    lines = [line for line in text.split("\n")[1:5] if line.strip()][:3]
+    return sum(1 for line in lines if _NSYS_TABLE.match(line)) >= 2
 
 
 def json_reason(path: Path) -> str:
