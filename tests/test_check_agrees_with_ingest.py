@@ -53,6 +53,8 @@ def _agree(root, tmp, words: bool = True, exact: bool = False) -> dict[str, tupl
     assert set(recorded) == set(verdicts)
     for path, (status, message) in verdicts.items():
         got_status, got_message = recorded[path]
+        # sources names a file by its path in the profile dir, as check does (issue 40 item 4)
+        assert str(root.resolve()) not in (got_message or ""), (path, got_message)
         if status == "ok" and not exact:
             assert got_status in ("ok", "partial"), (path, got_status, got_message)
         else:
@@ -177,6 +179,8 @@ def test_pickles_get_ingests_verdict(load_limit, tmp_path, monkeypatch):
     assert "refused: the pickle asks for" in messages["evil.pickle"] and "system" in messages["evil.pickle"]
     assert "refused: the pickle asks for" in messages["big_evil.pkl"]
     assert "not a readable pickle" in messages["noise.pkl"] and "not a readable pickle" in messages["big_noise.pkl"]
+    # Where the bytes stop being a pickle (issue 40 item 4: 'invalid load key' named no offset).
+    assert "invalid load key, '\\x07' at byte 0" in messages["noise.pkl"], messages["noise.pkl"]
     assert "empty file" in messages["empty.pkl"]
     assert "cut short" in messages["cut.pickle"] and "cut short" in messages["big_cut.pickle"]
     assert "not a memory snapshot" in messages["big_weights.pkl"]

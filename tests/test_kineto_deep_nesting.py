@@ -82,12 +82,11 @@ def test_a_deep_top_level_key_fails_the_file(tmp_path):
     got = ingested(root, tmp_path / "w.duckdb")
     before = len(b'{"deviceProperties": ') + MAX_DEPTH  # the '[' that makes the value 257 levels deep
     after = text.rindex(b"}") + len(b', "x": ') + MAX_DEPTH
-    assert got["deep/rank0.pt.trace.json"] == ("failed", "deep/rank0.pt.trace.json: the value of the top-level key "
-                                               f"'deviceProperties' nests past 256 levels at uncompressed byte {before}:"
-                                               " no trace rlwh can read")
-    assert got["deep/rank1.pt.trace.json"] == ("failed", "deep/rank1.pt.trace.json: the value of the top-level key "
-                                               f"'x' after traceEvents nests past 256 levels at uncompressed byte "
-                                               f"{after}: no trace rlwh can read")
+    said = "the value of the top-level key {} nests past 256 levels at uncompressed byte {}: no trace rlwh can read"
+    assert got["deep/rank0.pt.trace.json"] == (
+        "failed", "deep/rank0.pt.trace.json: " + said.format("'deviceProperties'", before))
+    assert got["deep/rank1.pt.trace.json"] == (
+        "failed", "deep/rank1.pt.trace.json: " + said.format("'x' after traceEvents", after))
     assert got["good/rank0.pt.trace.json"] == ("ok", None)
     said = checked(root, got)
     assert said["deep/rank0.pt.trace.json"] == got["deep/rank0.pt.trace.json"]
