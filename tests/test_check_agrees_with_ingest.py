@@ -309,3 +309,29 @@ def test_a_csv_damaged_in_its_header_or_first_rows_gets_ingests_verdict(tmp_path
             assert status == "failed" and re.search(r"no readable rows: row 1: \d+ cells, the header", message)
         else:
             assert status == "partial" and re.search(r": row 2: \d+ cells, the header has \d+", message), message
+
+
+def test_a_damaged_trace_named_without_pt_trace_json_says_where(tmp_path):
+    """A real trace named rank<k>.json(.gz), damaged: its gzip stream a third of the way in
+    (it is still read as a trace: partial), its traceEvents key (ignored as no profile, or
+    failed where its first key is a trace's: the byte and line where the JSON breaks). It
+    was ignored as 'a JSON object (first keys ) that is no profile' (issue 40 item 4)."""
+    plain = (FIXTURES / "real/kineto/hta/call_stack/backward_thread.json").read_bytes()
+    packed = (FIXTURES / "real/kineto/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes()
+    unpacked = gzip.decompress(packed)
+    key = unpacked.index(b'"traceEvents"') + 8
+    root = tmp_path / "run"
+    (root / "t").mkdir(parents=True)
+    broken = bytearray(packed)
+    broken[len(packed) // 3:len(packed) // 3 + 8] = b"\xff" * 8
+    (root / "t" / "rank0.json.gz").write_bytes(bytes(broken))
+    (root / "t" / "rank1.json").write_bytes(plain.replace(b'"traceEvents"', b'"traceEv\x01nts"'))
+    (root / "t" / "rank2.json.gz").write_bytes(gzip.compress(unpacked[:key] + b"\x01" + unpacked[key + 1:]))
+    verdicts = _agree(root, tmp_path, exact=True)
+    status, message = verdicts["t/rank0.json.gz"]
+    assert status == "partial" and re.search(r": gzip data damaged \(.*\): ingest keeps the complete events", message)
+    status, message = verdicts["t/rank1.json"]
+    assert status == "ignored" and "(first keys )" not in message and message.isprintable()
+    assert 'first keys "traceEv\\x01nts"' in message and "damaged: the JSON breaks at byte 14 (line 2: " in message
+    assert verdicts["t/rank2.json.gz"] == ("failed", f"t/rank2.json.gz: no traceEvents (the JSON breaks at "
+                                           f"uncompressed byte {key} (JSON is malformed: invalid character) before them)")

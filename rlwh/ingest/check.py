@@ -168,9 +168,11 @@ def _torch_trace(f: SourceFile, head: bytes) -> list[Problem]:
     """A trace's head read by the reader's own code (rlwh.readers.kineto_head): the keys
     before traceEvents, the events that end within it; then whether its end is cut."""
     if f.content == "chrome_object":
+        from rlwh.ingest.sniff import read_head_and_damage
         from rlwh.readers.kineto_head import head_problem
 
-        said = head_problem(head, len(head) < HEAD_BYTES)
+        head, damage = read_head_and_damage(f.path)
+        said = head_problem(head, len(head) < HEAD_BYTES and damage is None, damage)
         if said is not None and said[0] == "failed":
             return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", True)]
         end = _cut(f, b"}")

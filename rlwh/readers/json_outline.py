@@ -8,7 +8,8 @@ array's own level), so element k's byte and the element that holds any byte are 
 
 It is computed in bulk (Arrow compute over 1 MiB at a time: which bytes are quotes,
 brackets and commas, the running count of quotes and the running depth) and only where
-a reader already has a problem, so the common path never pays for it.
+a reader already has a problem, so the common path never pays for it. json_break says
+where a text stops being JSON, by msgspec's byte.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+_ERROR_AT = re.compile(r"\s*\(byte (\d+)\)")
 _ESCAPED = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes: never a quote
 _STEP = 1 << 20
 _I = pa.int64()
@@ -91,3 +94,18 @@ def _deep(found: Outline, over: pa.Array, is_comma: pa.Array, at: int) -> None:
     for k, i in zip(element.take(firsts).to_pylist(), where.take(firsts).to_pylist()):
         if not found.deep or found.element_at(found.deep[-1]) != k:  # an element that began in an earlier chunk
             found.deep.append(i + at)
+
+
+def json_break(data: bytes) -> tuple[int, str] | None:
+    """(byte, why) where `data` (a JSON text from its first byte, a UTF-8 BOM skipped) stops
+    being JSON; None where it is JSON, or only ends too soon (the first bytes of a file)."""
+    skip = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        msgspec.json.decode(data[skip:])
+    except msgspec.DecodeError as exc:
+        found = _ERROR_AT.search(str(exc))
+        if found is not None:
+            return skip + int(found.group(1)), _ERROR_AT.sub("", str(exc))
+    except RecursionError:
+        pass
+    return None

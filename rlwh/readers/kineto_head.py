@@ -14,10 +14,10 @@ import sys
 
 import ijson
 
-from rlwh.readers.json_outline import Outline, outline
+from rlwh.readers.json_outline import Outline, json_break, outline
 from rlwh.readers.kineto_events import EVENTS_KEY, MAX_DEPTH, NotTyped, events_of, last_events
 from rlwh.readers.kineto_rows import FirstBad, rows_of
-from rlwh.readers.kineto_stream import TooDeep, TopLevel, deep_byte, trailing_keys
+from rlwh.readers.kineto_stream import TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
 
 HEAD_READ_BYTES = 64 << 10  # as rlwh.readers.torch_trace reads the keys before traceEvents
 KEEPS = "ingest keeps the complete events before the cut"
@@ -42,15 +42,17 @@ class _Head:
         return data[len(UTF8_BOM):] if first and data.startswith(UTF8_BOM) else data
 
 
-def head_problem(head: bytes, whole: bool) -> tuple[str, str] | None:
+def head_problem(head: bytes, whole: bool, damage: str | None = None) -> tuple[str, str] | None:
     """("failed" or "partial", the reason as ingest words it, and what ingest does about
     it, less the file's name) for what the head shows; None where it shows nothing.
-    whole: the head is the whole file."""
+    whole: the head is the whole file; damage: what cut its gzip stream short."""
     try:
         try:
             TopLevel(_Head(head), HEAD_READ_BYTES).until_events()  # the reader's read of the keys before
-        except ijson.JSONError:
-            pass  # the head ends (or breaks) first: the checks of its start and its tail speak of that
+        except ijson.JSONError:  # where the JSON breaks (or the file ends) within the head, ingest fails it
+            broke = json_break(head)
+            if whole or damage or (broke is not None and broke[0] < len(head) - _CUT_MARGIN):
+                return "failed", f"no traceEvents ({broken_before_events(head, damage, len(head))})"
         except TooDeep as exc:
             exc.byte = deep_byte(head)
             raise

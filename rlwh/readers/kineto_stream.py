@@ -18,7 +18,7 @@ from decimal import Decimal
 import ijson
 
 from rlwh.errors import SourceError
-from rlwh.readers.json_outline import outline
+from rlwh.readers.json_outline import json_break, outline
 from rlwh.readers.json_tokens import MAX_DEPTH, TOO_DEEP, nests_past, tokens, value_of
 from rlwh.readers.kineto_events import Event, Malformed, event_or_none
 
@@ -44,6 +44,16 @@ def deep_byte(data: bytes) -> int | None:
     MAX_DEPTH levels within one of its members."""
     deep = outline(data, MAX_DEPTH + 1).deep
     return deep[0] if deep else None
+
+
+def broken_before_events(data: bytes, stream_error: str | None, read: int) -> str:
+    """How the JSON broke off before traceEvents, in the reader's words (check's too): the
+    byte where `data` (the file's first bytes, all that was read) stops being JSON, else
+    where the stream ended (`read` bytes in) and why."""
+    broke = json_break(data)
+    if stream_error is None and broke is not None and broke[0] < len(data) - 1:
+        return f"the JSON breaks at uncompressed byte {broke[0]} ({broke[1]}) before them"
+    return f"{stream_error or 'the JSON ends'} before them, at uncompressed byte {read}"
 
 
 class TopLevel:

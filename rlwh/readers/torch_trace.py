@@ -49,10 +49,11 @@ import pyarrow.parquet as pq
 from rlwh.errors import SourceError
 from rlwh.readers import kineto_decoding as decoding
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
+from rlwh.readers.inflate import salvage
 from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies, pieces, spans
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import FirstBad, Rows, build, rows_of
-from rlwh.readers.kineto_stream import TooDeep, TopLevel, deep_byte, trailing_keys
+from rlwh.readers.kineto_stream import TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
 BATCH_ROWS = 65536
@@ -119,12 +120,10 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
 
 
 def _read(path: Path, tmp: Path, sink: TableSink, context: dict) -> tuple[dict, dict]:
-    head, has_events, broken_at = _head_keys(path)
+    head, has_events, broken = _head_keys(path)
     if not has_events:
-        why = "not a PyTorch trace" if broken_at is None else (
-            f"the JSON ends or breaks before them, at or before uncompressed byte {broken_at}")
         decoding.forget_pool()  # started for this trace (rlwh.ingest.early), not needed
-        raise SourceError(f"{path}: no traceEvents ({why})")
+        raise SourceError(f"{path}: no traceEvents ({broken or 'not a PyTorch trace'})")
     spill = _Spill(tmp)
     try:
         scan = _scan_events(path, spill, int(context.get("workers") or 1))
@@ -186,10 +185,12 @@ class _Stream:
             if not src:
                 self.error = "gzip stream ends early"
                 break
+            saved = self._inflate.copy()
             try:
                 out = self._inflate.decompress(src, n)
             except zlib.error as exc:
                 self.error = f"gzip data damaged ({exc})"
+                out = salvage(saved, src)  # every byte before the damage (zlib drops this call's)
                 break
             self._pending = self._inflate.unused_data if self._inflate.eof else self._inflate.unconsumed_tail
         return out
@@ -204,15 +205,16 @@ class _Stream:
         self.close()
 
 
-def _head_keys(path: Path) -> tuple[dict, bool, int | None]:
-    """Top-level keys before traceEvents, whether traceEvents comes, and the uncompressed
-    offset where the JSON broke off before it (None if it did not)."""
+def _head_keys(path: Path) -> tuple[dict, bool, str | None]:
+    """Top-level keys before traceEvents, whether traceEvents comes, and where and how the
+    JSON broke off before it (None if it did not: kineto_stream.broken_before_events)."""
     with _Stream(path) as stream:
         top = TopLevel(stream, HEAD_READ_BYTES)
         try:
             return top.keys, top.until_events(), None
-        except ijson.JSONError:
-            return top.keys, False, stream.offset  # a damaged file: what was read is all there is
+        except ijson.JSONError:  # a damaged file: what was read is all there is
+            read = stream.offset
+            return top.keys, False, broken_before_events(_first_bytes(path, read), stream.error, read)
         except TooDeep as exc:
             exc.byte = deep_byte(_first_bytes(path, stream.offset))
             raise
