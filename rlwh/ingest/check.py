@@ -185,6 +185,11 @@ def _torch_trace(f: SourceFile, head: bytes) -> list[Problem]:
 
 
 def _ascend_trace(f: SourceFile, head: bytes) -> list[Problem]:
+    from rlwh.readers.text_encoding import wide_text_said, wide_unicode
+
+    wide = wide_unicode(head)
+    if wide is not None:
+        return [Problem(f.rel_path, f"{f.rel_path}: {wide_text_said(wide)}", True)]
     first = head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1]  # the reader's own test (a BOM skipped), in its words
     if first == b"[":
         return _cut(f, b"]")

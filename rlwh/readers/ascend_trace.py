@@ -26,7 +26,7 @@ from rlwh.readers import json_pieces
 from rlwh.readers.ascend_device import device_ops_sql, list_kernels
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.readers.json_tokens import MAX_DEPTH, TOO_DEEP, array_items, tokens
-from rlwh.readers.text_encoding import UTF8_BOM
+from rlwh.readers.text_encoding import UTF8_BOM, wide_text_said, wide_unicode
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.stacks import top_frame_sql
 
@@ -413,6 +413,10 @@ def _connect(context: dict) -> duckdb.DuckDBPyConnection:
 
 
 def _check_start(path: Path) -> None:
+    with open(path, "rb") as handle:
+        wide = wide_unicode(handle.read(64))
+    if wide is not None:
+        raise SourceError(f"{path}: {wide_text_said(wide)}")
     first = _edge_byte(path, last=False)
     if not first:
         raise SourceError(f"{path}: empty file ({path.stat().st_size} bytes), no trace events")
