@@ -46,7 +46,9 @@ def ingested(profile: Path, db: Path, timeout: float = 20) -> dict[str, tuple[st
 
 def checked(profile: Path, paths, timeout: float = 20) -> dict[str, tuple[str, str | None]]:
     """`rlwh check` of `profile`: the verdict of each of `paths` (relative to it), read
-    from its report; a file it names in no problem and lists as no ignored file is ok."""
+    from its report; a file it names in no problem and lists as no ignored file is ok.
+    An ignored file's reason is not told (the report counts the reasons apart), nor the
+    ignored files past the report's first 20."""
     done = rlwh(["check", str(profile)], profile.parent, timeout)
     out = {path: ("ok", None) for path in paths}
     in_ignored = False
@@ -55,12 +57,12 @@ def checked(profile: Path, paths, timeout: float = 20) -> dict[str, tuple[str, s
             in_ignored = True
             continue
         if in_ignored and line.startswith(" " * 10) and line.strip() in out:
-            out[line.strip()] = ("ignored", None)
+            out[line.strip()] = ("ignored", None)  # the report lists the reasons apart from the paths
             continue
-        in_ignored = in_ignored and line.startswith(" ")
+        in_ignored = in_ignored and line.startswith("  ")
         label, _, message = line.strip().partition("  ")
         if label in _LABELS:
             path = message.split(": ", 1)[0]
-            if path in out and (out[path][0] == "ok" or out[path][0] == "ignored" and out[path][1] is None):
+            if path in out and out[path][0] == "ok":
                 out[path] = (_LABELS[label], message)
     return out
