@@ -333,5 +333,5 @@ def test_a_damaged_trace_named_without_pt_trace_json_says_where(tmp_path):
     status, message = verdicts["t/rank1.json"]
     assert status == "ignored" and "(first keys )" not in message and message.isprintable()
     assert 'first keys "traceEv\\x01nts"' in message and "damaged: the JSON breaks at byte 14 (line 2: " in message
-    assert verdicts["t/rank2.json.gz"] == ("failed", f"t/rank2.json.gz: no traceEvents (the JSON breaks at "
-                                           f"uncompressed byte {key} (JSON is malformed: invalid character) before them)")
+    broke = f"the JSON breaks at uncompressed byte {key} (JSON is malformed: invalid character) before them"
+    assert verdicts["t/rank2.json.gz"] == ("failed", f"t/rank2.json.gz: no traceEvents ({broke})")

@@ -3,13 +3,16 @@
 It runs discovery (the same walk and rules ingest uses) and then looks at each file's
 first bytes and, for traces and pickles, its last ones: a multi-GB trace costs two
 64 KiB reads (a gzipped one an inflate to its end, no parse), so a whole run is checked
-in seconds before hours of ingest. It finds what is visible from there: a rank nobody
-names, an Ascend capture without profiler_info, a CSV header without the columns its
-reader needs, a trace that does not start like one or is cut, a pickle that is no
-snapshot, asks for code or is cut (a pickle up to 4 MiB is read whole by the snapshot
-reader, running no code), a legacy nsys JSON export, a GMM dump outside the layouts. A problem
-marked `fails` is one ingest would mark failed, one marked `partial` one it would load in
-part; damage in the middle of a file (a bad CSV row, a bad event) only ingest sees.
+in seconds before hours of ingest. It finds what is visible from there, with the
+readers' own code: a rank nobody names, an Ascend capture without profiler_info, a CSV
+header the reader refuses (columns, encoding) or rows within the head whose cells do not
+match it, an NVTX export's bad lines within the head, a PyTorch trace's damaged, malformed
+or too deep events within the head (rlwh.readers.kineto_head), a trace that does not
+start like one or is cut, a pickle that is no snapshot, asks for code or is cut (a pickle
+up to 4 MiB is read whole by the snapshot reader, running no code), a legacy nsys JSON
+export, a GMM dump outside the layouts. A problem marked `fails` is one ingest would mark
+failed, one marked `partial` one it would load in part; damage past the head (a bad CSV
+row, a bad event) only ingest sees.
 """
 
 from __future__ import annotations
