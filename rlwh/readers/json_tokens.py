@@ -11,12 +11,13 @@ is TOO_DEEP, its tokens taken all the same, so the stream goes on after it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import ijson
 
 MAX_DEPTH = 256
 _OPEN = ("start_map", "start_array")
-_CLOSE = ("end_map", "end_array")
+_STRUCTURE = frozenset(("start_map", "start_array", "end_map", "end_array"))
 
 
 class _TooDeep:
@@ -34,42 +35,48 @@ def tokens(stream, buf_size: int) -> Iterator[tuple[str, object]]:
 def value_of(event: str, value, tokens: Iterator[tuple[str, object]], give_up: bool = False):
     """The JSON value that starts with the token (event, value), its other tokens taken
     from tokens; TOO_DEEP when it nests past MAX_DEPTH levels (its own is the first):
-    then at once with give_up, else once its tokens are all taken."""
+    then at once with give_up, else once its tokens are all taken. (The loop tests the
+    commonest tokens first, keys and scalars: it is the streaming pass's own cost.)"""
     if event not in _OPEN:
         return value
     top: dict | list = {} if event == "start_map" else []
     stack: list = [top]
+    here: Any = top
+    in_map = event == "start_map"
     key = None
-    level = 1
+    level, deep = 1, False
     for event, value in tokens:
         if event == "map_key":
             key = value
+        elif event not in _STRUCTURE:  # a scalar
+            if deep:
+                continue
+            if in_map:
+                here[key] = value
+            else:
+                here.append(value)
         elif event in _OPEN:
             level += 1
-            if level > MAX_DEPTH or not stack:
+            if deep or level > MAX_DEPTH:
                 if give_up:
                     return TOO_DEEP
-                stack = []  # past the limit: the rest is only counted
+                deep = True  # past the limit: the rest is only counted
                 continue
             child: dict | list = {} if event == "start_map" else []
-            parent = stack[-1]
-            if parent.__class__ is dict:
-                parent[key] = child
+            if in_map:
+                here[key] = child
             else:
-                parent.append(child)
+                here.append(child)
             stack.append(child)
-        elif event in _CLOSE:
+            here, in_map = child, event == "start_map"
+        else:
             level -= 1
             if level == 0:
-                return top if stack else TOO_DEEP
-            if stack:
+                return TOO_DEEP if deep else top
+            if not deep:
                 stack.pop()
-        elif stack:
-            parent = stack[-1]
-            if parent.__class__ is dict:
-                parent[key] = value
-            else:
-                parent.append(value)
+                here = stack[-1]
+                in_map = here.__class__ is dict
     raise ijson.IncompleteJSONError("the JSON ends inside a value")
 
 
