@@ -18,13 +18,13 @@ from rlwh.readers.json_outline import Outline, json_break, outline
 from rlwh.readers.kineto_events import EVENTS_KEY, MAX_DEPTH, NotTyped, events_of, last_events
 from rlwh.readers.kineto_rows import FirstBad, rows_of
 from rlwh.readers.kineto_stream import TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
+from rlwh.readers.text_encoding import UTF8_BOM
 
 HEAD_READ_BYTES = 64 << 10  # as rlwh.readers.torch_trace reads the keys before traceEvents
 KEEPS = "ingest keeps the complete events before the cut"
 # An error this close to where the head stops may be the head's own cut (a literal, a
 # number cut in two), not damage in the file.
 _CUT_MARGIN = 256
-UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class _Head:

@@ -54,6 +54,7 @@ from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies,
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import FirstBad, Rows, build, rows_of
 from rlwh.readers.kineto_stream import TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
+from rlwh.readers.text_encoding import UTF8_BOM
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
 BATCH_ROWS = 65536
@@ -139,7 +140,6 @@ def _read(path: Path, tmp: Path, sink: TableSink, context: dict) -> tuple[dict, 
     return scan, rank
 
 
-UTF8_BOM = b"\xef\xbb\xbf"
 CUT = "the JSON does not end with its closing '}' (cut while being written)"  # check's words too
 
 
