@@ -37,10 +37,8 @@ def sweep_tables(path: Path) -> dict[str, list[dict]]:
         spill = torch_trace._Spill(Path(tmp))
         try:
             scan = torch_trace._scan_events(Path(path), spill)
-            head = torch_trace._top_level_keys(Path(path), stop_at_events=True)[0]
+            head = torch_trace._head_keys(Path(path))[0]
             tail = scan["tail"]
-            if tail is None and scan["error"] is None:
-                tail = torch_trace._top_level_keys(Path(path), stop_at_events=False)[0]
         finally:
             spill.close()
         base = kineto_int({**head, **(tail or {})}.get("baseTimeNanoseconds")) or 0

@@ -108,7 +108,7 @@ def test_a_damaged_file_leaves_the_typed_decoder_after_a_few_tries(tmp_path, mon
     trace.write_text(text)
     calls = []
     decode = kineto_events._decode
-    monkeypatch.setattr(kineto_events, "_decode", lambda piece: calls.append(len(piece)) or decode(piece))
+    monkeypatch.setattr(kineto_events, "_decode", lambda piece, at=0: calls.append(len(piece)) or decode(piece, at))
     monkeypatch.setattr(kineto_events, "PIECE_BYTES", 64 << 10)
     monkeypatch.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
     outcome, tables = _read(trace, tmp_path / "out")

@@ -15,6 +15,7 @@ import pytest
 from rlwh.errors import SourceError
 from rlwh.readers import torch_trace
 from rlwh.readers.base import TableSink, stack_id
+from rlwh.readers.kineto_events import NotTyped
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "data"  # the real files (tests/data/SOURCES)
@@ -407,11 +408,14 @@ def test_device_from_gpu_events(tmp_path):
     assert [(r["device_type"], r["device_id"]) for r in tables["torch_memory_events"]] == [(1, 1)]
 
 
-@pytest.mark.parametrize("tail_fits", [True, False])
-def test_keys_after_trace_events(tmp_path, monkeypatch, tail_fits):
-    """Keys after traceEvents come from the kept tail, or from a full scan when too big."""
-    if not tail_fits:
-        monkeypatch.setattr(torch_trace, "_parse_trailer", lambda text, last_event: None)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_keys_after_trace_events(tmp_path, monkeypatch, streaming):
+    """Keys after traceEvents come from the typed pass's last piece, or from the streaming
+    pass as it comes to them."""
+    if streaming:
+        def refuse(path, spill, *rest):
+            raise NotTyped("this test reads with the streaming parser")
+        monkeypatch.setattr(torch_trace, "_scan_typed", refuse)
     path = tmp_path / "trace.json"
     groups = [{"pg_name": str(i), "ranks": list(range(64))} for i in range(40)]
     write_trace(path, op_events(5), head={"schemaVersion": 1},
@@ -420,15 +424,6 @@ def test_keys_after_trace_events(tmp_path, monkeypatch, tail_fits):
     outcome, tables = run_reader(path, tmp_path)
     assert outcome.rank["rank_id"] == 6 and len(outcome.rank["parallel_groups"]) == 40
     assert min(r["ts_ns"] for r in tables["cpu_ops"]) == BASE + 1_000_000
-
-
-def test_trailer_is_found_only_after_the_last_event():
-    last = {"ph": "X", "name": "a", "ts": Decimal("1.5")}
-    text = '{"ph": "i"},\n {"ph": "X", "name": "a", "ts": 1.5}\n], "deviceProperties": [{"id": 0}], "x": [1]}\n'
-    assert torch_trace._parse_trailer(text, last) == {"deviceProperties": [{"id": 0}], "x": [1]}
-    window = text[text.index('"deviceProperties"'):]  # the kept tail starts past the array's end
-    assert torch_trace._parse_trailer(window, last) is None
-    assert torch_trace._parse_trailer('"traceEvents": [\n ]}', None) == {}
 
 
 def test_only_table_folders_are_left_in_the_sink(tmp_path):
@@ -471,12 +466,16 @@ def test_truncated_gzip_keeps_a_prefix(tmp_path):
 
 
 def test_malformed_event_is_skipped(tmp_path):
+    """Skipped, and the message names the first one: its place in traceEvents and its byte."""
     path = tmp_path / "prof_rank-0.json"
-    events = op_events(3) + [X("cpu_op", "bad", "BAD", "2")]
+    events = op_events(3) + [X("cpu_op", "bad", "BAD", "2"), X("cpu_op", "bad2", "BAD", "2")]
     text = write_trace(path, events).decode().replace('"ts": "BAD"', '"ts": [1]')
     path.write_text(text)
     outcome, tables = run_reader(path, tmp_path)
-    assert outcome.status == "partial" and "1 malformed" in outcome.message
+    byte = text.index('{"ph": "X", "cat": "cpu_op", "name": "bad"')
+    assert outcome.status == "partial"
+    assert f"skipped 2 malformed events (the first: element 4 of traceEvents, at uncompressed byte {byte})" \
+        in outcome.message, outcome.message
     assert len(tables["cpu_ops"]) == 3
 
 

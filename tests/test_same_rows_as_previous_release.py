@@ -32,11 +32,12 @@ CHANGED_IN_PART = {
     "sources": (r"regexp_matches(path, '(communication_matrix\.json|analysis\.db)$') "
                 "or kind in ('ascend_db', 'torch_snapshot') "
                 r"or regexp_matches(path, '/ASCEND_PROFILER_OUTPUT/"
-                r"(kernel_details\.csv|communication\.json|trace_view\.json)$')",
+                r"(kernel_details\.csv|communication\.json|trace_view\.json)$') or message is not null",
                 "communication_matrix.json is loaded (was ignored); a db export and its analysis.db read "
                 "CommAnalyzerMatrix; a pickle that is no snapshot fails (was ignored); the trace reads "
                 "kernel_details.csv beside it (its fingerprint, the csv's reason) and communication.json's "
-                "reason names only collectives"),
+                "reason names only collectives; a message names a file by its path in the profile dir (was "
+                "its full path)"),
     "device_ops": ("source_type in ('Other', 'EVENT_RECORD_SQE', 'PLACE_HOLDER_SQE') "
                    "or regexp_matches(capture, 'msprof-analyze-timeline')",
                    "a task the trace types 'Other' takes its kind from kernel_details.csv or its name (was "

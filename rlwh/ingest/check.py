@@ -3,13 +3,16 @@
 It runs discovery (the same walk and rules ingest uses) and then looks at each file's
 first bytes and, for traces and pickles, its last ones: a multi-GB trace costs two
 64 KiB reads (a gzipped one an inflate to its end, no parse), so a whole run is checked
-in seconds before hours of ingest. It finds what is visible from there: a rank nobody
-names, an Ascend capture without profiler_info, a CSV header without the columns its
-reader needs, a trace that does not start like one or is cut, a pickle that is no
-snapshot, asks for code or is cut (a pickle up to 4 MiB is read whole by the snapshot
-reader, running no code), a legacy nsys JSON export, a GMM dump outside the layouts. A problem
-marked `fails` is one ingest would mark failed, one marked `partial` one it would load in
-part; damage in the middle of a file (a bad CSV row, a bad event) only ingest sees.
+in seconds before hours of ingest. It finds what is visible from there, with the
+readers' own code: a rank nobody names, an Ascend capture without profiler_info, a CSV
+header the reader refuses (columns, encoding) or rows within the head whose cells do not
+match it, an NVTX export's bad lines within the head, a PyTorch trace's damaged, malformed
+or too deep events within the head (rlwh.readers.kineto_head), a trace that does not
+start like one or is cut, a pickle that is no snapshot, asks for code or is cut (a pickle
+up to 4 MiB is read whole by the snapshot reader, running no code), a legacy nsys JSON
+export, a GMM dump outside the layouts. A problem marked `fails` is one ingest would mark
+failed, one marked `partial` one it would load in part; damage past the head (a bad CSV
+row, a bad event) only ingest sees.
 """
 
 from __future__ import annotations
@@ -165,15 +168,32 @@ def _file_problems(f: SourceFile, head_ranks: dict[str, int]) -> list[Problem]:
 
 
 def _torch_trace(f: SourceFile, head: bytes) -> list[Problem]:
+    """A trace's head read by the reader's own code (rlwh.readers.kineto_head): the keys
+    before traceEvents, the events that end within it; then whether its end is cut."""
     if f.content == "chrome_object":
-        return _cut(f, b"}")
+        from rlwh.ingest.sniff import read_head_and_damage
+        from rlwh.readers.kineto_head import head_problem
+
+        head, damage = read_head_and_damage(f.path)
+        said = head_problem(head, len(head) < HEAD_BYTES and damage is None, damage)
+        if said is not None and said[0] == "failed":
+            return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", True)]
+        end = _cut(f, b"}")
+        if said is not None and not any(p.fails for p in end):
+            return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", False, partial=True)]
+        return end
     start = shown_start(head.lstrip(b" \t\r\n\xef\xbb\xbf"))
     return [Problem(f.rel_path, f"{f.rel_path}: does not start like a PyTorch trace (a JSON object with "
                     f"traceEvents); it starts {start}", True)]
 
 
 def _ascend_trace(f: SourceFile, head: bytes) -> list[Problem]:
-    first = head.lstrip()[:1]  # the reader's own test, in its words
+    from rlwh.readers.text_encoding import wide_text_said, wide_unicode
+
+    wide = wide_unicode(head)
+    if wide is not None:
+        return [Problem(f.rel_path, f"{f.rel_path}: {wide_text_said(wide)}", True)]
+    first = head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1]  # the reader's own test (a BOM skipped), in its words
     if first == b"[":
         return _cut(f, b"]")
     return [Problem(f.rel_path, f"{f.rel_path}: not a JSON array of trace events (it starts with "
@@ -186,20 +206,18 @@ _TRAILER_BYTES = 16384
 def _object_closes(end: bytes) -> bool:
     """A Kineto trace ends with traceEvents' `]`, then its other keys (`"distributedInfo":
     {...}`, `"traceName": "..."`) and the `}` that closes the object. Some `]` of the tail
-    must be followed by exactly that: nothing, or keys that parse as an object's members."""
-    import json
+    must be followed by exactly that: nothing, or keys that parse as an object's members,
+    read as the reader reads them (TooDeep for one nested too deep, as ingest says); and
+    be the end of an array of events: an event's '}' (or the '[' of an empty one) before
+    it, where a cut after an args array (`"grid": [1, 1, 1]\n  }`) has a number."""
+    from rlwh.readers.kineto_stream import trailing_keys
 
     tail = end[-_TRAILER_BYTES:]
     pos = len(tail)
     while (pos := tail.rfind(b"]", 0, pos)) >= 0:
-        rest = tail[pos + 1:].strip()
-        if rest == b"}":
+        if tail[:pos].rstrip()[-1:] in (b"}", b"[") and \
+                trailing_keys(tail[pos + 1:].decode("utf-8", "replace"), 0) is not None:
             return True
-        if rest[:1] == b",":
-            try:
-                return isinstance(json.loads(b"{" + rest[1:]), dict)
-            except ValueError:
-                pass
     return False
 
 
@@ -211,8 +229,11 @@ def _cut(f: SourceFile, closer: bytes) -> list[Problem]:
     except OSError as exc:
         return [Problem(f.rel_path, f"cannot read {f.path}: {exc.strerror}", True)]
     end = tail.rstrip()
-    if damage is None and end.endswith(closer) and (closer != b"}" or _object_closes(end)):
-        return []
+    try:
+        if damage is None and end.endswith(closer) and (closer != b"}" or _object_closes(end)):
+            return []
+    except SourceError as exc:  # a key after traceEvents nested too deep: the reader fails the file
+        return [Problem(f.rel_path, f"{f.rel_path}: {exc}", True)]
     what = damage or f"the JSON does not end with its closing {closer.decode()!r} (cut while being written)"
     return [Problem(f.rel_path, f"{f.rel_path}: {what}: ingest keeps the complete events before the cut",
                     False, partial=True)]
@@ -327,7 +348,12 @@ def _nvtx(f: SourceFile, head: bytes) -> list[Problem]:
     if f.content != "nsys_jsonl":
         return [Problem(f.rel_path, f"{f.rel_path}: does not start like an nsys jsonlines export "
                         '(lines of {"table": ...} objects)', True)]
-    return []
+    from rlwh.readers.nvtx import first_bad_line
+
+    bad = first_bad_line(head, len(head) < HEAD_BYTES)  # the lines within the head, read as the reader reads them
+    if bad is None:
+        return []
+    return [Problem(f.rel_path, f"{f.rel_path}: skipped bad JSON at {bad}: ingest skips it", False, partial=True)]
 
 
 def _readers_own(check_file):
@@ -394,25 +420,56 @@ def _gmm(path: Path) -> None:
         load_counts(path)
 
 
-def _operator_memory(path: Path) -> None:
+def _operator_memory(path: Path) -> list[str]:
     from rlwh.readers.ascend_csv import read_header
 
-    read_header(path)
+    return read_header(path)
 
 
 def _usage_csv(fmt_name: str):
-    def header(path: Path) -> None:
+    def header(path: Path) -> list[str]:
         from rlwh.readers import ascend_usage
 
-        ascend_usage.read_header(path, getattr(ascend_usage, fmt_name))
+        return ascend_usage.read_header(path, getattr(ascend_usage, fmt_name))[0]
 
     return header
+
+
+def _kernel_details(path: Path) -> list[str]:
+    from rlwh.readers.ascend_kernels import KERNEL_DETAILS
+    from rlwh.readers.ascend_usage import read_header
+
+    return read_header(path, KERNEL_DETAILS)[0]
+
+
+def _csv(header_of):
+    """A CSV: its reader's own header read (what it refuses, ingest fails in the same
+    words), then the cells of the rows within its first 64 KiB against that header, as
+    the row-by-row reads count them (rlwh.readers.csv_header.rows_problem)."""
+    from rlwh.readers.csv_header import rows_problem
+
+    def look(f: SourceFile, head: bytes) -> list[Problem]:
+        try:
+            width = len(header_of(f.path))
+            with open(f.path, "rb") as handle:
+                first = handle.read(HEAD_BYTES)
+        except SourceError as exc:
+            return [Problem(f.rel_path, _relative(str(exc), f), True)]
+        said = rows_problem(first, len(first) < HEAD_BYTES, width)
+        if said is None:
+            return []
+        if said[0] == "failed":
+            return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}", True)]
+        return [Problem(f.rel_path, f"{f.rel_path}: {said[1]}: ingest skips it", False, partial=True)]
+
+    return look
 
 
 # What each reader says of an empty file (the readers with a look of their own say it there).
 _EMPTY = {"ascend_trace": "{rel}: empty file ({size} bytes), no trace events"}
 _READERS_OWN = ("torch_snapshot", "ascend_info", "ascend_comm_matrix", "gmm_group_list", "ascend_memory_csv",
-                "ascend_memory_record_csv", "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
+                "ascend_memory_record_csv", "ascend_npu_module_mem_csv", "ascend_step_trace_csv",
+                "ascend_kernel_details_csv")
 
 _LOOKS = {
     "torch_trace": _torch_trace,
@@ -425,10 +482,11 @@ _LOOKS = {
     "ascend_comm_matrix": _communication_matrix,
     "ascend_analysis_db": _readers_own(_analysis_db),
     "ascend_communication_json": _readers_own(_communication_json),
-    "ascend_memory_csv": _readers_own(_operator_memory),
-    "ascend_memory_record_csv": _readers_own(_usage_csv("MEMORY_RECORD")),
-    "ascend_npu_module_mem_csv": _readers_own(_usage_csv("NPU_MODULE_MEM")),
-    "ascend_step_trace_csv": _readers_own(_usage_csv("STEP_TRACE_TIME")),
+    "ascend_memory_csv": _csv(_operator_memory),
+    "ascend_memory_record_csv": _csv(_usage_csv("MEMORY_RECORD")),
+    "ascend_npu_module_mem_csv": _csv(_usage_csv("NPU_MODULE_MEM")),
+    "ascend_step_trace_csv": _csv(_usage_csv("STEP_TRACE_TIME")),
+    "ascend_kernel_details_csv": _csv(_kernel_details),
 }
 
 

@@ -202,7 +202,7 @@ def _read_json_quietly(path: Path) -> dict:
     try:
         if not path.is_file() or path.stat().st_size > 1 << 20:  # a FIFO would block; these are a few KB
             return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM skipped, as the readers skip one
     except (OSError, ValueError, RecursionError):  # the reader names what is wrong with it
         return {}
     return data if isinstance(data, dict) else {}

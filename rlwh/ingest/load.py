@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 
 import duckdb
 
@@ -53,7 +54,14 @@ def _staged_select(table: str, parts: list[str], columns: list[str], has_step: b
 
 
 def upsert_source(con, run: str, p: Planned, status: str, rows: int, message, seconds: float, rank: dict) -> None:
+    """The file's sources row; its message names the file (and any other of the profile
+    dir) by its path in the profile dir, as `path` and `rlwh check` name it."""
     s = p.source
+    if message:
+        message = message.replace(str(s.path), s.rel_path)
+        root = str(s.path)[: len(str(s.path)) - len(s.rel_path)]
+        if len(root) > 1 and str(s.path).endswith(s.rel_path):  # another file of the profile dir
+            message = re.sub(r"(?<![\w./-])" + re.escape(root), "", message)
     if p.loaded_before:
         con.execute("delete from sources where source_id = ?", [p.source_id])
     con.execute(

@@ -31,21 +31,32 @@ def read_head(path: Path, limit: int = HEAD_BYTES) -> bytes:
 
     A gzip stream cut or damaged within the head gives what inflated before the damage.
     """
+    return read_head_and_damage(path, limit)[0]
+
+
+def read_head_and_damage(path: Path, limit: int = HEAD_BYTES) -> tuple[bytes, str | None]:
+    """read_head, and what cut a gzip stream short within the head, in the trace reader's
+    words ("gzip data damaged (...)", "gzip stream ends early"); None where nothing did."""
     with open(path, "rb") as f:
         raw = f.read(_FIRST_READ)
         if raw[:2] != b"\x1f\x8b":
             if raw.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] not in (b"{", b"["):
-                return raw
-            return raw + f.read(limit - len(raw))
+                return raw, None
+            return raw + f.read(limit - len(raw)), None
         inflate = zlib.decompressobj(31)
         out = b""
-        try:
-            while len(out) < limit and raw:
+        while len(out) < limit and raw:
+            saved = inflate.copy()
+            try:
                 out += inflate.decompress(raw, limit - len(out))
-                raw = inflate.unconsumed_tail or f.read(16384)
-        except zlib.error:
-            pass
-        return out[:limit]
+            except zlib.error as exc:
+                from rlwh.readers.inflate import salvage
+
+                return (out + salvage(saved, raw))[:limit], f"gzip data damaged ({exc})"
+            raw = inflate.unconsumed_tail or (b"" if inflate.eof else f.read(16384))
+        if len(out) < limit and not inflate.eof:
+            return out, "gzip stream ends early"
+        return out[:limit], None
 
 
 def classify_head(head: bytes, complete: bool) -> str | None:
@@ -61,12 +72,13 @@ def classify_head(head: bytes, complete: bool) -> str | None:
         first_line = text.split("\n", 1)[0]
         if _NSYS_LEGACY.match(first_line):
             return "nsys_legacy_json"
-        if _NSYS_TABLE.match(first_line):
+        if _NSYS_TABLE.match(first_line) or _later_table_lines(text):
             return "nsys_jsonl"
         key = _FIRST_KEY.match(text)
         first = key.group(1) if key else None
         if first in TRACE_HEADER_KEYS:
-            if first == "traceEvents" or '"traceEvents"' in text or not complete:
+            # A whole file that starts like a trace and breaks before traceEvents is a damaged trace.
+            if first == "traceEvents" or '"traceEvents"' in text or not complete or _breaks(head):
                 return "chrome_object"
         elif re.search(r'"traceEvents"\s*:\s*\[', text):  # any other first key (a newer Kineto's, Chrome's)
             return "chrome_object"
@@ -76,6 +88,19 @@ def classify_head(head: bytes, complete: bool) -> str | None:
     return None
 
 
+def _breaks(head: bytes) -> bool:
+    from rlwh.readers.json_outline import json_break
+
+    return json_break(head) is not None
+
+
+def _later_table_lines(text: str) -> bool:
+    """An nsys export whose first record is damaged (cut, a bad byte): the next lines are
+    {"table": ...} records (two of the next three), so it is read and its first line named."""
+    lines = [line for line in text.split("\n")[1:5] if line.strip()][:3]
+    return sum(1 for line in lines if _NSYS_TABLE.match(line)) >= 2
+
+
 def json_reason(path: Path) -> str:
     """Why a .json/.jsonl file that is no format rlwh reads is ignored, saying what it is.
 
@@ -83,34 +108,61 @@ def json_reason(path: Path) -> str:
     'nsys_jsonl'); a benchmark's results, a config or a metrics log next to the profiles
     is anything else, and `rlwh check` and `rlwh ingest` both name it with these words.
     """
+    from rlwh.readers.text_encoding import wide_text_said, wide_unicode
+
     try:
-        head = read_head(path)
+        head, damage = read_head_and_damage(path)
     except OSError as exc:
         return f"not a profile: cannot read its first bytes ({exc.strerror})"
+    wide = wide_unicode(head)
+    if wide is not None:
+        return f"named like JSON, but it is {wide_text_said(wide)}: not read"
     text = head.decode("utf-8", "replace").lstrip(" \t\r\n\ufeff")
     if not text:
         return "an empty JSON file: not a profile"
     first_line = text.split("\n", 1)[0]
-    keys = re.findall(r'[{,]\s*"([^"\\]{1,40})"\s*:', first_line[:2000])
-    shown = ", ".join(f'"{k}"' for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
-    if text.startswith("{") and "\n" in text.rstrip() and first_line.rstrip().endswith("}"):
+    lines = text.startswith("{") and "\n" in text.rstrip() and first_line.rstrip().endswith("}")
+    keys = re.findall(r'[{,]\s*"([^"\\]{1,40})"\s*:', (first_line if lines else text)[:2000])
+    shown = ", ".join(f'"{_printable(k)}"' for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
+    if lines:
         return (f"JSON lines whose records are not {{\"table\": ...}} (the first has keys {shown}): not an nsys "
                 "NVTX export, nor any profile rlwh reads")
     if text.startswith("{"):
         return (f"a JSON object (first keys {shown}) that is no profile rlwh reads (a PyTorch trace holds "
-                "traceEvents)")
+                f"traceEvents){_damage(head, damage)}")
     if text.startswith("["):
-        return "a JSON array that is no trace (its first element is no event with \"ph\"): not a profile"
-    return f"named like JSON, but it starts {text[:24]!r}: not a profile"
+        return f"a JSON array that is no trace (its first element is no event with \"ph\"){_damage(head, damage)}: " \
+               "not a profile"
+    return f"named like JSON, but it starts {shown_start(head)}: not a profile"
+
+
+def _printable(text: str) -> str:
+    """`text` with what does not print escaped (a reason never prints raw bytes)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _damage(head: bytes, gzip_damage: str | None) -> str:
+    """'; damaged: ...' where the head says the file is damaged (its gzip stream, or the
+    JSON breaking before the head ends), with the byte and line; else ''."""
+    from rlwh.readers.json_outline import json_break
+
+    if gzip_damage is not None:
+        return f"; damaged: {gzip_damage} at uncompressed byte {len(head)}"
+    broke = json_break(head)
+    if broke is None or (len(head) >= HEAD_BYTES and broke[0] >= len(head) - 1):
+        return ""
+    line = head[:broke[0]].count(b"\n") + 1
+    return f"; damaged: the JSON breaks at byte {broke[0]} (line {line}: {broke[1]})"
 
 
 def head_kind(path: Path) -> str | None:
-    """classify_head of the file's first bytes; None when it cannot be read."""
+    """classify_head of the file's first bytes; None when it cannot be read. A head cut
+    short by gzip damage is not the whole file: a trace damaged there is still a trace."""
     try:
-        head = read_head(path)
+        head, damage = read_head_and_damage(path)
     except OSError:
         return None
-    return classify_head(head, len(head) < HEAD_BYTES)
+    return classify_head(head, len(head) < HEAD_BYTES and damage is None)
 
 
 def is_verl_log(path: Path) -> bool:

@@ -19,6 +19,7 @@ import pyarrow as pa
 from rlwh.errors import SourceError
 from rlwh.readers import csv_job
 from rlwh.readers.base import ReadOutcome, TableSink, rows_outcome, scaled
+from rlwh.readers.csv_header import header_cells
 
 # CSV header -> (memory_records column, kind). Kinds: time/duration in us -> ns,
 # kb -> bytes, mb -> bytes, text.
@@ -52,15 +53,7 @@ SCHEMA = pa.schema(
 
 def read_header(path: Path) -> list[str]:
     """The CSV's column names; raises SourceError when a required one is missing."""
-    with open(path, "rb") as handle:
-        first = handle.readline()  # only the header line: a bad byte further on is a bad row
-    try:
-        header = next(csv.reader([first.decode("utf-8")]), None)
-    except UnicodeDecodeError as exc:
-        raise SourceError(f"{path}: row 0 (header) is not UTF-8 text (byte {exc.start})") from exc
-    if not header:
-        raise SourceError(f"{path}: empty file, no CSV header")
-    header = [h.strip().lstrip("\ufeff") for h in header]
+    header = [h.strip() for h in header_cells(path)]
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise SourceError(f"{path}: missing column(s) {', '.join(missing)} in the header (row 0)")

@@ -7,19 +7,29 @@ from pathlib import Path
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink
+from rlwh.readers.text_encoding import UTF8_BOM, wide_text_said, wide_unicode
 
 _VERSION_KEYS = ("torch_npu_version", "cann_version", "torch_version", "driver_version")
 
 
 def load_json(path: Path) -> dict:
     """The file's JSON object; SourceError naming the file and the position otherwise
-    (`rlwh check` asks the same question before any ingest)."""
+    (`rlwh check` asks the same question before any ingest). A UTF-8 BOM is skipped, as
+    the CSV and trace readers skip one; UTF-16 text is named as such."""
+    raw = path.read_bytes()
+    wide = wide_unicode(raw)
+    if wide is not None:
+        raise SourceError(f"{path}: {wide_text_said(wide)}")
+    skip = len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = raw[skip:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SourceError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+        raise SourceError(f"{path}: not UTF-8 text (byte {exc.start + skip})") from exc
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SourceError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} (byte {exc.pos})") from exc
+        byte = skip + len(text[:exc.pos].encode("utf-8"))
+        raise SourceError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} (byte {byte})") from exc
     except RecursionError as exc:
         raise SourceError(f"{path}: JSON nested too deeply to read") from exc
     if not isinstance(data, dict):

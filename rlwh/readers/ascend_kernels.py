@@ -47,12 +47,14 @@ def hccl_groups(path: Path) -> tuple[list[dict], str | None]:
     Keys: {"step<n>": {"collective" | "p2p": {"<op>@<group>": {...}}}}; "Total Op Info"
     is a sum, no op."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:  # a BOM skipped, as the other readers skip one
             data = json.load(handle)
     except (OSError, UnicodeDecodeError) as exc:
         return [], f"{path}: cannot read it ({exc}): collectives have no group"
     except json.JSONDecodeError as exc:
         return [], f"{path}: not JSON at line {exc.lineno} column {exc.colno} ({exc.msg}): collectives have no group"
+    except RecursionError:
+        return [], f"{path}: JSON nested too deeply to read: collectives have no group"
     rows: list[dict] = []
     for step_key, kinds in (data.items() if isinstance(data, dict) else ()):
         digits = step_key[len("step"):] if isinstance(step_key, str) and step_key.startswith("step") else ""

@@ -6,12 +6,15 @@ then reads the distinct stack texts in a second, narrow scan and normalizes each
 the batch; every table is a SELECT over those two temp tables, each row with the `_file`
 it came from. `read` runs the same SELECTs over one file into Parquet parts, for the
 routes that still parse in workers, and for a damaged file: DuckDB returns nothing for an
-array cut mid-write, so then ijson re-reads the file, keeps every complete event before
-the cut and the file is marked partial.
+array cut mid-write, so then ijson's tokens re-read the file (built by
+rlwh.readers.json_tokens, linear in the depth), every complete event before the cut is
+kept and the file is marked partial; an event nested too deep is skipped and counted. A
+UTF-8 BOM is skipped, as read_json skips it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -22,9 +25,12 @@ from rlwh.errors import SourceError
 from rlwh.readers import json_pieces
 from rlwh.readers.ascend_device import device_ops_sql, list_kernels
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
+from rlwh.readers.json_tokens import MAX_DEPTH, TOO_DEEP, array_items, tokens
+from rlwh.readers.text_encoding import UTF8_BOM, wide_text_said, wide_unicode
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.stacks import top_frame_sql
 
+CUT = "the JSON does not end with its closing ']' (cut while being written)"  # check's words too
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_NAMES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
 # Device rows (rlwh.readers.ascend_device): the args fields kept, and their raw column names.
@@ -299,7 +305,10 @@ class _CountingFile:
 
     def read(self, size: int = -1) -> bytes:
         data = self.handle.read(size)
+        first = self.offset == 0
         self.offset += len(data)
+        if first and data.startswith(UTF8_BOM):
+            data = data[len(UTF8_BOM):]  # a BOM is no JSON: skipped, as DuckDB's read_json skips it
         return data.translate(_CONTROL_AS_SPACE)
 
 
@@ -309,6 +318,8 @@ def _edge_byte(path: Path, last: bool) -> bytes:
         if last:
             handle.seek(max(0, path.stat().st_size - 65536))
             return handle.read().rstrip()[-1:]
+        skip = UTF8_BOM if handle.read(len(UTF8_BOM)) == UTF8_BOM else b""  # as read_json skips it
+        handle.seek(len(skip))
         while chunk := handle.read(65536):
             if chunk.lstrip():
                 return chunk.lstrip()[:1]
@@ -320,13 +331,16 @@ def _salvage_with_ijson(path: Path, raw: Path) -> tuple[int, str]:
     import pyarrow.parquet as pq
 
     rows: list[dict] = []
-    kept_events = skipped = first_skipped = 0
+    kept_events = skipped = first_skipped = deep = first_deep = 0
     writer = pq.ParquetWriter(raw, RAW_SCHEMA)
     damage = "the file ends before the closing ']'"
     with open(path, "rb") as handle:
         counting = _CountingFile(handle)
         try:
-            for i, event in enumerate(ijson.items(counting, "item", use_float=False, buf_size=16384), start=1):
+            for i, event in enumerate(_elements(counting), start=1):
+                if event is TOO_DEEP:
+                    deep, first_deep = deep + 1, first_deep or i
+                    continue
                 if not isinstance(event, dict):
                     skipped, first_skipped = skipped + 1, first_skipped or i
                     continue
@@ -362,13 +376,31 @@ def _salvage_with_ijson(path: Path, raw: Path) -> tuple[int, str]:
         except (ijson.common.IncompleteJSONError, ijson.common.JSONError, UnicodeDecodeError) as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "unexpected end of data"
             damage = f"parse error near byte {counting.offset} of {path.stat().st_size} ({detail})"
+            if "premature EOF" in detail and counting.offset == path.stat().st_size:
+                damage = f"{CUT} at byte {counting.offset}"
     if rows:
         writer.write_batch(pa.RecordBatch.from_pylist(rows, RAW_SCHEMA))
     writer.close()
     if skipped:
         note = f"skipped {skipped} array elements that are not event objects (the first is element {first_skipped})"
         damage = f"{damage}; {note}" if damage else note
+    if deep:
+        note = (f"skipped {deep} events nested past {MAX_DEPTH} levels, deeper than the JSON decoders follow (the "
+                f"first is element {first_deep})")
+        damage = f"{damage}; {note}" if damage else note
     return kept_events, damage
+
+
+def _elements(stream: _CountingFile) -> Iterator[object]:
+    """The top-level array's elements, built linearly in their depth (rlwh.readers.json_tokens;
+    ijson's items cost the square of it); what follows the array must be nothing."""
+    found = tokens(stream, 16384)
+    event, _ = next(found, ("", None))
+    if event != "start_array":
+        raise ijson.common.JSONError(f"the file is no JSON array (it starts with {event or 'nothing'})")
+    yield from array_items(found)
+    for _ in found:  # yajl refuses anything after the array's end
+        pass
 
 
 def _connect(context: dict) -> duckdb.DuckDBPyConnection:
@@ -381,6 +413,10 @@ def _connect(context: dict) -> duckdb.DuckDBPyConnection:
 
 
 def _check_start(path: Path) -> None:
+    with open(path, "rb") as handle:
+        wide = wide_unicode(handle.read(64))
+    if wide is not None:
+        raise SourceError(f"{path}: {wide_text_said(wide)}")
     first = _edge_byte(path, last=False)
     if not first:
         raise SourceError(f"{path}: empty file ({path.stat().st_size} bytes), no trace events")

@@ -25,6 +25,7 @@ import pyarrow as pa
 from rlwh.errors import SourceError
 from rlwh.readers import csv_job
 from rlwh.readers.base import ReadOutcome, TableSink, rows_outcome, scaled
+from rlwh.readers.csv_header import header_cells
 
 BATCH_ROWS = 65536
 _SPACE = " \t\r\n"
@@ -134,14 +135,7 @@ def _cell(text: str, column: Column, factor: int):
 
 def read_header(path: Path, fmt: Format) -> tuple[list[str], list]:
     """The header's cells and the column plan; SourceError for an empty file or a missing column."""
-    with open(path, "rb") as handle:
-        first = handle.readline()
-    try:
-        header = [h.strip(_SPACE).lstrip("\ufeff") for h in next(csv.reader([first.decode("utf-8")]), [])]
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise SourceError(f"{path}: row 0 (header) is not a UTF-8 CSV line ({exc})") from exc
-    if not any(header):
-        raise SourceError(f"{path}: empty file, no CSV header")
+    header = [h.strip(_SPACE) for h in header_cells(path)]
     return header, _plan(path, header, fmt)
 
 

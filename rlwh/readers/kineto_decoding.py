@@ -43,7 +43,7 @@ def uses_pool(workers: int, path: Path) -> bool:
             and multiprocessing.parent_process() is None)
 
 
-def starter(workers: int, path: Path) -> Callable[[bytes | kineto_events.Span], Callable[[], tuple]]:
+def starter(workers: int, path: Path) -> Callable[[kineto_events.Body], Callable[[], tuple]]:
     """decode(body) for kineto_events.pieces: starts decoding a piece and returns what
     waits for its result; in this process when one worker is enough."""
     if not uses_pool(workers, path):
@@ -70,7 +70,7 @@ def _ready() -> None:
     pa.array([0])  # pyarrow's first array looks for pandas: done here, once
 
 
-def _here(body: bytes | kineto_events.Span) -> Callable[[], tuple]:
+def _here(body: kineto_events.Body) -> Callable[[], tuple]:
     """Decode now; what it raises is raised when its result is asked for, as from a pool
     (a piece that starts inside an event fails, and is never asked for)."""
     from rlwh.readers.kineto_rows import decode_rows

@@ -11,7 +11,9 @@ beyond BIGINT) is built by the event-by-event path below, the reader's earlier r
 
 Rows are local to their run: an op's seq counts from 1 and a memory event's idx from 0
 within the run, names are text; the reader (rlwh.readers.torch_trace) offsets and interns
-them, so runs can be built in any process and in any order.
+them, so runs can be built in any process and in any order. A run names its first
+malformed event (its place in the run, its byte when the run's text is at hand, why),
+so that the reader's message can point at one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,17 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlwh.readers.kineto_events import NO_ARGS, Event, FastArgs, FastEvent, Span, decode_piece, general_events
+from rlwh.readers.kineto_events import (
+    NO_ARGS,
+    Body,
+    Event,
+    FastArgs,
+    FastEvent,
+    Malformed,
+    decode_piece,
+    element_byte,
+    general_events,
+)
 from rlwh.readers.torch_device import DEVICE_CATEGORIES, LAUNCH_CATEGORIES, kineto_int
 
 _I, _S = pa.int64(), pa.string()
@@ -68,6 +80,22 @@ class _Slow(Exception):
 
 
 @dataclass
+class FirstBad:
+    """The first malformed event of a run (or of a file, once the reader counts the runs before)."""
+
+    index: int  # 0-based, among the run's events
+    byte: int | None = None  # its first byte in the (uncompressed) file, when known
+    why: str | None = None
+
+    def said(self) -> str:
+        """How a message names it."""
+        where = f"element {self.index + 1} of traceEvents"
+        if self.byte is not None:
+            where += f", at uncompressed byte {self.byte}"
+        return where + (f": {self.why}" if self.why else "")
+
+
+@dataclass
 class Rows:
     """A run's rows (local seq / idx, names as text) and the facts it adds to the file's."""
 
@@ -78,6 +106,7 @@ class Rows:
     start: int | None = None  # ns: what the events cover, beside the declared window
     end: int | None = None
     devices: Counter = field(default_factory=Counter)
+    first_bad: FirstBad | None = None
 
 
 def build(events: list, general: Callable[[], list] | None = None) -> Rows:
@@ -94,13 +123,16 @@ def build(events: list, general: Callable[[], list] | None = None) -> Rows:
     return _one_by_one(events)
 
 
-def rows_of(events: list, piece: bytes) -> Rows:
-    """The rows of a piece's events (piece: their JSON text, read again with the general
-    rules where the bulk path cannot take them)."""
-    return build(events, lambda: general_events(piece) or [])
+def rows_of(events: list, piece: bytes, at: int = 0) -> Rows:
+    """The rows of a piece's events (piece: their JSON text, its '[' at byte `at` of the
+    file, read again with the general rules where the bulk path cannot take them)."""
+    rows = build(events, lambda: general_events(piece, at) or [])
+    if rows.first_bad is not None:
+        rows.first_bad.byte = at + element_byte(piece, rows.first_bad.index)
+    return rows
 
 
-def decode_rows(body: bytes | Span) -> tuple[str, Rows | None]:
+def decode_rows(body: Body) -> tuple[str, Rows | None]:
     """A piece cut by kineto_events.pieces, decoded and built: what a decoding process does."""
     return decode_piece(body, rows_of)
 
@@ -280,6 +312,8 @@ def _one_by_one(events: list) -> Rows:
                 rows.take([ev], i)
             except _MALFORMED:
                 rows.bad += 1
+                if rows.first_bad is None:
+                    rows.first_bad = FirstBad(i, None, ev.why if ev.__class__ is Malformed else None)
     return rows.done(len(events))
 
 
@@ -300,13 +334,14 @@ class _Rows:
         self.bad = self.n_mem = 0
         self.min_ts = self.start = self.end = None
         self.devices: Counter = Counter()
+        self.first_bad: FirstBad | None = None
 
     def take(self, events: list, first: int) -> None:
         """Build every row of the run, then commit them all (or nothing, when one raises)."""
         routed: dict[str, list] = {}
         lowest, start, end = self.min_ts, self.start, self.end
         for seq, ev in enumerate(events, first + 1):
-            if ev is None:
+            if ev is None or ev.__class__ is Malformed:
                 raise ValueError("not an object of a trace event's shape")
             ts = ev.ts
             if ts is None:
@@ -384,7 +419,7 @@ class _Rows:
             self.bad += len(rows) - len(kept)
             if kept:
                 tables[kind] = pa.table([pa.array(c, t) for c, t in zip(zip(*kept), schema.types)], schema=schema)
-        return Rows(n, tables, self.bad, self.min_ts, self.start, self.end, self.devices)
+        return Rows(n, tables, self.bad, self.min_ts, self.start, self.end, self.devices, self.first_bad)
 
 
 def _device_row(ev: Event, cat: str, ts_ns: int) -> tuple:

@@ -122,19 +122,41 @@ def _records(path: Path, wanted: re.Pattern, bad: dict[int, str]):
         for lineno, line in enumerate(f, 1):
             if len(bad) > MAX_BAD_LINES:
                 raise SourceError(f"{path}: not an nsys jsonlines export: {len(bad)} bad lines by line {lineno}")
-            if wanted.search(line) is None:
-                if _OBJECT_SHAPE.match(line) is None and line.strip():
-                    bad[lineno] = "not a JSON object"
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError as exc:
-                bad[lineno] = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                continue
-            if isinstance(rec, dict):
+            rec, problem = _judged(line, wanted)
+            if problem is not None:
+                bad[lineno] = problem
+            elif rec is not None:
                 yield lineno, rec
-            else:
-                bad[lineno] = "not a JSON object"
+
+
+def _judged(line: str, wanted: re.Pattern) -> tuple[dict | None, str | None]:
+    """(the record, None) for a line `wanted` finds that parses as an object; (None, why)
+    for a bad line; (None, None) for a line passed over (only its shape checked)."""
+    if wanted.search(line) is None:
+        return None, ("not a JSON object" if _OBJECT_SHAPE.match(line) is None and line.strip() else None)
+    try:
+        rec = json.loads(line)
+    except ValueError as exc:
+        return None, exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+    except RecursionError:
+        return None, "nested deeper than the JSON decoder follows"
+    return (rec, None) if isinstance(rec, dict) else (None, "not a JSON object")
+
+
+def first_bad_line(head: bytes, whole: bool) -> str | None:
+    """For `rlwh check`: the first bad line among the complete lines of an export's first
+    bytes, as read() names it ("line 3 (Expecting ':' delimiter)"), its second pass's
+    reason over its first's; None when there is none."""
+    import io
+
+    lines = list(io.TextIOWrapper(io.BytesIO(head), encoding="utf-8-sig", errors="replace"))
+    if not whole and lines:
+        lines.pop()  # the head may stop inside its last line
+    for lineno, line in enumerate(lines, 1):
+        problem = _judged(line, _EVENT_LINE)[1] or _judged(line, _LOOKUP_LINE)[1]
+        if problem is not None:
+            return f"line {lineno} ({problem})"
+    return None
 
 
 class _Lookups:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import pickle
 import pickletools
+import re
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -115,8 +116,27 @@ def _unpickle(handle, path: Path, size: int, whole: bool = True):
         if cut:
             raise SourceError(f"{path}: cut short: the pickle ends at byte {size} before it is complete "
                               f"({_printable(str(exc))})") from None
-        raise SourceError(f"{path}: not a readable pickle ({size} bytes): {type(exc).__name__}: "
-                          f"{_printable(str(exc))}") from None
+        where = _bad_opcode_offset(path) if isinstance(exc, pickle.UnpicklingError) else None
+        said = _printable(str(exc)) if where is None else f"{_printable(str(exc)).rstrip('.')} at byte {where}"
+        raise SourceError(f"{path}: not a readable pickle ({size} bytes): {type(exc).__name__}: {said}") from None
+
+
+_UNKNOWN_OPCODE_AT = re.compile(r"at position (\d+), opcode .* unknown")
+
+
+def _bad_opcode_offset(path: Path) -> int | None:
+    """The byte of the first opcode that is none (what 'invalid load key' means), walked
+    by pickletools as for a refusal (only on failure: nothing is built or run)."""
+    try:
+        with open(path, "rb") as handle:
+            for _ in pickletools.genops(handle):
+                pass
+    except ValueError as exc:
+        found = _UNKNOWN_OPCODE_AT.search(str(exc))
+        return int(found.group(1)) if found else None
+    except (EOFError, MemoryError, OverflowError):
+        pass
+    return None
 
 
 def load_plain(path: Path):

@@ -11,16 +11,16 @@ Why it is built this way:
   (rlwh.readers.kineto_events), on up to context["workers"] processes
   (rlwh.readers.kineto_decoding), each piece's rows built as Arrow columns
   (rlwh.readers.kineto_rows) and taken back in file order (_Scan.take); a file it cannot
-  cut (damaged, cut mid-write) is read by ijson's streaming parser instead. The typed
-  pass reads the keys after traceEvents from its last piece.
+  cut (damaged, cut mid-write) is read token by token instead (rlwh.readers.kineto_stream,
+  which also reads the keys before traceEvents). The typed pass reads the keys after
+  traceEvents from its last piece, the streaming one as it comes to them: the file is
+  read once.
 - Times stay exact: integer ns straight from each time's text (or from the streaming
   parser's Decimal µs), never through a float. Epoch ns = baseTimeNanoseconds + ts * 1000
   (Kineto writes ts relative to that base).
-- Keys after traceEvents come from the last bytes of the stream (the typed pass's last
-  piece, or the tail the streaming parser keeps), so the file is read once; a full token
-  scan is the fallback for a huge trailer.
 - A trace cut mid-write (plain or gzip) keeps every complete event and says where the
-  cut is, in uncompressed bytes.
+  cut is, in uncompressed bytes; a malformed event (of other types, or nested deeper
+  than the decoders follow) is skipped, and the message names the first one's place.
 - user_annotation ranges land with domain 'default'; gpu_user_annotation (Kineto's copy of
   the same annotation projected onto a GPU stream) lands with domain 'gpu', pid = device
   and tid = stream, so timelines can pick either without double counting.
@@ -32,11 +32,10 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import zlib
-from collections import Counter, deque
+from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 from decimal import Decimal
 from pathlib import Path
@@ -50,20 +49,23 @@ import pyarrow.parquet as pq
 from rlwh.errors import SourceError
 from rlwh.readers import kineto_decoding as decoding
 from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_stack_row, normalize_stack
-from rlwh.readers.kineto_events import TAIL_BYTES, Event, NotTyped, bytes_bodies, event_or_none, pieces, spans
+from rlwh.readers.inflate import salvage
+from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies, pieces, spans
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
-from rlwh.readers.kineto_rows import Rows, build, rows_of
+from rlwh.readers.kineto_rows import FirstBad, Rows, build, rows_of
+from rlwh.readers.kineto_stream import TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
+from rlwh.readers.text_encoding import UTF8_BOM
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
 BATCH_ROWS = 65536
 READ_BYTES = 256 << 10
+HEAD_READ_BYTES = 64 << 10  # the keys before traceEvents: read in small steps, they are few
 TYPED_READ_BYTES = 4 << 20
 STREAMING_RUN = 4096  # events the streaming parser hands to _Scan.take at once
 NEST_ROWS = 1 << 18  # events nested at once (rlwh.readers.kineto_nesting): what bounds its memory
 DUCKDB_MEMORY = "128MB"  # the sort spills to disk beyond this; context["memory_limit"] overrides
 STACKS_MEMORY = "32MB"  # what building one batch's call paths as text may use (_StackIds)
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
-_WS = re.compile(r"\s*")
 
 CPU_OPS_SCHEMA = pa.schema([("name", pa.string()), ("ts_ns", pa.int64()), ("dur_ns", pa.int64()),
                             ("pid", pa.int64()), ("tid", pa.int64()), ("stack_id", pa.int64()),
@@ -105,48 +107,53 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     """
     path = Path(path)
     sink.root.mkdir(parents=True, exist_ok=True)  # spill beside the output, where ingest put it
-    with tempfile.TemporaryDirectory(prefix="_spill-", dir=sink.root) as tmp:
-        head, has_events, broken_at = _top_level_keys(path, stop_at_events=True)
-        if not has_events:
-            why = "not a PyTorch trace" if broken_at is None else (
-                f"the JSON ends or breaks before them, at or before uncompressed byte {broken_at}")
-            decoding.forget_pool()  # started for this trace (rlwh.ingest.early), not needed
-            raise SourceError(f"{path}: no traceEvents ({why})")
-        spill = _Spill(Path(tmp))
-        try:
-            scan = _scan_events(path, spill, int(context.get("workers") or 1))
-            tail = scan["tail"]
-            if tail is None and scan["error"] is None:
-                tail = _top_level_keys(path, stop_at_events=False)[0]
-            meta = {**head, **(tail or {})}
-            base = kineto_int(meta.get("baseTimeNanoseconds")) or 0
-            rank = _rank_facts(path, meta, scan, base, context)
-        finally:
-            spill.close()
-            # Idle from here on, each decoding process would hold ~170 MB through the
-            # resolve, the landing and derive, where an ingest's process tree peaks.
-            decoding.forget_pool()
-        _resolve(Path(tmp), spill, sink, base, scan["names"], context.get("memory_limit") or DUCKDB_MEMORY)
-    if scan["error"] is not None:
-        return ReadOutcome("partial", f"{path}: {scan['error']}", rank)
+    try:
+        with tempfile.TemporaryDirectory(prefix="_spill-", dir=sink.root) as tmp:
+            scan, rank = _read(path, Path(tmp), sink, context)
+    except TooDeep as exc:
+        raise SourceError(f"{path}: {exc}") from None
+    said = [scan["error"]] if scan["error"] is not None else []
     if scan["bad"]:
-        return ReadOutcome("partial", f"{path}: skipped {scan['bad']} malformed events", rank)
-    return ReadOutcome("ok", None, rank)
+        n, first = scan["bad"], scan["first_bad"]
+        said.append(f"skipped {n} malformed event{'s' if n > 1 else ''}"
+                    + (f" (the first: {first.said()})" if first is not None else ""))
+    return ReadOutcome("partial", f"{path}: {'; '.join(said)}", rank) if said else ReadOutcome("ok", None, rank)
 
 
-UTF8_BOM = b"\xef\xbb\xbf"
+def _read(path: Path, tmp: Path, sink: TableSink, context: dict) -> tuple[dict, dict]:
+    head, has_events, broken = _head_keys(path)
+    if not has_events:
+        decoding.forget_pool()  # started for this trace (rlwh.ingest.early), not needed
+        raise SourceError(f"{path}: no traceEvents ({broken or 'not a PyTorch trace'})")
+    spill = _Spill(tmp)
+    try:
+        scan = _scan_events(path, spill, int(context.get("workers") or 1))
+        meta = {**head, **(scan["tail"] or {})}
+        base = kineto_int(meta.get("baseTimeNanoseconds")) or 0
+        rank = _rank_facts(path, meta, scan, base, context)
+    finally:
+        spill.close()
+        # Idle from here on, each decoding process would hold ~170 MB through the
+        # resolve, the landing and derive, where an ingest's process tree peaks.
+        decoding.forget_pool()
+    _resolve(tmp, spill, sink, base, scan["names"], context.get("memory_limit") or DUCKDB_MEMORY)
+    return scan, rank
+
+
+CUT = "the JSON does not end with its closing '}' (cut while being written)"  # check's words too
 
 
 class _Stream:
     """The trace's bytes, gunzipped when the magic says so (never by name).
 
-    Counts the uncompressed offset and keeps the last TAIL_BYTES. Gzip is inflated here
+    Counts the uncompressed offset; skips a UTF-8 BOM unless told not to (the typed pass
+    counts bytes from the file's first, and its search for traceEvents passes over one). Gzip is inflated here
     rather than by GzipFile, whose buffered read drops the bytes it had inflated when a
     cut stream raises: a damaged stream ends early instead (noted in .error), so the
     parser keeps every event before the cut.
     """
 
-    def __init__(self, path: Path, keep_tail: bool = False):
+    def __init__(self, path: Path, skip_bom: bool = True):
         self._raw = open(path, "rb")
         self.gzipped = self._raw.read(2) == b"\x1f\x8b"
         self._raw.seek(0)
@@ -154,9 +161,7 @@ class _Stream:
         self._pending = b""
         self.offset = 0
         self.error: str | None = None
-        self._keep = keep_tail
-        self._tail: deque[bytes] = deque()
-        self._tail_len = 0
+        self._skip_bom = skip_bom
 
     def read(self, n: int = -1) -> bytes:
         if n == 0:  # ijson probes with read(0) for bytes vs str
@@ -164,13 +169,8 @@ class _Stream:
         n = n if n > 0 else READ_BYTES
         data = self._gunzip(n) if self.gzipped else self._raw.read(n)
         self.offset += len(data)
-        if self.offset == len(data) and data.startswith(UTF8_BOM):
+        if self._skip_bom and self.offset == len(data) and data.startswith(UTF8_BOM):
             data = data[len(UTF8_BOM):]  # a BOM is no JSON: skipped, as the CSV and log readers do
-        if self._keep and data:
-            self._tail.append(data)
-            self._tail_len += len(data)
-            while self._tail_len - len(self._tail[0]) >= TAIL_BYTES:
-                self._tail_len -= len(self._tail.popleft())
         return data
 
     def _gunzip(self, n: int) -> bytes:
@@ -185,16 +185,15 @@ class _Stream:
             if not src:
                 self.error = "gzip stream ends early"
                 break
+            saved = self._inflate.copy()
             try:
                 out = self._inflate.decompress(src, n)
             except zlib.error as exc:
                 self.error = f"gzip data damaged ({exc})"
+                out = salvage(saved, src)  # every byte before the damage (zlib drops this call's)
                 break
             self._pending = self._inflate.unused_data if self._inflate.eof else self._inflate.unconsumed_tail
         return out
-
-    def tail(self) -> str:
-        return b"".join(self._tail).decode("utf-8", "replace")
 
     def close(self) -> None:
         self._raw.close()
@@ -206,35 +205,28 @@ class _Stream:
         self.close()
 
 
-def _top_level_keys(path: Path, stop_at_events: bool) -> tuple[dict, bool, int | None]:
-    """Top-level keys other than traceEvents, whether traceEvents exists, and the
-    uncompressed offset where the JSON broke off (None if it did not).
-
-    stop_at_events: stop at the traceEvents key (the cheap head read); otherwise skip
-    its tokens and read to the end (the slow fallback for a trailer too big to keep).
-    """
-    keys: dict = {}
-    key, builder, has_events, broken_at = None, None, False, None
+def _head_keys(path: Path) -> tuple[dict, bool, str | None]:
+    """Top-level keys before traceEvents, whether traceEvents comes, and where and how the
+    JSON broke off before it (None if it did not: kineto_stream.broken_before_events)."""
     with _Stream(path) as stream:
+        top = TopLevel(stream, HEAD_READ_BYTES)
         try:
-            for prefix, event, value in ijson.parse(stream, use_float=False, buf_size=READ_BYTES):
-                if prefix == "":
-                    if builder is not None:
-                        keys[key] = builder.value
-                        builder = None
-                    if event == "map_key" and value == "traceEvents":
-                        has_events = True
-                        if stop_at_events:
-                            break
-                    elif event == "map_key":
-                        key, builder = value, ijson.ObjectBuilder()
-                    elif event != "start_map":
-                        break
-                elif builder is not None:
-                    builder.event(event, value)
-        except ijson.JSONError:
-            broken_at = stream.offset  # a damaged file: what was read is all there is
-    return keys, has_events, broken_at
+            return top.keys, top.until_events(), None
+        except ijson.JSONError:  # a damaged file: what was read is all there is
+            read = stream.offset
+            return top.keys, False, broken_before_events(_first_bytes(path, read), stream.error, read)
+        except TooDeep as exc:
+            exc.byte = deep_byte(_first_bytes(path, stream.offset))
+            raise
+
+
+def _first_bytes(path: Path, n: int) -> bytes:
+    """The file's first n (uncompressed) bytes, a BOM included."""
+    out = bytearray()
+    with _Stream(path, skip_bom=False) as stream:
+        while len(out) < n and (data := stream.read(min(READ_BYTES, n - len(out)))):
+            out += data
+    return bytes(out)
 
 
 def _scan_events(path: Path, spill: _Spill, workers: int = 1) -> dict:
@@ -248,20 +240,21 @@ def _scan_events(path: Path, spill: _Spill, workers: int = 1) -> dict:
             decoding.forget_pool()
             spill.reset()
             return _scan_typed(path, spill, 1)
-    except NotTyped:
+    except NotTyped as refused:
         spill.reset()
-        return _scan_streaming(path, spill)
+        return _scan_streaming(path, spill, refused)
 
 
 def _scan_typed(path: Path, spill: _Spill, workers: int = 1) -> dict:
     """A plain file's pieces are byte ranges that each decoding process reads itself; a
-    gzipped file's are cut from the inflated stream here."""
+    gzipped file's are cut from the inflated stream here (its bytes counted from the
+    first, a BOM included, as a plain file's are)."""
     scan = _Scan(spill)
     out: dict = {}
     decode = decoding.starter(workers, path)
-    with _Stream(path) as stream:
+    with _Stream(path, skip_bom=False) as stream:
         bodies = bytes_bodies(_chunks(stream)) if stream.gzipped else spans(str(path))
-        for rows in pieces(bodies, _members, out, decode, workers + 1, rows_of):
+        for rows in pieces(bodies, trailing_keys, out, decode, workers + 1, rows_of):
             scan.take(rows)
     return scan.facts(None, out["trailer"])
 
@@ -274,25 +267,35 @@ def _chunks(stream: _Stream):
         raise NotTyped(stream.error)
 
 
-def _scan_streaming(path: Path, spill: _Spill) -> dict:
+def _scan_streaming(path: Path, spill: _Spill, refused: NotTyped | None = None) -> dict:
+    """The events token by token (rlwh.readers.kineto_stream). refused: why the typed
+    decoder gave up; the byte where it found the file damaged is named when the stream
+    breaks there too."""
     scan = _Scan(spill)
-    error, last = None, None
-    run: list[Event | None] = []
-    with _Stream(path, keep_tail=True) as stream:
+    error = None
+    run: list[Event | Malformed | None] = []
+    with _Stream(path) as stream:
+        top = TopLevel(stream, READ_BYTES)
         try:
-            for last in ijson.items(stream, "traceEvents.item", use_float=False, buf_size=READ_BYTES):
-                run.append(event_or_none(last) if last.__class__ is dict else None)
+            top.until_events()
+            for event in top.events():
+                run.append(event)
                 if len(run) >= STREAMING_RUN:
                     scan.take(build(run))
                     run = []
             scan.take(build(run))
         except ijson.JSONError as exc:
             scan.take(build(run))
-            what = stream.error or f"JSON ends or breaks early ({str(exc).strip()[:80]})"
-            error = (f"{what} at or before uncompressed byte {stream.offset}; "
-                     f"kept the {scan.seq} complete events before it")
-        tail = None if error else _parse_trailer(stream.tail(), last)
-    return scan.facts(error, tail)
+            if stream.error is None and refused is not None and refused.at is not None \
+                    and refused.at <= stream.offset:
+                where = f"JSON breaks at uncompressed byte {refused.at} ({refused})"
+            elif stream.error is None and "premature EOF" in str(exc) and not stream.read():
+                where = f"{CUT} at uncompressed byte {stream.offset}"
+            else:
+                what = stream.error or f"JSON ends or breaks early ({' '.join(str(exc).split())[:80]})"
+                where = f"{what} at or before uncompressed byte {stream.offset}"
+            error = f"{where}; kept the {scan.seq} complete events before it"
+    return scan.facts(error, None if error else top.keys)
 
 
 class _Scan:
@@ -309,6 +312,7 @@ class _Scan:
         self.devices: Counter = Counter()
         self.names: list = []
         self._name_ids: dict = {}
+        self.first_bad: FirstBad | None = None
 
     def take(self, rows: Rows) -> None:
         for kind, table in rows.tables.items():
@@ -324,6 +328,9 @@ class _Scan:
                 table = table.set_column(0, "idx", pc.add(table["idx"], self.n_mem))
                 self.n_mem += table.num_rows
             self.spill.write(kind, table)
+        if self.first_bad is None and rows.first_bad is not None:
+            first = rows.first_bad
+            self.first_bad = FirstBad(self.seq + first.index, first.byte, first.why)
         self.seq += rows.n
         self.bad += rows.bad
         self.min_ts = _least(self.min_ts, rows.min_ts)
@@ -348,7 +355,7 @@ class _Scan:
                 [["recorded"], ["default"], ["recorded events"], [self.start], [self.end], [None], [None]],
                 schema=_SPILLS["ranges"]))
         return {"error": error, "bad": self.bad, "tail": tail, "devices": self.devices, "names": self.names,
-                "min_ts": self.min_ts}
+                "min_ts": self.min_ts, "first_bad": self.first_bad}
 
     def name_id(self, name) -> int:
         nid = self._name_ids.get(name)
@@ -364,68 +371,6 @@ def _least(a: int | None, b: int | None) -> int | None:
 
 def _most(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
-
-
-def _parse_trailer(text: str, last_event) -> dict | None:
-    """Keys after the traceEvents array, from the end of the stream; None if not there.
-
-    The array's ']' is the one right after the last event parsed (or after
-    '"traceEvents": ['), which tells it from the ']' of a trailing array value.
-    """
-    pos = len(text)
-    while (pos := text.rfind("]", 0, pos)) >= 0:
-        j = pos - 1
-        while j >= 0 and text[j].isspace():
-            j -= 1
-        if j < 0:
-            return None
-        if text[j] == "[" and last_event is None:
-            if re.search(r'"traceEvents"\s*:\s*$', text[max(0, j - 100):j]):
-                return _members(text, pos + 1)
-        elif text[j] == "}" and last_event is not None and _object_ending_at(text, j) == last_event:
-            return _members(text, pos + 1)
-    return None
-
-
-def _object_ending_at(text: str, j: int):
-    """The JSON object whose closing brace is text[j], if one parses there."""
-    dec = json.JSONDecoder(parse_float=Decimal)
-    k = j
-    while (k := text.rfind("{", 0, k)) >= 0 and j - k < TAIL_BYTES // 4:
-        try:
-            obj, end = dec.raw_decode(text, k)
-        except ValueError:
-            continue
-        if end == j + 1:
-            return obj
-    return None
-
-
-def _skip_space(text: str, i: int) -> int:
-    """The index of the first non-space character of text at or after i."""
-    space = _WS.match(text, i)
-    assert space is not None  # \s* matches everywhere, if only the empty string
-    return space.end()
-
-
-def _members(text: str, i: int) -> dict | None:
-    """Parse ', "key": value ... }' from text[i] to the end; None unless it is exactly that."""
-    dec = json.JSONDecoder(parse_float=Decimal)
-    out: dict[str, object] = {}
-    while True:
-        i = _skip_space(text, i)
-        if text.startswith("}", i):
-            return out if _skip_space(text, i + 1) == len(text) else None
-        if not text.startswith(",", i):
-            return None
-        try:
-            key, i = dec.raw_decode(text, _skip_space(text, i + 1))
-            i = _skip_space(text, i)
-            if not (isinstance(key, str) and text.startswith(":", i)):
-                return None
-            out[key], i = dec.raw_decode(text, _skip_space(text, i + 1))
-        except ValueError:
-            return None
 
 
 def _spill_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
