@@ -77,17 +77,31 @@ def _attach(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 def _append_attached(con, config: Config, reloaded: list[int], finish, shown: Path) -> None:
-    """Append into the attached warehouse and checkpoint it; detach it whatever happens."""
+    """Append into the attached warehouse and checkpoint it; detach it whatever happens.
+
+    A failure before the commit (a full disk) leaves nothing: the transaction is rolled
+    back and its write-ahead log, which holds no committed append, is removed. A failed
+    checkpoint after it leaves the log, which DuckDB applies when the file is next opened."""
+    committed = False
+    wal = Path(f"{shown}.wal")
+    ours = not wal.exists()  # a log left before (an earlier commit not yet applied) is never removed
     try:
         _append(con, config, reloaded, finish)
+        committed = True
         con.execute(f"checkpoint {TARGET}")
     except duckdb.Error as exc:  # the disk filled up, the file system failed: say so, keep the warehouse
+        if committed:
+            raise RlwhError(f"cannot checkpoint {shown} ({_first_line(exc)}); the ingest is in its write-ahead "
+                            f"log {shown}.wal, applied when the file is next opened (free some disk first)") from exc
         raise RlwhError(f"cannot write {shown} ({_first_line(exc)}); it is as it was before this ingest") from exc
     finally:
         with contextlib.suppress(duckdb.Error):
             con.execute(f"use {SCRATCH}")
         with contextlib.suppress(duckdb.Error):
             con.execute(f"detach {TARGET}")
+        if not committed and ours:
+            with contextlib.suppress(FileNotFoundError):
+                wal.unlink()
 
 
 def _append_to_copy(con, config: Config, reloaded: list[int], finish) -> str:
