@@ -167,7 +167,7 @@ with open(sys.argv[1], "rb") as f:
     chunks = iter(lambda: f.read(4 << 20), b"")
     n = 0
     for body in k.bytes_bodies(chunks):
-        data = body.data if body.__class__ is k._Rest else body
+        data = body.data
         if body.__class__ is k._Rest:
             data = data[:data.rindex(b"]")]
         n += len(k._FAST_PIECE.decode(b"[" + data + b"]"))
@@ -206,6 +206,8 @@ def bench_torch_trace(tmp: Path, scale: float) -> None:
             base = None
             record(f"json.load, PyTorch trace {mb:.0f} MB: skipped", needs_mb=mb * 5, available_mb=_available_mb())
         floor = measure([PY, "-c", TYPED_FLOOR, str(trace)])
+        if floor.returncode != 0:
+            raise SystemExit(f"the typed decoder alone failed: {floor.stderr[-2000:]}")
         record(f"typed decoder alone (one process), {mb:.0f} MB", wall_s=floor.wall_s,
                peak_rss_mb=floor.peak_process_rss_mb)
         db = tmp / f"torch_{size}.duckdb"
