@@ -585,3 +585,50 @@ def test_ctrl_c_in_the_middle_of_a_large_parse_or_query(db, base_db, tmp_path, b
         pytest.fail(f"the ingest always finished before its interrupt (last at {wait * 2:.2f} s)")
     assert _sha(db) == before
     assert _leftovers(db, tmp_path) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="sees the shell's open files in /proc")
+def test_a_duckdb_shell_holding_the_warehouse_is_never_blocked(db, tmp_path, small, small_ref):
+    """The duckdb shell (`duckdb -readonly`) holds the warehouse open: the ingest neither
+    waits nor fails; it writes a copy and renames it over (a new inode), and the shell
+    keeps running on the file it opened. Without a holder, the append is in place."""
+    shell_path = Path(sys.executable).parent / "duckdb"
+    if not shell_path.exists():
+        pytest.skip("no duckdb shell beside this Python (make install puts one there)")
+    shell = subprocess.Popen([str(shell_path), "-readonly", str(db)], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not _holds(shell.pid, db) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _holds(shell.pid, db), "the shell did not open the warehouse"
+        inode = db.stat().st_ino
+        started = time.monotonic()
+        assert ingest(small, _config(db), run=RUN).failed == 0
+        assert time.monotonic() - started < 60
+        assert db.stat().st_ino != inode  # a copy, renamed over the file the shell holds
+        assert shell.poll() is None and _holds(shell.pid, db)
+    finally:
+        assert shell.stdin is not None
+        shell.stdin.close()
+        shell.wait(timeout=30)
+    _assert_like_clean_ingest(db, small_ref)
+    inode = db.stat().st_ino
+    assert ingest(small, _config(db), run="another").failed == 0
+    assert db.stat().st_ino == inode  # nobody holds it now: appended in place
+
+
+def _holds(pid: int, path: Path) -> bool:
+    """Whether process `pid` or one it started (the shell's Python launcher runs the binary)
+    has `path` open: what it opened, even if renamed over since."""
+    want = str(path.resolve())
+    for proc in [pid, *_child_pids(pid)]:
+        try:
+            fds = list(Path(f"/proc/{proc}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(fd).removesuffix(" (deleted)") == want:
+                    return True
+    return False
