@@ -35,15 +35,17 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
         raise RlwhError(f"cannot create {work} beside the warehouse ({exc.strerror}): pick another --db, "
                         "or fix the folder's permissions") from exc
     try:
-        published = config.db_path if config.db_path.exists() else None
-        con = landing.scratch(config, work / "spill", published)
+        con = landing.scratch(config, work / "spill", config.db_path)
         try:
             landing.keep_rows(con, [p.source_id for p in changed.kept if p.source_id is not None])
             landing.land(con, plan.run, changed.files, config, summary, done)
             done.say("publishing the warehouse")
-            if published is not None:
-                con.execute(f"detach {landing.PUBLISHED}")
-            append.publish(con, config, reloaded, lambda wh: _record_run(wh, plan.run, plan.profile_dir))
+            con.execute(f"detach {landing.PUBLISHED}")
+            how = append.publish(con, config, reloaded, lambda wh: _record_run(wh, plan.run, plan.profile_dir))
+            if how == "copied":
+                summary.warnings.append(
+                    f"{config.db_path} was open in another process (a reader), so this ingest wrote a copy of it "
+                    "and renamed it over; with no reader holding it, an ingest appends in place")
         finally:
             con.close()
     finally:
