@@ -1,6 +1,6 @@
 """Landing changed files into one DuckDB connection: the engine both targets of `rlwh ingest`
-share (the warehouse's working copy, rlwh.ingest.to_warehouse; a dataset's scratch
-database, rlwh.ingest.to_dataset).
+share (rlwh.ingest.to_warehouse: a new warehouse's file, or the scratch database an ingest
+appends from; rlwh.ingest.to_dataset: a dataset's scratch database).
 
 The formats DuckDB reads are read in place, batch by batch, by the connection itself
 (rlwh.ingest.in_place); the others are parsed in the executors and landed LAND_FILES files
@@ -286,7 +286,7 @@ def _land_finished(con, run: str, tasks: dict[str, tuple[Task, list[Planned]]], 
             continue
         pending.append((files[0], result))
         pending_tasks.append(task.name)
-        # The first result lands as it arrives: the working copy holds committed rows from
+        # The first result lands as it arrives: the database holds committed rows from
         # the start (what a kill between files exercises), the rest LAND_FILES at a time.
         if len(pending) >= LAND_FILES or not results:
             land_pending()

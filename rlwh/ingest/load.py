@@ -1,7 +1,7 @@
 """Landing one parsed file in a warehouse connection: its rows under their keys, its
 sources row, in one transaction that either lands all of it or records the failure.
 
-The same code loads into the published warehouse's working copy and into the scratch
+The same code loads into an ingest's database (rlwh.ingest.landing) and into the scratch
 DuckDB where a rank is built in a parse worker (rlwh.ingest.build), so both give the same rows.
 """
 

@@ -110,7 +110,7 @@ def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] |
 
     transaction_per_key: commit after each group, for a connection in autocommit mode:
     one transaction over 1,000 ranks keeps every changed block pinned and runs out of
-    memory at the loader's 384 MB; the ingest's working copy is private until it is
+    memory at the loader's 384 MB; the ingest's database (its scratch, or a new file) is private until it is
     published, so no reader sees the groups done so far.
     """
     keys = marked_keys(con)

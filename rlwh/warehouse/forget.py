@@ -1,6 +1,6 @@
 """`rlwh forget RUN`: remove a run and every row it brought, in every table.
 
-It goes through the same write path as ingest (lock, working copy, atomic publish), so
+It goes through the working copy (lock, copy, atomic rename; ingest appends instead: rlwh.warehouse.append), so
 readers see the run until the forget is done and never half of it. Every base table
 with a `run` column is cleared of the run, the private derived tables of the schema
 internal included (`internal.memory_record_ops`, `internal.memory_timeline_rows`): the
