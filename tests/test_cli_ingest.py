@@ -95,3 +95,13 @@ def test_the_most_severe_exit_status_wins():
     assert exitcodes.most_severe([exitcodes.REGRESSION, exitcodes.PARTIAL]) == exitcodes.PARTIAL
     assert exitcodes.most_severe([exitcodes.NOTHING_FOUND, exitcodes.REGRESSION]) == exitcodes.NOTHING_FOUND
     assert exitcodes.most_severe([exitcodes.PARTIAL, exitcodes.FAILED, exitcodes.OK]) == exitcodes.FAILED
+
+
+def test_check_of_an_empty_dir_says_why_it_exits_6_as_ingest_does(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    checked = CliRunner().invoke(cli, ["check", str(empty)])
+    ingested = CliRunner().invoke(cli, ["ingest", str(empty), "--db", str(tmp_path / "w.duckdb")])
+    assert checked.exit_code == ingested.exit_code == 6
+    for output in (checked.output, ingested.output):
+        assert f"no profiler files under {empty.resolve()}: expected *_ascend_pt rank dirs" in output

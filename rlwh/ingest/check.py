@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlwh.errors import RlwhError, SourceError
-from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover, profile_root
+from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover, nothing_found, profile_root
 from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
 from rlwh.ingest.sniff import HEAD_BYTES, read_head, read_tail, shown_start
 
@@ -560,6 +560,8 @@ def format_report(report: CheckReport, max_listed: int = 20) -> str:
     loads = len(report.loadable) - report.failing - ignored_later
     lines += ["", f"{loads} files would load ({report.partial} in part), {report.failing} would fail, "
               f"{len(ignored) + ignored_later} ignored; nothing was written"]
+    if not report.loadable:  # ingest exits 6 (nothing found) and says why: so does check
+        lines.append(f"{nothing_found(Path(report.profile_dir))}: `rlwh ingest` would write nothing")
     return "\n".join(lines)
 
 

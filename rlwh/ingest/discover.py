@@ -352,6 +352,12 @@ def _ascend_capture(here: Path, root: Path, entries: list[str]) -> _Capture:
     return capture
 
 
+def nothing_found(root: Path) -> str:
+    """What ingest and check say of a folder that holds no file rlwh reads."""
+    return (f"no profiler files under {root}: expected *_ascend_pt rank dirs, PyTorch traces, "
+            "NVTX .jsonl exports or group_list.pt dumps")
+
+
 def profile_root(path: Path) -> tuple[Path, str | None]:
     """The folder to read when the user points at `path`: itself, or, for the profiler's
     ASCEND_PROFILER_OUTPUT, the capture that holds it (the rank and the role come from the

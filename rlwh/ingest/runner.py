@@ -17,7 +17,7 @@ from types import ModuleType
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest.discover import discover, profile_root
+from rlwh.ingest.discover import discover, nothing_found, profile_root
 from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
@@ -75,10 +75,7 @@ def ingest(
     summary.warnings += found.warnings
     files = fingerprint_files(found.files)
     if all(p.source.ignored for p in files):
-        summary.warnings.append(
-            f"no profiler files under {root}: expected *_ascend_pt rank dirs, PyTorch traces, "
-            "NVTX .jsonl exports or group_list.pt dumps; nothing was written"
-        )
+        summary.warnings.append(f"{nothing_found(root)}; nothing was written")
     else:
         with writer_lock(config):
             remove_leftovers(config)
