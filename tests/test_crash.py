@@ -33,6 +33,7 @@ from rlwh import synth
 from rlwh.config import Config
 from rlwh.ingest.jobs import FACT_TABLES
 from rlwh.ingest.runner import ingest
+from rlwh.warehouse.catalog import duckdb_shell_path
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -587,15 +588,13 @@ def test_ctrl_c_in_the_middle_of_a_large_parse_or_query(db, base_db, tmp_path, b
     assert _leftovers(db, tmp_path) == []
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="sees the shell's open files in /proc")
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(),
+                    reason="tells that the shell holds the file from /proc/<pid>/fd, which only Linux has")
 def test_a_duckdb_shell_holding_the_warehouse_is_never_blocked(db, tmp_path, small, small_ref):
     """The duckdb shell (`duckdb -readonly`) holds the warehouse open: the ingest neither
     waits nor fails; it writes a copy and renames it over (a new inode), and the shell
     keeps running on the file it opened. Without a holder, the append is in place."""
-    shell_path = Path(sys.executable).parent / "duckdb"
-    if not shell_path.exists():
-        pytest.skip("no duckdb shell beside this Python (make install puts one there)")
-    shell = subprocess.Popen([str(shell_path), "-readonly", str(db)], stdin=subprocess.PIPE,
+    shell = subprocess.Popen([str(duckdb_shell_path()), "-readonly", str(db)], stdin=subprocess.PIPE,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 20

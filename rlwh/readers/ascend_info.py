@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rlwh.errors import SourceError
 from rlwh.readers.base import ReadOutcome, TableSink
-from rlwh.readers.text_encoding import UTF8_BOM, wide_text_said, wide_unicode
+from rlwh.readers.text_encoding import NotUtf8, utf8_text, wide_text_said
 
 _VERSION_KEYS = ("torch_npu_version", "cann_version", "torch_version", "driver_version")
 
@@ -17,14 +17,12 @@ def load_json(path: Path) -> dict:
     (`rlwh check` asks the same question before any ingest). A UTF-8 BOM is skipped, as
     the CSV and trace readers skip one; UTF-16 text is named as such."""
     raw = path.read_bytes()
-    wide = wide_unicode(raw)
-    if wide is not None:
-        raise SourceError(f"{path}: {wide_text_said(wide)}")
-    skip = len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0
     try:
-        text = raw[skip:].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceError(f"{path}: not UTF-8 text (byte {exc.start + skip})") from exc
+        text, skip = utf8_text(raw)
+    except NotUtf8 as exc:
+        if exc.wide:
+            raise SourceError(f"{path}: {wide_text_said(exc.wide)}") from None
+        raise SourceError(f"{path}: not UTF-8 text (byte {exc.byte})") from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

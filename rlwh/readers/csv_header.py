@@ -14,7 +14,7 @@ import csv
 from pathlib import Path
 
 from rlwh.errors import SourceError
-from rlwh.readers.text_encoding import UTF8_BOM, wide_text_said, wide_unicode
+from rlwh.readers.text_encoding import NotUtf8, utf8_text, wide_text_said
 
 
 def header_cells(path: Path) -> list[str]:
@@ -22,15 +22,12 @@ def header_cells(path: Path) -> list[str]:
     the first line is: wide Unicode text, a byte that is no UTF-8, no CSV line, nothing."""
     with open(path, "rb") as handle:
         first = handle.readline()  # only the header line: a bad byte further on is a bad row
-    wide = wide_unicode(first)
-    if wide is not None:
-        raise SourceError(f"{path}: row 0 (header) is {wide_text_said(wide)}")
-    skipped = len(UTF8_BOM) if first.startswith(UTF8_BOM) else 0
     try:
-        text = first[skipped:].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        at = exc.start + skipped
-        raise SourceError(f"{path}: row 0 (header) is not UTF-8 text (byte {at}: 0x{first[at]:02x})") from exc
+        text, _ = utf8_text(first)
+    except NotUtf8 as exc:
+        if exc.wide:
+            raise SourceError(f"{path}: row 0 (header) is {wide_text_said(exc.wide)}") from None
+        raise SourceError(f"{path}: row 0 (header) is not UTF-8 text (byte {exc.byte}: 0x{exc.value:02x})") from exc
     try:
         cells = next(csv.reader([text]), [])
     except csv.Error as exc:

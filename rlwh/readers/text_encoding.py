@@ -32,6 +32,29 @@ def wide_unicode(head: bytes) -> str | None:
     return None
 
 
+class NotUtf8(ValueError):
+    """Bytes that are no UTF-8 text: `wide` names their wide encoding, else `byte` is the
+    first byte that is no UTF-8 (counted from the bytes' first, a BOM included)."""
+
+    def __init__(self, wide: str | None = None, byte: int = 0, value: int = 0):
+        super().__init__(wide or f"byte {byte}")
+        self.wide, self.byte, self.value = wide, byte, value
+
+
+def utf8_text(raw: bytes) -> tuple[str, int]:
+    """`raw` as text, a UTF-8 BOM skipped, and the bytes skipped (a byte of the text is
+    that many further on in `raw`); NotUtf8 when it is wide Unicode or no UTF-8."""
+    wide = wide_unicode(raw)
+    if wide is not None:
+        raise NotUtf8(wide)
+    skip = len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0
+    try:
+        return raw[skip:].decode("utf-8"), skip
+    except UnicodeDecodeError as exc:
+        at = exc.start + skip
+        raise NotUtf8(byte=at, value=raw[at]) from exc
+
+
 def wide_text_said(name: str) -> str:
     """How a message names it, with what to do."""
     return f"{name[:6]} text, not UTF-8 (convert it: iconv -f {name} -t UTF-8)"
