@@ -12,14 +12,17 @@ the keys the files touched at the end (rlwh.warehouse.derive).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from rlwh.config import Config
+from rlwh.errors import RlwhError
 from rlwh.executors.run import fresh_parts_dir, run_tasks, stop_tasks
 from rlwh.executors.task import Task
 from rlwh.ingest import in_place
@@ -31,8 +34,9 @@ from rlwh.readers import ascend_trace
 from rlwh.safe_files import pause_for_test
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.warehouse import derive, template
-from rlwh.warehouse.schema import migrate
-from rlwh.warehouse.session import store_settings
+from rlwh.warehouse.append import SCRATCH
+from rlwh.warehouse.schema import migrate, tables_with_column
+from rlwh.warehouse.session import configure, stage_path, store_settings
 
 # Parsed files landed per transaction: one commit per file was most of a many-rank landing,
 # 8 per transaction halved it (DESIGN.md); a failure lands the files one by one.
@@ -120,15 +124,29 @@ def changed_groups(plan: Plan, summary: IngestSummary, done: Counter, read_uncha
 PUBLISHED = "published"  # the warehouse, attached read-only to a scratch database
 
 
+@contextlib.contextmanager
+def scratch_folder(config: Config) -> Iterator[Path]:
+    """The folder beside the warehouse that a scratch database spills into (its `spill/`)
+    and a dataset stages in; removed afterwards (a killed ingest's, by the next one)."""
+    work = stage_path(config)
+    try:
+        (work / "spill").mkdir(parents=True)
+    except OSError as exc:
+        raise RlwhError(f"cannot create {work} beside the warehouse ({exc.strerror}): pick another --db, "
+                        "or fix the folder's permissions") from exc
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def scratch(config: Config, spill: Path, published: Path | None = None) -> duckdb.DuckDBPyConnection:
-    """An empty warehouse in memory (the catalog `memory`) that changed groups land in,
+    """An empty warehouse in memory (the catalog SCRATCH) that changed groups land in,
     spilling into `spill` past the ingest's memory limit. `published`: the warehouse, attached
     read-only as PUBLISHED (readers keep reading it) for keep_rows and for the stack texts it
     knows (rlwh.readers.ascend_trace.KNOWN_STACK_TEXTS); the caller detaches it to write it."""
     con = duckdb.connect(config={"temp_directory": str(spill)})
-    con.execute("set enable_progress_bar = false")
-    con.execute(f"set threads = {int(config.threads)}")
-    con.execute("set memory_limit = ?", [config.ingest_memory_limit])
+    configure(con, config, config.ingest_memory_limit)
     if not template.copy_into_memory(con):
         migrate(con)
     store_settings(con, config)
@@ -148,11 +166,7 @@ def keep_rows(con: duckdb.DuckDBPyConnection, source_ids: list[int]) -> None:
     files of a changed capture, whose rows its derived tables need."""
     if not source_ids:
         return
-    tables = [f"{schema}.{table}" for schema, table in con.execute(
-        "select schema_name, table_name from duckdb_columns() where database_name = 'memory' "
-        "and column_name = 'source_id' and schema_name = 'main' and table_name in "
-        "(select table_name from duckdb_tables() where database_name = 'memory')").fetchall()]
-    for table in tables:
+    for table in tables_with_column(con, "source_id", SCRATCH, ("main",)):
         con.execute(f"insert into {table} by name select * from {PUBLISHED}.{table} "
                     "where list_contains(?, source_id)", [source_ids])
     derive.mark_sources(con, source_ids)

@@ -12,7 +12,6 @@ captures are carried over by hard link.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -22,7 +21,6 @@ from rlwh.ingest import landing
 from rlwh.ingest.plan import IngestSummary, Plan, Progress, utc
 from rlwh.parquet import dataset
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse.session import stage_path
 
 
 def _runs_group(parts: Path, run: str, profile_dir: Path, first_ingested) -> Path:
@@ -49,10 +47,7 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
     run = plan.run
     done = landing.Counter(progress, len(plan.files), plan.total_bytes)
     changed = landing.changed_groups(plan, summary, done, read_unchanged=True)
-    work = stage_path(config)
-    shutil.rmtree(work, ignore_errors=True)  # a killed ingest's leftovers (the caller holds the writer lock)
-    (work / "spill").mkdir(parents=True)
-    try:
+    with landing.scratch_folder(config) as work:
         con = landing.scratch(config, work / "spill")
         try:
             landing.land(con, run, changed.files, config, summary, done)
@@ -66,5 +61,3 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
         # rebuild these captures.
         dataset.publish(config.dataset, staged)
         dataset.build_thin_db(config.dataset, config.db_path, config.view_settings())
-    finally:
-        shutil.rmtree(work, ignore_errors=True)

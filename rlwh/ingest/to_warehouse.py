@@ -7,15 +7,13 @@ The runner holds the writer lock and made the plan; this module only writes.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from rlwh.config import Config
-from rlwh.errors import RlwhError
 from rlwh.ingest import landing
 from rlwh.ingest.plan import IngestSummary, Plan, Progress, utc
 from rlwh.warehouse import append
-from rlwh.warehouse.session import stage_path, working_copy
+from rlwh.warehouse.session import working_copy
 
 
 def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress | None) -> None:
@@ -28,13 +26,7 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
         return
     reloaded = [p.source_id for p in changed.files + changed.kept
                 if p.source_id is not None and p.source.rel_path in plan.known]
-    work = stage_path(config)
-    try:
-        (work / "spill").mkdir(parents=True)
-    except OSError as exc:
-        raise RlwhError(f"cannot create {work} beside the warehouse ({exc.strerror}): pick another --db, "
-                        "or fix the folder's permissions") from exc
-    try:
+    with landing.scratch_folder(config) as work:
         con = landing.scratch(config, work / "spill", config.db_path)
         try:
             landing.keep_rows(con, [p.source_id for p in changed.kept if p.source_id is not None])
@@ -48,8 +40,6 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
                     "and renamed it over; with no reader holding it, an ingest appends in place")
         finally:
             con.close()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _create(summary: IngestSummary, plan: Plan, config: Config, files: list, done: landing.Counter) -> None:

@@ -17,8 +17,8 @@ open, even read-only. So:
 - a reader holds it (a BI tool, a duckdb shell, a notebook): it is copied, the copy
   written, and renamed over it as before this module existed, so the reader is never
   blocked and keeps its snapshot; that ingest pays the copy (none where the file system
-  clones: clone_or_copy);
-- there is none yet: the schema's template is copied and written, then renamed into place.
+  clones: clone_or_copy).
+A new warehouse is not appended to: rlwh.ingest.to_warehouse writes it straight.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
-from rlwh.warehouse import derive, template
-from rlwh.warehouse.schema import adds_derived_tables, is_thin, migrate
+from rlwh.warehouse import derive
+from rlwh.warehouse.schema import adds_derived_tables, is_thin, migrate, tables_with_column
 from rlwh.warehouse.session import WRITER_CHECKPOINT, remove_working_files, store_settings, working_path
 from rlwh.warehouse.storage import STORAGE_VERSION
 
-SCRATCH = "memory"  # the scratch connection's own catalog
+SCRATCH = "memory"  # a scratch database's own catalog (an in-memory connection's)
 TARGET = "wh"  # the warehouse, as the scratch connection attaches it
 # Rows shared by every run, kept once: appended only where the warehouse lacks their key.
 SHARED_KEYS = {"call_stacks": "stack_id", "internal.stack_user_frames": "stack_id",
@@ -50,22 +50,21 @@ NOT_APPENDED = ("internal.migrations", "internal.settings", "runs")
 
 
 def publish(con: duckdb.DuckDBPyConnection, config: Config, reloaded: list[int], finish) -> str:
-    """Append every row of the scratch connection `con` to the warehouse, first removing the
-    rows of the sources `reloaded` (ids of files loaded again), then run `finish(con)` in
-    the same transaction (the runs row). Returns how: 'in place', 'copied' or 'created'."""
+    """Append every row of the scratch connection `con` to the warehouse (which exists: a
+    new one is written straight, rlwh.ingest.to_warehouse), first removing the rows of the
+    sources `reloaded` (ids of files loaded again), then run `finish(con)` in the same
+    transaction (the runs row). Returns how: 'in place' or 'copied'."""
     path = config.db_path
-    if path.exists():
-        try:
-            _attach(con, path)
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
-                raise RlwhError(f"cannot open {path} as a warehouse ({_first_line(exc)}); "
-                                "move it aside or pick another --db") from exc
-        else:
-            _append_attached(con, config, reloaded, finish, path)
-            pause_for_test("published")
-            return "in place"
-    return _append_to_copy(con, config, reloaded, finish)
+    try:
+        _attach(con, path)
+    except duckdb.IOException as exc:
+        if "lock" not in str(exc).lower():
+            raise RlwhError(f"cannot open {path} as a warehouse ({_first_line(exc)}); "
+                            "move it aside or pick another --db") from exc
+        return _append_to_copy(con, config, reloaded, finish)
+    _append_attached(con, config, reloaded, finish, path)
+    pause_for_test("published")
+    return "in place"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -105,18 +104,12 @@ def _append_attached(con, config: Config, reloaded: list[int], finish, shown: Pa
 
 
 def _append_to_copy(con, config: Config, reloaded: list[int], finish) -> str:
-    """The published file is held by a reader (or absent): write a copy of it (or of the
-    schema's template) and rename it over the published one."""
+    """The published file is held by a reader: write a copy of it and rename it over."""
     path = config.db_path
     work = working_path(config)
     remove_working_files(work)  # left by a writer that was killed
-    how = "copied" if path.exists() else "created"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            clone_or_copy(path, work)
-        else:
-            template.copy_schema(work)  # none (an unwritable cache): an empty file, migrated below
+        clone_or_copy(path, work)
         _attach(con, work)
         _append_attached(con, config, reloaded, finish, work)
         with open(work, "rb+") as handle:
@@ -128,7 +121,7 @@ def _append_to_copy(con, config: Config, reloaded: list[int], finish) -> str:
         raise RlwhError(f"cannot write {work} beside {path} ({exc.strerror}); {path} is unchanged") from exc
     finally:
         remove_working_files(work)
-    return how
+    return "copied"
 
 
 FICLONE = 0x40049409  # Linux's ioctl: the destination shares the source's blocks until written
@@ -165,7 +158,7 @@ def _append(con, config: Config, reloaded: list[int], finish) -> None:
     con.execute("begin transaction")
     try:
         if reloaded:
-            for table in _with_source_id(con):
+            for table in tables_with_column(con, "source_id", TARGET):
                 con.execute(f"delete from {table} where list_contains(?, source_id)", [reloaded])
         for table in tables:
             name = table.removeprefix("main.")
@@ -185,11 +178,3 @@ def _append(con, config: Config, reloaded: list[int], finish) -> None:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")
         raise
-
-
-def _with_source_id(con) -> list[str]:
-    """The warehouse's tables whose rows name their source file."""
-    return [f"{schema}.{table}" for schema, table in con.execute(
-        "select schema_name, table_name from duckdb_columns() where database_name = ? and column_name = 'source_id' "
-        "and schema_name in ('main', 'internal') and table_name in (select table_name from duckdb_tables() "
-        "where database_name = ? and not temporary)", [TARGET, TARGET]).fetchall()]

@@ -171,6 +171,18 @@ def adds_derived_tables(applied: list[str]) -> bool:
     return any(AFTER_REFRESH in (folder / name).read_text(encoding="utf-8") for name in applied)
 
 
+def tables_with_column(con: duckdb.DuckDBPyConnection, column: str, catalog: str,
+                       schemas: tuple[str, ...] = ("main", PRIVATE_SCHEMA)) -> list[str]:
+    """The base tables of `catalog` (an attached database's name) that have `column`, as
+    schema.table (main.x, internal.y)."""
+    return [f"{schema}.{table}" for schema, table in con.execute(
+        """select c.schema_name, c.table_name from duckdb_columns() as c
+           join duckdb_tables() as t using (database_name, schema_name, table_name)
+           where c.database_name = ? and c.column_name = ? and list_contains(?, c.schema_name)
+             and not t.temporary
+           order by all""", [catalog, column, list(schemas)]).fetchall()]
+
+
 def is_current(con: duckdb.DuckDBPyConnection) -> bool:
     """True when no migration is pending (read-only connections cannot migrate)."""
     return not pending_migrations(con)

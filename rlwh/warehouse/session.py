@@ -33,7 +33,7 @@ from rlwh.warehouse.storage import connect_writable
 WRITER_CHECKPOINT = "1GB"
 
 
-def _configure(con: duckdb.DuckDBPyConnection, config: Config, memory_limit: str | None = None) -> None:
+def configure(con: duckdb.DuckDBPyConnection, config: Config, memory_limit: str | None = None) -> None:
     con.execute("set enable_progress_bar = false")  # it would print into our output
     con.execute(f"set threads = {int(config.threads)}")
     con.execute("set memory_limit = ?", [memory_limit or config.memory_limit])
@@ -76,7 +76,7 @@ def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBP
     if not path.exists():
         raise missing_warehouse(path)
     con = _open_read_only(path, config.lock_timeout)
-    _configure(con, config)
+    configure(con, config)
     if require_current and not is_current(con):
         con.close()
         raise RlwhError(f"{path} was written by an older rlwh: run `rlwh init` to upgrade it")
@@ -267,7 +267,7 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
     session = WriteSession(config, con, work)
     try:
         _refuse_thin_file(con, config)
-        _configure(con, config, config.ingest_memory_limit)
+        configure(con, config, config.ingest_memory_limit)
         # The working copy is private until published, and publishing checkpoints it:
         # a checkpoint at every commit (DuckDB's 16 MB WAL default) cost each landed
         # capture ~0.7 s of its ~1.2 s, growing with the file.
