@@ -10,8 +10,8 @@
 -- same run and rank_id, any capture: a colocated worker's ranges and kernels may come from
 -- two files) launched inside it: launch_ts_ns in [start_ns, end_ns), or where the source
 -- links no launch (Ascend tasks), the activity's start on the device. Nested ranges each
--- count the work launched inside them. The figures follow device_time's rule on the
--- device's clock: the window runs from the work's first start to its last end, each figure
+-- count the work launched inside them; a range on several threads with the same name and
+-- times is one range. The figures follow device_time's rule on the device's clock: the window runs from the work's first start to its last end, each figure
 -- is the length of a union of intervals (streams overlapping count once), busy is every
 -- kind and idle the window less busy.
 create or replace view phase_device_time (
@@ -53,7 +53,9 @@ create or replace view phase_device_time (
   idle_ns
 ) as
 with phases as (
-  select run, role, rank_id, capture, source, domain, name, start_ns, end_ns
+  -- One row per range key: the same range on two threads (a copy the profiler wrote on
+  -- another thread) would count its work twice.
+  select distinct run, role, rank_id, capture, source, domain, name, start_ns, end_ns
   from ranges
   where source in ('nvtx', 'mstx', 'torch_annotation') and coalesce(domain, 'default') <> 'gpu'
     and coalesce(clock, 'epoch') = 'epoch' and end_ns > start_ns and not starts_with(name, 'ProfilerStep#')
