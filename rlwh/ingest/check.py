@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlwh.errors import RlwhError, SourceError
-from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover, nothing_found, profile_root
+from rlwh.ingest.discover import (
+    IGNORED,
+    Discovery,
+    SourceFile,
+    discover,
+    nothing_found,
+    profile_root,
+    repeated_captures,
+)
 from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
 from rlwh.ingest.sniff import HEAD_BYTES, read_head, read_tail, shown_start
 
@@ -133,7 +141,8 @@ def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAU
         raise RlwhError(f"profile dir not found: {root}")
     root, note = profile_root(root)
     found: Discovery = discover(root)
-    report = CheckReport(str(root), found.files, ([note] if note else []) + list(found.warnings))
+    report = CheckReport(str(root), found.files, ([note] if note else []) + list(found.warnings)
+                         + repeated_captures(found.files))
     for f in found.files:
         if not f.ignored:
             report.problems += _file_problems(f, report.head_ranks)

@@ -146,6 +146,34 @@ class Discovery:
         return [f for f in self.files if not f.ignored]
 
 
+def capture_profiler(kind: str) -> str:
+    """The profiler a file's capture is of, as internal.rank_captures names it: 'ascend' for
+    every Ascend export (text or db), else the file's kind (torch_trace, nvtx_jsonl, ...)."""
+    return "ascend" if kind.startswith("ascend") else kind
+
+
+def repeated_captures(files: list[SourceFile]) -> list[str]:
+    """One warning per (role, rank, step) that one profiler captured several times: the
+    views count only the latest of them (sql/internal/rank_captures.sql holds the rule), so
+    `rlwh check` and `rlwh ingest` name the role, rank and captures before anyone reads a
+    figure. Captures of other steps or other profilers of the rank are parts of its run."""
+    groups: dict[tuple, set[str]] = {}
+    for f in files:
+        if f.ignored or f.capture is None or f.rank_id is None:
+            continue
+        key = (f.role or "", f.rank_id, -1 if f.step is None else f.step, capture_profiler(f.kind))
+        groups.setdefault(key, set()).add(f.capture)
+    lines = []
+    for (role, rank, step, profiler), captures in sorted(groups.items()):
+        if len(captures) < 2:
+            continue
+        where = (f"role {role} rank {rank}" if role else f"rank {rank}") + (f" step {step}" if step >= 0 else "")
+        lines.append(f"{where} holds {len(captures)} {profiler} captures: {', '.join(sorted(captures))}; "
+                     "rank_skew, summary and compare count only the latest (rank_skew.left_out_captures "
+                     "names the others), not their sum")
+    return lines
+
+
 @dataclass
 class _Capture:
     """What an Ascend capture dir (<...>_ascend_pt / _ascend_ms) says about its files."""

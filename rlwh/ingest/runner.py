@@ -17,7 +17,7 @@ from types import ModuleType
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest.discover import discover, nothing_found, profile_root
+from rlwh.ingest.discover import discover, nothing_found, profile_root, repeated_captures
 from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
@@ -72,7 +72,7 @@ def ingest(
         raise RlwhError("--run must not be empty")
     found = discover(root)
     summary = IngestSummary(run, str(root), warnings=[note] if note else [])
-    summary.warnings += found.warnings
+    summary.warnings += found.warnings + repeated_captures(found.files)
     files = fingerprint_files(found.files)
     if all(p.source.ignored for p in files):
         summary.warnings.append(f"{nothing_found(root)}; nothing was written")
