@@ -233,3 +233,20 @@ def test_one_capture_with_text_and_db_exports_counts_once(tmp_path):
         con.close()
     assert skew == [(r, _text_stage_ns(source / "text" / f"rank{r}_ascend_pt"), None) for r in RANKS]
     assert steps == [(r, 1) for r in RANKS]
+
+
+def test_memory_snapshots_of_one_rank_are_a_series(tmp_path):
+    """Two memory snapshots of one rank (a training and an inference step) are not one
+    session captured twice: both count, nothing is left out and nobody warns."""
+    root = copy_fixture("real/snapshots-cuda/cs336-medium", tmp_path)
+    names = sorted(p.name for p in root.glob("*.pickle"))
+    db = tmp_path / "w.duckdb"
+    summary = ingest(root, Config(db_path=db, workers=1))
+    assert not [w for w in summary.warnings if "captures" in w]
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        peaks = con.execute("select distinct capture from memory_peak order by 1").fetchall()
+        left_out = con.execute("select left_out_captures from rank_skew").fetchall()
+    finally:
+        con.close()
+    assert [c for (c,) in peaks] == names and left_out == [(None,)]

@@ -152,23 +152,22 @@ def capture_profiler(kind: str) -> str:
     return "ascend" if kind.startswith("ascend") else kind
 
 
-def repeated_captures(files: list[SourceFile]) -> list[str]:
-    """One warning per (role, rank, step) that one profiler captured several times: the
-    views count only the latest of them (sql/internal/rank_captures.sql holds the rule), so
-    `rlwh check` and `rlwh ingest` name the role, rank and captures before anyone reads a
-    figure. Captures of other steps or other profilers of the rank are parts of its run."""
-    groups: dict[tuple, set[str]] = {}
-    for f in files:
-        if f.ignored or f.capture is None or f.rank_id is None:
-            continue
-        key = (f.role or "", f.rank_id, -1 if f.step is None else f.step, capture_profiler(f.kind))
-        groups.setdefault(key, set()).add(f.capture)
+# Captures that never repeat one another (sql/internal/rank_captures.sql says the same): a
+# memory snapshot is the allocator's state at one moment, and a rank's snapshots are a series.
+SERIES_PROFILERS = ("torch_snapshot",)
+
+
+def repeated_capture_lines(groups) -> list[str]:
+    """The warning `rlwh check` and `rlwh ingest` print for each (role, rank, step) that one
+    profiler captured several times: the views count only the latest of them
+    (sql/internal/rank_captures.sql holds the rule). `groups`: ((role, rank_id, step,
+    profiler), captures) pairs; those with one capture, no rank or a series profiler are skipped."""
     lines = []
-    for (role, rank, step, profiler), captures in sorted(groups.items()):
-        if len(captures) < 2:
+    for (role, rank, step, profiler), captures in sorted(groups, key=lambda g: tuple(map(str, g[0]))):
+        if len(set(captures)) < 2 or rank is None or profiler in SERIES_PROFILERS:
             continue
-        where = (f"role {role} rank {rank}" if role else f"rank {rank}") + (f" step {step}" if step >= 0 else "")
-        lines.append(f"{where} holds {len(captures)} {profiler} captures: {', '.join(sorted(captures))}; "
+        where = (f"role {role} rank {rank}" if role else f"rank {rank}") + (f" step {step}" if step is not None else "")
+        lines.append(f"{where} holds {len(set(captures))} {profiler} captures: {', '.join(sorted(set(captures)))}; "
                      "rank_skew, summary and compare count only the latest (rank_skew.left_out_captures "
                      "names the others), not their sum")
     return lines

@@ -21,7 +21,9 @@
 --
 -- One row per loaded capture: counted, repeats (the captures of its rank, step and profiler,
 -- itself included) and counted_capture (the one counted among them). A capture with no rank
--- (a VeRL log) is always counted. Views apply the rule through internal.left_out_captures.
+-- (a VeRL log) is always counted, and so is every memory snapshot: a snapshot is the
+-- allocator's state at one moment, a rank's snapshots a series (rank_skew takes the highest
+-- peak of them), never a repeat. Views apply the rule through internal.left_out_captures.
 create or replace view internal.rank_captures as
 with loaded as (
   select
@@ -48,11 +50,11 @@ started as (
 ordered as (
   select
     l.run, l.role, l.rank_id, l.step, l.profiler, l.capture, s.capture_started_ns,
-    case when l.rank_id is null then 1 else row_number() over same_rank end as latest_first,
-    case when l.rank_id is null then 1 else count(*) over (partition by l.run, l.role, l.rank_id, l.step, l.profiler) end
+    case when apart then 1 else row_number() over same_rank end as latest_first,
+    case when apart then 1 else count(*) over (partition by l.run, l.role, l.rank_id, l.step, l.profiler) end
       as repeats,
     first_value(l.capture) over same_rank as counted_capture,
-  from loaded as l
+  from (select *, rank_id is null or profiler = 'torch_snapshot' as apart from loaded) as l
   left join started as s using (run, capture)
   window same_rank as (
     partition by l.run, l.role, l.rank_id, l.step, l.profiler
@@ -64,5 +66,5 @@ select
   run, role, rank_id, step, profiler, capture, capture_started_ns,
   latest_first = 1 as counted,
   repeats,
-  case when rank_id is null then capture else counted_capture end as counted_capture,
+  case when latest_first = 1 then capture else counted_capture end as counted_capture,
 from ordered
