@@ -419,6 +419,8 @@ def compare(config, run_a, run_b, fmt, out):
         click.echo(f"{len(result.regressions)} regression(s) of {run_b} against {run_a}")
         for regression in result.regressions:
             click.echo(f"  regression: {regression}")
+    for note in result.notes:
+        click.echo(f"note: {note}", err=fmt != "table")
     if out is not None:
         from rlwh.report import write_assets
         from rlwh.report.run_compare import write_compare_page

@@ -16,7 +16,7 @@
 -- recorded). bytes / ns is GB/s (10^9 bytes a second).
 -- A mismatched instance (collectives.mismatched: not one operation) keeps its rows and
 -- says so; its transfer rate means nothing.
--- depends: collectives
+-- depends: collectives, internal.left_out_captures
 create or replace view collective_bandwidth (
   -- Run name.
   run,
@@ -77,6 +77,7 @@ ops as (
     run, role, rank_id, coalesce("group", '') as g, name, start_ns,
     any_value(element_count) as element_count, any_value(data_type) as data_type,
   from device_ops
+  anti join internal.left_out_captures using (run, capture)
   where kind = 'communication'
   group by all
 ),
@@ -89,6 +90,7 @@ links as (
             struct_pack(is_link := coalesce(upper(transport_type) not in ('SDMA', 'LOCAL'), false),
                         b := coalesce(size_bytes, 0))) as link,
   from collective_transfers
+  anti join internal.left_out_captures using (run, capture)
   group by all
 ),
 

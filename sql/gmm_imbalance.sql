@@ -2,6 +2,7 @@
 -- MoE router spread the call's tokens over the experts: a max_mean_ratio of 1 and a cv
 -- of 0 mean a perfectly even load; the busiest expert sets the call's time, so a high
 -- ratio is idle time on the other experts.
+-- depends: internal.left_out_captures
 create or replace view gmm_imbalance (
   -- Run name.
   run,
@@ -42,6 +43,7 @@ expert_load as (
     expert,
     tokens,
   from gmm_expert_load
+  anti join internal.left_out_captures using (run, capture)
 ),
 
 call_stats as (

@@ -24,6 +24,7 @@
 -- late; a model with more grouped matmuls per layer needs the setting raised.
 -- Known limit, shared with RL-Insight: with gradient accumulation the forward calls of
 -- later micro-batches in the step are marked backward too.
+-- depends: internal.left_out_captures
 create or replace view gmm_layer_load (
   -- Run name.
   run,
@@ -62,6 +63,7 @@ expert_load as (
     expert,
     tokens,
   from gmm_expert_load
+  anti join internal.left_out_captures using (run, capture)
 ),
 
 settings as (

@@ -3,6 +3,7 @@
 -- slow. share is the row's total_ns over the rank's device time: the summed time of its
 -- compute, communication, memcpy and memset activity (kind 'other', the waits, event
 -- records and profiler markers, has no share: a wait's length is not work).
+-- depends: internal.left_out_captures
 create or replace view kernel_stats (
   -- Run name.
   run,
@@ -28,6 +29,7 @@ create or replace view kernel_stats (
 with ops as (
   select run, role, rank_id, name, kind, end_ns - start_ns as dur_ns
   from device_ops
+  anti join internal.left_out_captures using (run, capture)
 ),
 
 per_name as (

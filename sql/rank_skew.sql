@@ -23,7 +23,13 @@
 -- waited for; so where the role's ranks ran collectives (device_ops), the straggler is the
 -- rank the stragglers view charges with the others' waiting, and the span rule above
 -- decides only for roles without collectives.
--- depends: role_timeline, memory_peak, stragglers
+--
+-- A rank's figures count each of its captures once and never add two profiling sessions:
+-- where one profiler captured the same (run, role, rank_id, step) several times, only the
+-- latest capture counts (the rule of internal.rank_captures), and left_out_captures names
+-- the others (a capture that names no role, an NVTX export, on every role of its rank).
+-- Their rows stay in device_time, memory_peak and role_timeline, per capture.
+-- depends: role_timeline, memory_peak, stragglers, internal.left_out_captures, internal.rank_captures
 create or replace view rank_skew (
   -- Run name.
   run,
@@ -54,7 +60,9 @@ create or replace view rank_skew (
   -- The kind of span the role's ranks are compared on: nvtx, mstx, step_times, window:ascend, window:torch or window:other.
   span_source,
   -- Clock of those spans: epoch or nsys_session; NULL for step_times (durations the profiler measured).
-  span_clock
+  span_clock,
+  -- The rank's captures this row leaves out, comma-separated in path order: repeats of a counted capture of the same profiler, rank and step (an earlier profiling session); NULL when none. Their rows stay in the per-capture views (device_time, memory_peak, role_timeline).
+  left_out_captures
 ) as
 with capture_profilers as (
   select
@@ -74,6 +82,7 @@ typed_spans as (
     t.run, t.role, t.rank_id, t.clock, t.dur_ns,
     case when t.source = 'window' then 'window:' || coalesce(p.profiler, 'other') else t.source end as span_source,
   from role_timeline as t
+  anti join internal.left_out_captures using (run, capture)
   left join capture_profilers as p using (run, capture)
 ),
 
@@ -82,6 +91,7 @@ step_spans as (
     run, role, rank_id, 'step_times' as span_source, null::varchar as clock,
     sum(coalesce(stage_ns, computing_ns + communication_not_overlapped_ns + free_ns))::bigint as span_ns,
   from step_times
+  anti join internal.left_out_captures using (run, capture)
   group by run, role, rank_id
 ),
 
@@ -131,6 +141,7 @@ peaks as (
     max(case when s.capture is not null then coalesce(p.allocator_peak_bytes, p.peak_live_bytes) else p.peak_live_bytes end)
       as peak_live_bytes,
   from memory_peak as p
+  anti join internal.left_out_captures using (run, capture)
   left join snapshot_captures as s using (run, capture)
   group by p.run, p.role, p.rank_id
 ),
@@ -167,6 +178,15 @@ waited_for as (
   group by run, role, rank_id
 ),
 
+-- A capture that names no role (an NVTX export: each range is its own role) is left out on every role of its rank.
+left_out as (
+  select m.run, m.role, m.rank_id, string_agg(c.capture, ', ' order by c.capture) as left_out_captures
+  from per_rank as m
+  join internal.rank_captures as c
+    on c.run = m.run and c.rank_id = m.rank_id and (c.role = m.role or c.role is null) and not c.counted
+  group by m.run, m.role, m.rank_id
+),
+
 roles_with_collectives as (
   select distinct run, role, true as has_collectives from stragglers
 ),
@@ -187,9 +207,11 @@ final as (
     coalesce(abs(m.peak_live_bytes / nullif(m.median_peak_live_bytes, 0) - 1) > 0.1, false) as is_memory_outlier,
     m.span_source,
     m.span_clock,
+    o.left_out_captures,
   from with_medians as m
   left join roles_with_collectives as c on m.run = c.run and m.role = c.role
   left join waited_for as w on m.run = w.run and m.role = w.role and m.rank_id = w.rank_id
+  left join left_out as o on m.run = o.run and m.role = o.role and m.rank_id = o.rank_id
 )
 
 select * from final

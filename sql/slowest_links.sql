@@ -14,6 +14,7 @@
 -- dst_rank_id: the matrix numbers ranks within the group; the receiver's global rank is the
 -- rank whose own matrix of that group sends from dst_rank (msprof-analyze maps them alike);
 -- NULL when that rank's matrix is not in the warehouse.
+-- depends: internal.left_out_captures
 create or replace view slowest_links (
   -- Run name.
   run,
@@ -64,6 +65,7 @@ with links as (
     size_bytes, duration_ns, bandwidth_gbps,
     regexp_replace(name, '-total$', '', 'i') as collective,
   from communication_links
+  anti join internal.left_out_captures using (run, capture)
   where is_total and src_rank <> dst_rank
 ),
 
@@ -71,6 +73,7 @@ senders as (
   -- Within a group the matrix of one global rank sends from one group rank.
   select run, role, "group", src_rank, any_value(rank_id) as rank_id
   from communication_links
+  anti join internal.left_out_captures using (run, capture)
   group by run, role, "group", src_rank
   having count(distinct rank_id) = 1
 ),

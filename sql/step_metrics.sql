@@ -1,4 +1,4 @@
--- depends: role_timeline, profiler_steps
+-- depends: role_timeline, profiler_steps, internal.left_out_captures
 -- One row per (run, step): what a VeRL training log printed for the step (phase seconds,
 -- throughput, memory, response length) beside what the profile measured for the same step.
 -- Steps match by number: the log's step:N and the training step a capture's folders name
@@ -9,6 +9,8 @@
 -- capture's folder step. A run resumed from a checkpoint prints steps again in another log:
 -- the figures come from the log written last (latest mtime, then the latest path), and
 -- logs says how many printed the step. Profile figures are NULL where nothing was measured.
+-- A rank's step and profiler times count each profiling session once: of the captures one
+-- profiler made of the same rank and step, the latest (internal.rank_captures).
 create or replace view step_metrics (
   -- Run name.
   run,
@@ -133,6 +135,7 @@ marked_steps as (
   from (
     select run, step, role, rank_id, sum(dur_ns) as rank_ns
     from profiler_steps
+    anti join internal.left_out_captures using (run, capture)
     where step is not null
     group by run, step, role, rank_id
   )
@@ -148,6 +151,7 @@ step_traces as (
         as rank_ns,
     from step_times as t
     join profiled_captures as c on c.run = t.run and c.capture = t.capture and c.rank_id = t.rank_id
+    anti join internal.left_out_captures as k on k.run = t.run and k.capture = t.capture
     group by c.run, c.step, t.role, t.rank_id
   )
   group by run, step

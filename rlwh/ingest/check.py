@@ -25,7 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlwh.errors import RlwhError, SourceError
-from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover, nothing_found, profile_root
+from rlwh.ingest.discover import (
+    IGNORED,
+    Discovery,
+    SourceFile,
+    capture_profiler,
+    discover,
+    nothing_found,
+    profile_root,
+    repeated_capture_lines,
+)
 from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
 from rlwh.ingest.sniff import HEAD_BYTES, read_head, read_tail, shown_start
 
@@ -104,6 +113,25 @@ class CheckReport:
     def kinds(self) -> Counter:
         return Counter(f.kind for f in self.files)
 
+    def rank_of(self, f: SourceFile) -> int | None:
+        """The rank ingest will give the file's rows, where its path or first bytes say it."""
+        if f.rank_id is not None:
+            return f.rank_id
+        if f.rel_path in self.head_ranks:
+            return self.head_ranks[f.rel_path]
+        if f.single_process_rank0 and f.kind != "nvtx_jsonl":  # NVTX: RANK= inside
+            return 0
+        return None
+
+    def repeated_captures(self) -> list[str]:
+        """One warning per (role, rank, step) one profiler captured several times."""
+        groups: dict[tuple, set[str]] = {}
+        for f in self.loadable:
+            if f.capture is not None:
+                key = (f.role, self.rank_of(f), f.step, capture_profiler(f.kind))
+                groups.setdefault(key, set()).add(f.capture)
+        return repeated_capture_lines(groups.items())
+
     def roles(self) -> list[dict]:
         """One row per role: its ranks, captures, steps and files (roles x ranks x captures x steps)."""
         by_role: dict[str, dict] = {}
@@ -112,12 +140,9 @@ class CheckReport:
             row = by_role.setdefault(role, {"role": role, "ranks": set(), "captures": set(), "steps": set(),
                                             "files": 0})
             row["files"] += 1
-            if f.rank_id is not None:
-                row["ranks"].add(f.rank_id)
-            elif f.rel_path in self.head_ranks:
-                row["ranks"].add(self.head_ranks[f.rel_path])
-            elif f.single_process_rank0 and f.kind != "nvtx_jsonl":  # NVTX: RANK= inside
-                row["ranks"].add(0)
+            rank = self.rank_of(f)
+            if rank is not None:
+                row["ranks"].add(rank)
             row["captures"].add(f.capture)
             if f.step is not None:
                 row["steps"].add(f.step)
@@ -138,6 +163,7 @@ def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAU
         if not f.ignored:
             report.problems += _file_problems(f, report.head_ranks)
     report.problems += _capture_problems(found.files)
+    report.warnings += report.repeated_captures()  # after the heads: ranks read from them count
     report.log_checks = [check_log(f.path, f.rel_path, required_keys) for f in found.files
                          if f.kind == "verl_log" or f.path.name.lower().endswith(".log")]
     return report

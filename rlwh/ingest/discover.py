@@ -146,6 +146,33 @@ class Discovery:
         return [f for f in self.files if not f.ignored]
 
 
+def capture_profiler(kind: str) -> str:
+    """The profiler a file's capture is of, as internal.rank_captures names it: 'ascend' for
+    every Ascend export (text or db), else the file's kind (torch_trace, nvtx_jsonl, ...)."""
+    return "ascend" if kind.startswith("ascend") else kind
+
+
+# Captures that never repeat one another (sql/internal/rank_captures.sql says the same): a
+# memory snapshot is the allocator's state at one moment, and a rank's snapshots are a series.
+SERIES_PROFILERS = ("torch_snapshot",)
+
+
+def repeated_capture_lines(groups) -> list[str]:
+    """The warning `rlwh check` and `rlwh ingest` print for each (role, rank, step) that one
+    profiler captured several times: the views count only the latest of them
+    (sql/internal/rank_captures.sql holds the rule). `groups`: ((role, rank_id, step,
+    profiler), captures) pairs; those with one capture, no rank or a series profiler are skipped."""
+    lines = []
+    for (role, rank, step, profiler), captures in sorted(groups, key=lambda g: tuple(map(str, g[0]))):
+        if len(set(captures)) < 2 or rank is None or profiler in SERIES_PROFILERS:
+            continue
+        where = (f"role {role} rank {rank}" if role else f"rank {rank}") + (f" step {step}" if step is not None else "")
+        lines.append(f"{where} holds {len(set(captures))} {profiler} captures: {', '.join(sorted(set(captures)))}; "
+                     "rank_skew, summary and compare count only the latest (rank_skew.left_out_captures "
+                     "names the others), not their sum")
+    return lines
+
+
 @dataclass
 class _Capture:
     """What an Ascend capture dir (<...>_ascend_pt / _ascend_ms) says about its files."""

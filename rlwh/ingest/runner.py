@@ -17,7 +17,7 @@ from types import ModuleType
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest.discover import discover, nothing_found, profile_root
+from rlwh.ingest.discover import discover, nothing_found, profile_root, repeated_capture_lines
 from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
@@ -85,6 +85,24 @@ def ingest(
             else:
                 start_decoding(plan, config)
                 _target(config).write(summary, plan, config, progress)
+        summary.warnings += repeated_capture_lines(_repeated_captures(config, run))
     summary.results.sort(key=lambda r: r.rel_path)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+# The run's captures that repeat one another, as the views see them (ranks read from the files).
+REPEATED_CAPTURES = """
+select role, rank_id, step, profiler, list(capture order by capture)
+from internal.rank_captures
+where run = ? and repeats > 1
+group by all
+"""
+
+
+def _repeated_captures(config: Config, run: str) -> list[tuple[tuple, list[str]]]:
+    """((role, rank_id, step, profiler), captures) of each group of repeated captures of `run`."""
+    from rlwh.warehouse.catalog import query
+
+    return [((role, rank, step, profiler), captures)
+            for role, rank, step, profiler, captures in query(config, REPEATED_CAPTURES, [run]).rows]

@@ -156,6 +156,7 @@ STACKS_GREW = """
 with live as (
   select run, role, rank_id, coalesce(user_frame, call_stack_top, name) as stack, sum(live_bytes) as live_bytes
   from memory_peak_breakdown
+  anti join internal.left_out_captures using (run, capture)
   where run in ($a, $b)
   group by all
 ),
@@ -171,6 +172,15 @@ limit $top
 """
 TOP_STACKS = 10
 
+# The captures either run's figures leave out (rank_skew.left_out_captures): a rank's figures
+# are its latest capture's where one profiler captured the same rank and step again.
+LEFT_OUT = """
+select run, role, rank_id, left_out_captures
+from rank_skew
+where run in ($a, $b) and left_out_captures is not null
+order by run = $b, role, rank_id
+"""
+
 
 @dataclass
 class Comparison:
@@ -180,6 +190,7 @@ class Comparison:
     regressions: list  # Regression per (role, rank), then TrainRegression per log metric
     stacks: list = field(default_factory=list)  # STACKS_GREW rows, as dicts
     thresholds: dict = field(default_factory=dict)  # {"peak_change_pct": %, "time_change_pct": %}
+    notes: list = field(default_factory=list)  # one line per (run, role, rank) whose repeated captures are left out
 
 
 def _metrics(rows: list[dict], side: str) -> dict[tuple[str, int], RankMetrics]:
@@ -208,8 +219,11 @@ def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
         for r in rows
     ])
     stacks = _rows(query(config, STACKS_GREW, {"a": run_a, "b": run_b, "top": TOP_STACKS}))
+    notes = [f"run {run} role {role} rank {rank_id}: compared on its latest capture, leaving out {left_out}"
+             for run, role, rank_id, left_out in query(config, LEFT_OUT, {"a": run_a, "b": run_b}).rows]
     return Comparison(run_a, run_b, table, regressions + find_train_regressions(logs[run_b], logs[run_a], config),
-                      stacks, {"peak_change_pct": config.peak_memory_pct, "time_change_pct": config.role_span_pct})
+                      stacks, {"peak_change_pct": config.peak_memory_pct, "time_change_pct": config.role_span_pct},
+                      notes)
 
 
 def _rows(result: QueryResult) -> list[dict]:

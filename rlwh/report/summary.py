@@ -51,7 +51,7 @@ select role, rank_id, round(live_bytes / 1048576, 1) as live_mib,
   round(100 * share_of_peak, 1) as pct_of_peak,
   coalesce(name, if(allocated_before_recording, '(allocated before recording)', null)) as op,
   user_frame, call_stack_top
-from memory_peak_breakdown where run = $run
+from memory_peak_breakdown anti join internal.left_out_captures using (run, capture) where run = $run
 qualify row_number() over (partition by role, rank_id order by live_bytes desc, name) <= {top}
 order by role, rank_id, live_bytes desc, name
 """
@@ -103,13 +103,13 @@ DEVICE_TIME = """
 with idle as (
   select role, rank_id, sum(host_wait_ns) as host_wait_ns, sum(kernel_wait_ns) as kernel_wait_ns,
     sum(other_wait_ns) as other_wait_ns
-  from device_idle where run = $run
+  from device_idle anti join internal.left_out_captures using (run, capture) where run = $run
   group by role, rank_id
 ),
 device as (
   select role, rank_id, count(distinct step) as steps, sum(window_ns) as window_ns, sum(compute_ns) as compute_ns,
     sum(exposed_communication_ns) as exposed_ns, sum(overlapped_ns) as overlapped_ns, sum(idle_ns) as idle_ns
-  from device_time where run = $run
+  from device_time anti join internal.left_out_captures using (run, capture) where run = $run
   group by role, rank_id
 )
 select d.role, d.rank_id, d.steps,
@@ -135,7 +135,7 @@ select role, phase, rank_id, count(*) as ranges,
   round(sum(exposed_communication_ns) / 1e6, 3) as exposed_comm_ms,
   round(sum(memcpy_ns) / 1e6, 3) as memcpy_ms,
   round(sum(idle_ns) / 1e6, 3) as idle_ms
-from phase_device_time where run = $run
+from phase_device_time anti join internal.left_out_captures using (run, capture) where run = $run
 group by role, phase, rank_id
 order by role, phase, rank_id
 """
@@ -158,6 +158,14 @@ select role, step, slowness_rank, rank_id as from_rank,
   round(of_transport_median, 3) as of_transport_median
 from slowest_links where run = $run and slowness_rank <= $max_links
 order by role, step, slowness_rank
+"""
+
+# The captures the views leave out: the same profiler captured a rank and step again, and
+# only the latest counts (sql/internal/rank_captures.sql).
+LEFT_OUT = """
+select role, rank_id, capture, counted_capture
+from internal.rank_captures where run = $run and not counted
+order by role, rank_id, capture
 """
 
 BAD_FILES = """
@@ -196,6 +204,9 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
     name, profile_dir, ingested_at, files, failed, partial, ignored = facts.rows[0]
     header = (f"run {name}: {files} files read ({failed} failed, {partial} partial; {ignored} ignored), "
               f"last ingested {str(ingested_at)[:19]} UTC from {profile_dir}")
+    for role, rank_id, capture, counted in query(config, LEFT_OUT, {"run": run}).rows:
+        header += (f"\n{'role ' + role + ' ' if role else ''}rank {rank_id}: {capture} is left out, a repeat of "
+                   f"{counted} (the same profiler, rank and step); every figure below counts {counted} only")
     params = {"run": run}
     return RunSummary(run, header, [
         Section("Per role and rank: peak live memory and time in role, against the role's median",

@@ -1,6 +1,9 @@
 -- Every (collective instance, rank of its group) with the rank's raw start and end on its
 -- own clock: the matching collectives describes (by recorded seq, else by order), before
 -- clock_offsets aligns the ranks. Private helper of clock_offsets and collectives.
+-- Only counted captures (internal.rank_captures): two profiling sessions of one rank never
+-- match as one.
+-- depends: internal.left_out_captures
 create or replace view internal.collective_arrivals as
 -- A recorded seq is the key only where it is one: no point-to-point op, and no rank of the
 -- group holding a (group, seq) in two captures (a restarted process counts from 1 again);
@@ -11,6 +14,7 @@ with communication as (
     coalesce(seq_is_global, false) and coalesce(collective, '') not in ('send', 'recv', 'sendrecv') as shared,
     min(capture) over same_seq <> max(capture) over same_seq as restarted,
   from device_ops
+  anti join internal.left_out_captures using (run, capture)
   where kind = 'communication'
   window same_seq as (partition by run, role, rank_id, "group", seq)
 ),
