@@ -126,6 +126,10 @@ class RankOptions:
     with_collectives: bool = False
     world_size: int = 2
     seed: int = 0
+    # Seed of the code the rank runs (its pool of call stacks). The ranks of a role run the
+    # same code, so their stack texts are the same (the real two-rank capture in tests/data
+    # shares all 36); write_ascend_profile gives them one. None: the rank's own seed.
+    code_seed: int | None = None
 
 
 def write_ascend_rank(dir: Path, **options) -> Path:
@@ -156,7 +160,8 @@ def write_ascend_profile(root: Path, roles=("actor_update", "rollout"), ranks: i
     layout 'role_folders' is `<root>/<role>/<capture>_ascend_pt` (role from the folder);
     'flat' puts every rank dir directly under `root` and the role in
     profiler_metadata.json. Roles run one after another (10 minutes apart) and ranks
-    start a second apart, so dir names never collide. `size` goes to RankOptions.
+    start a second apart, so dir names never collide. The ranks of a role share their call
+    stacks (one code_seed), as a job's ranks run the same code. `size` goes to RankOptions.
     """
     if layout not in ("role_folders", "flat"):
         raise ValueError(f"layout must be 'role_folders' or 'flat', not {layout!r}")
@@ -169,7 +174,8 @@ def write_ascend_profile(root: Path, roles=("actor_update", "rollout"), ranks: i
             if layout == "flat":
                 size = {**size, "with_role_in_metadata": True}
             write_ascend_rank(parent, role=role, rank_id=rank, capture_time=when,
-                              world_size=ranks, seed=_derive_seed(seed, role, rank), **size)
+                              world_size=ranks, seed=_derive_seed(seed, role, rank),
+                              code_seed=_derive_seed(seed, role, -1), **size)
     return root
 
 
@@ -343,7 +349,8 @@ class _RankGenerator:
         self.phases = [(pa.array([gid[n] for n, f, _ in t for _ in range(f)], pa.int64()),
                         pa.array([w for _, f, w in t for _ in range(f)], pa.float64()))
                        for t in tables]
-        pool = _StackPool(self.names, max(1, opts.n_stacks), self.rng)
+        code_rng = self.rng if opts.code_seed is None else random.Random(opts.code_seed)
+        pool = _StackPool(self.names, max(1, opts.n_stacks), code_rng)
         self.stack_args = pa.array([f', "Call stack": "{s}"' for s in pool.texts])
         self.stack_start = pa.array(pool.start, pa.int64())
         self.stack_count = pa.array(pool.count, pa.int64())
