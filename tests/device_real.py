@@ -204,10 +204,19 @@ _OLD_CATEGORIES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_me
 
 
 @lru_cache(maxsize=None)
-def trace_events(relative: str) -> tuple[dict, ...]:
+def _trace(relative: str) -> dict:
     path = FIXTURES / relative
     with (gzip.open(path) if path.suffix == ".gz" else open(path, "rb")) as f:
-        return tuple(json.load(f, parse_float=Decimal)["traceEvents"])  # ns-resolution ts do not fit a float
+        return json.load(f, parse_float=Decimal)  # ns-resolution ts do not fit a float
+
+
+def trace_events(relative: str) -> tuple[dict, ...]:
+    return tuple(_trace(relative)["traceEvents"])
+
+
+def base_ns(relative: str) -> int:
+    """Epoch ns of the trace's ts 0: Kineto's baseTimeNanoseconds, 0 where its ts are epoch µs."""
+    return int(_trace(relative).get("baseTimeNanoseconds") or 0)
 
 
 def _cat(e: dict) -> str:

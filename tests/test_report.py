@@ -372,7 +372,8 @@ def test_collectives_page_per_role_names_the_late_rank(demo):
         assert all(v < 10 for v in late["rank 1"] + late["rank 0"]) and any(v > 0 for v in late["rank 1"])
         assert all(v < 10 for v in waited["rank 0"] + waited["rank 1"]) and any(v > 0 for v in waited["rank 0"])
         offset = re.search(r"<tr><td>1</td><td>0</td><td>4</td><td>([0-9,.]+)</td>", page)
-        assert offset and 1000 < float(offset.group(1).replace(",", "")) < 1010
+        # The second, give or take the ms by which the ranks' arrivals differ (either way).
+        assert offset and 990 < float(offset.group(1).replace(",", "")) < 1010
         assert "<td>1</td>" in page  # the stragglers table names rank 1
     index = (demo["out"] / "demo-run" / "index.html").read_text(encoding="utf-8")
     assert "collectives/actor_update.html" in index
