@@ -2,8 +2,8 @@
 -- memory, against the role's median rank. Stragglers and outliers at a glance.
 --
 -- Spans are compared like with like: a role's ranks are compared on one kind of span,
--- span_source (NVTX ranges, MSTX ranges, the profiler's per-step times of step_times,
--- Ascend capture windows or PyTorch trace windows) on one clock, the kind most of the
+-- span_source (NVTX or MSTX ranges named after the role, the profiler's per-step times of
+-- step_times, Ascend capture windows, PyTorch trace windows or NVTX export windows) on one clock, the kind most of the
 -- role's ranks have (ties: nvtx, mstx, step_times, then windows). Every rank of an Ascend
 -- job writes step_trace_time.csv, even ranks that keep nothing else, so step_times lets
 -- all of them be compared; a rank's step_times span is the sum of its steps' stage time.
@@ -51,7 +51,7 @@ create or replace view rank_skew (
   peak_vs_median,
   -- True when peak_vs_median is above 1.1 or below 0.9.
   is_memory_outlier,
-  -- The kind of span the role's ranks are compared on: nvtx, mstx, step_times, window:ascend, window:torch or window:other.
+  -- The kind of span the role's ranks are compared on: nvtx, mstx (ranges named after the role), step_times, window:ascend, window:torch, window:nvtx (what an NVTX export's phase ranges cover) or window:other.
   span_source,
   -- Clock of those spans: epoch or nsys_session; NULL for step_times (durations the profiler measured).
   span_clock
@@ -62,6 +62,7 @@ with capture_profilers as (
     case
       when bool_or(kind = 'torch_trace') then 'torch'
       when bool_or(kind like 'ascend%') then 'ascend'
+      when bool_or(kind = 'nvtx_jsonl') then 'nvtx'
       else 'other'
     end as profiler,
   from sources
@@ -102,7 +103,7 @@ role_choice as (
         partition by run, role
         order by count(*) desc,
           case span_source when 'nvtx' then 0 when 'mstx' then 1 when 'step_times' then 2
-            when 'window:ascend' then 3 when 'window:torch' then 4 else 5 end,
+            when 'window:ascend' then 3 when 'window:torch' then 4 when 'window:nvtx' then 5 else 6 end,
           clock
       ) as pick,
     from rank_spans

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlwh.errors import RlwhError, SourceError
-from rlwh.ingest.discover import IGNORED, Discovery, SourceFile, discover, nothing_found, profile_root
+from rlwh.ingest.discover import IGNORED, Discovery, RoleRules, SourceFile, discover, nothing_found, profile_root
 from rlwh.ingest.log_check import DEFAULT_REQUIRED_KEYS, LogCheck, check_log, format_log_checks
 from rlwh.ingest.sniff import HEAD_BYTES, read_head, read_tail, shown_start
 
@@ -108,14 +108,14 @@ class CheckReport:
         """One row per role: its ranks, captures, steps and files (roles x ranks x captures x steps)."""
         by_role: dict[str, dict] = {}
         for f in self.loadable:
-            role = f.role if f.role is not None else ("(NVTX range names)" if f.kind == "nvtx_jsonl" else "(none)")
+            role = f.role if f.role is not None else "(none)"
             row = by_role.setdefault(role, {"role": role, "ranks": set(), "captures": set(), "steps": set(),
                                             "files": 0})
             row["files"] += 1
-            if f.rank_id is not None:
-                row["ranks"].add(f.rank_id)
-            elif f.rel_path in self.head_ranks:
+            if f.rel_path in self.head_ranks and (f.rank_id is None or f.kind == "nvtx_jsonl"):
                 row["ranks"].add(self.head_ranks[f.rel_path])
+            elif f.rank_id is not None:
+                row["ranks"].add(f.rank_id)
             elif f.single_process_rank0 and f.kind != "nvtx_jsonl":  # NVTX: RANK= inside
                 row["ranks"].add(0)
             row["captures"].add(f.capture)
@@ -124,15 +124,17 @@ class CheckReport:
         return [by_role[k] for k in sorted(by_role)]
 
 
-def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAULT_REQUIRED_KEYS) -> CheckReport:
+def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAULT_REQUIRED_KEYS,
+          roles: RoleRules = RoleRules()) -> CheckReport:
     """Discover `profile_dir` and look at every file's head; never writes anything.
 
-    `required_keys`: what a VeRL log must hold ([verl_log] required_keys)."""
+    `required_keys`: what a VeRL log must hold ([verl_log] required_keys); `roles`: the
+    user's roles (--role, [roles]), as ingest takes them."""
     root = Path(profile_dir)
     if not root.is_dir():
         raise RlwhError(f"profile dir not found: {root}")
     root, note = profile_root(root)
-    found: Discovery = discover(root)
+    found: Discovery = discover(root, roles)
     report = CheckReport(str(root), found.files, ([note] if note else []) + list(found.warnings))
     for f in found.files:
         if not f.ignored:
@@ -158,6 +160,12 @@ def _file_problems(f: SourceFile, head_ranks: dict[str, int]) -> list[Problem]:
     named = _DIST_RANK.search(head.decode("utf-8", "replace")) if f.kind == "torch_trace" else None
     if named and f.rank_id is None:
         head_ranks[f.rel_path] = int(named.group(1))
+    if f.kind == "nvtx_jsonl" and f.content == "nsys_jsonl":
+        from rlwh.readers.nvtx import head_rank
+
+        rank = head_rank(head, len(head) < HEAD_BYTES)  # RANK= wins over the path's rank, as in the reader
+        if rank is not None:
+            head_ranks[f.rel_path] = rank
     if f.single_process_rank0 and f.kind == "torch_trace" and not named:
         found.append(Problem(f.rel_path, f"{f.rel_path}: no rank in its path and no distributedInfo.rank in its "
                              "first 64 KiB: read as rank 0 (a single-process trace) unless the trace names one later",
