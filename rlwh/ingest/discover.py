@@ -476,11 +476,12 @@ def discover(root: str | os.PathLike, roles: RoleRules = RoleRules()) -> Discove
 
 
 def _apply_roles(files: list[SourceFile], root: Path, roles: RoleRules) -> None:
-    """The user's roles (--role, [roles]) over what discovery found, for every file rlwh reads."""
+    """The user's roles (--role, [roles]) over what discovery found, for every file rlwh reads
+    and every ignored file of a capture (profiler_metadata.json beside the capture's files)."""
     if roles.role is None and not roles.folders:
         return
     for f in files:
-        if f.ignored:
+        if f.ignored and f.role is None:
             continue
         role = roles.role_of(root.parts + Path(f.rel_path).parts[:-1])
         if role is not None:
