@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.report import queries as Q
+from rlwh.stacks import record_stacks_params
 from rlwh.warehouse.catalog import QueryResult, query
 
 TOP_STACKS_PER_RANK = 3
@@ -160,6 +161,19 @@ from slowest_links where run = $run and slowness_rank <= $max_links
 order by role, step, slowness_rank
 """
 
+# The run's roles as `rlwh check` lists them: every file read, by the role it landed under
+# ('(none)' where nothing names one: a driver's log, a dump whose layout names no role).
+ROLES = """
+select coalesce(role, '(none)') as role,
+  coalesce(string_agg(distinct rank_id::varchar, ',' order by rank_id::varchar), '-') as ranks,
+  count(distinct capture) as captures,
+  coalesce(string_agg(distinct step::varchar, ',' order by step::varchar), '-') as steps,
+  count(*) as files
+from sources where run = $run and status <> 'ignored'
+group by all
+order by role
+"""
+
 BAD_FILES = """
 select status, role, rank_id, path, rows, message
 from sources where run = $run and status in ('failed', 'partial')
@@ -198,6 +212,8 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
               f"last ingested {str(ingested_at)[:19]} UTC from {profile_dir}")
     params = {"run": run}
     return RunSummary(run, header, [
+        Section("Roles: the ranks, captures, steps and files of each (as `rlwh check` lists them; NVTX and MSTX "
+                "ranges are phases inside a role, below)", query(config, ROLES, params), "no file read"),
         Section("Per role and rank: peak live memory and time in role, against the role's median",
                 query(config, PER_RANK, params), "no memory or role spans for this run"),
         Section("Stragglers (the rank the others waited for at collectives; where a role ran none, "
@@ -228,6 +244,10 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
                 "user_frame first)",
                 query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),
                 "no memory records for this run"),
+        Section("Captures without call stacks (profiled without with_stack: user_frame and call_stack_top are "
+                "NULL for their ops and the memory they allocated; record_stacks_with says how to record them)",
+                query(config, Q.NO_STACK_CAPTURES, {**params, **record_stacks_params()}),
+                "none: every capture with ops holds call stacks"),
         Section("Files that failed or loaded only in part", query(config, BAD_FILES, params),
                 "none: every file loaded whole"),
     ])
