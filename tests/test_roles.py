@@ -145,3 +145,28 @@ def test_a_bad_roles_mapping_is_one_line_naming_the_file(tmp_path, text):
     with pytest.raises(ConfigError, match=r"warehouse\.toml: \[roles\]") as caught:
         load_config(toml)
     assert "\n" not in str(caught.value)
+
+
+def test_migration_0017_rereads_what_the_release_before_gave_other_roles(tmp_path, config):
+    """Before 0017 an NVTX range's role was its name and a capture under level1/ had role
+    level1; an unchanged file is skipped, so the migration marks those files for reading again."""
+    from rlwh.warehouse.schema import migrate
+
+    root = _profile(tmp_path)
+    first = ingest(root, config, run="old")
+    assert first.failed == 0
+    con = duckdb.connect(str(config.db_path))
+    # As the release before left them.
+    con.execute("update ranges set role = name where source = 'nvtx'")
+    con.execute("update sources set role = null where kind = 'nvtx_jsonl'")
+    for table in ("sources", "memory_records", "cpu_ops"):
+        con.execute(f"update {table} set role = 'level1' where role = 'actor_update'")
+    con.execute("delete from internal.migrations where name like '0017%'")
+    assert migrate(con) == ["0017_nvtx_ranges_are_phases.sql"]
+    con.close()
+    assert _roles(config.db_path, "ranges", "old") == _range_names()
+    again = ingest(root, config, run="old")
+    assert again.failed == 0 and again.count("unchanged") == 0
+    assert _roles(config.db_path, "ranges", "old") == {"actor_rollout_ref"}
+    assert _roles(config.db_path, "memory_records", "old") == {"actor_update"}
+    assert _roles(config.db_path, "sources", "old") == {"actor_rollout_ref", "actor_update"}
