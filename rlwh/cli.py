@@ -381,9 +381,10 @@ def query(config, sql, sql_file, fmt):
 @click.argument("run_name", metavar="[RUN]", required=False)
 @warehouse_options
 def summary(config, run_name):
-    """Per role and rank of RUN (default: the run ingested last): peak memory and time in
-    role against the median, stragglers and outliers, the call stacks at each peak, and
-    the files that failed or loaded only in part.
+    """Per role and rank of RUN (default: the run ingested last): its roles (as `rlwh check`
+    lists them), peak memory and time in role against the median, stragglers and outliers,
+    the call stacks at each peak, the captures recorded without call stacks (and how to
+    record them), and the files that failed or loaded only in part.
 
     \b
     Example:

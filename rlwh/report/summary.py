@@ -1,11 +1,13 @@
 """`rlwh summary [RUN]`: the answer to "how did this run go" in the terminal.
 
-Per role and rank: peak live memory and time in the role against the role's median
+The run's roles with their ranks, captures, steps and files (as `rlwh check` lists
+them). Per role and rank: peak live memory and time in the role against the role's median
 (stragglers and memory outliers flagged, from rank_skew), who waited for whom at each
 step's collectives (stragglers), each rank's clock offset (clock_offsets) and where the device time
 went (device_time), the call stacks holding the
-most memory at each rank's peak (memory_peak_breakdown), and every file that failed or
-loaded only in part. Each section is one query over the public views, so what it
+most memory at each rank's peak (memory_peak_breakdown), the captures whose ops carry
+no call stack (profiled without with_stack) and how to record them, and every file that
+failed or loaded only in part. Each section is one query over the public views, so what it
 prints can be reproduced with `rlwh query`.
 """
 
