@@ -1,13 +1,14 @@
 -- job: nvtx_jsonl
 -- reader: rlwh.readers.nvtx
 -- fills: ranges
--- Nsight Systems jsonlines export: NVTX ranges and marks; each range's role is its name.
+-- Nsight Systems jsonlines export: NVTX ranges and marks. A range is a phase inside the
+-- role of its export (from its folder, --role or [roles], as for every capture): its name
+-- is the phase, never the role.
 -- The reader hands each NVTX_EVENTS record's own fields (eventType, start, end, globalTid),
 -- its text and domain looked up, and the clock its times count from (session_start_ns).
 insert into ranges by name
 select
-    * exclude ("text", role, "eventType", "start", "end", "globalTid", session_start_ns),
-    coalesce("text", role)                            as role,     -- a colocated worker's role is the range's name
+    * exclude ("text", "eventType", "start", "end", "globalTid", session_start_ns),
     'nvtx'                                            as source,
     "text"                                            as name,
     session_start_ns + "start"                        as start_ns,

@@ -20,15 +20,17 @@ if TYPE_CHECKING:
 
 
 def ingest(profile_dir: str | os.PathLike, db: str | os.PathLike | None = None, run: str | None = None, *,
-           workers: int | None = None, config: str | os.PathLike | None = None) -> IngestSummary:
-    """Load `profile_dir` into the warehouse `db` as run `run` (default: the folder's name).
+           workers: int | None = None, config: str | os.PathLike | None = None,
+           role: str | None = None) -> IngestSummary:
+    """Load `profile_dir` into the warehouse `db` as run `run` (default: the folder's name);
+    `role` is every file's role (as --role; default: [roles], else the folders).
 
     Returns the summary (`.results` per file, `.rows`, `.failed`, `.count("partial")`, `.warnings`);
     a file that fails is in the summary, not an exception. Raises rlwh.errors.RlwhError for
     what stops the whole ingest (no such folder, the warehouse locked by another writer)."""
     import rlwh.ingest  # the package is callable: `rlwh.ingest(...)` is this function
 
-    return rlwh.ingest(profile_dir, db, run, workers=workers, config=config)  # type: ignore[operator]
+    return rlwh.ingest(profile_dir, db, run, workers=workers, config=config, role=role)  # type: ignore[operator]
 
 
 def connect(db: str | os.PathLike | None = None, *,
@@ -41,9 +43,12 @@ def connect(db: str | os.PathLike | None = None, *,
     return connect_read(settings_for(db, config))
 
 
-def check(profile_dir: str | os.PathLike, *, config: str | os.PathLike | None = None) -> CheckReport:
+def check(profile_dir: str | os.PathLike, *, config: str | os.PathLike | None = None,
+          role: str | None = None) -> CheckReport:
     """What ingest would do with `profile_dir`, writing nothing: `.verdicts()` per file."""
     from rlwh.config import settings_for
     from rlwh.ingest.check import check as run_check
+    from rlwh.ingest.discover import RoleRules
 
-    return run_check(profile_dir, settings_for(None, config).verl_log_required_keys)
+    settings = settings_for(None, config)
+    return run_check(profile_dir, settings.verl_log_required_keys, RoleRules(role, settings.roles))

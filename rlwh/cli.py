@@ -165,6 +165,9 @@ def _progress_printer(quiet: bool):
 @cli.command()
 @click.argument("profile_dir", type=click.Path())
 @click.option("--run", "run_name", help="Run name (default: the profile dir's name).")
+@click.option("--role", help="The role of every file of this ingest (default: [roles] in warehouse.toml, else "
+                             "profiler_metadata.json, else the nearest folder that names no rank, step, capture "
+                             "or profiler level).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-format lines (failures still print).")
 @click.option("--executor", type=click.Choice(["local", "ray"]),
               help="Where files are parsed: this machine's workers, or a Ray cluster "
@@ -175,7 +178,7 @@ def _progress_printer(quiet: bool):
               help="Dataset mode: write a Parquet dataset here, and --db as a thin file of views over it "
                    "(default: [warehouse] dataset; unset, a normal warehouse).")
 @warehouse_options
-def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset) -> None:
+def ingest(config, profile_dir, run_name, role, quiet, executor, ray_address, dataset) -> None:
     """Load every role's and rank's profiler files under PROFILE_DIR.
 
     Unchanged files are skipped; a changed file replaces its own rows. A bad file never
@@ -185,6 +188,7 @@ def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset)
     \b
     Example:
       rlwh ingest /shared/profiles/grpo-0412 --run grpo-0412
+      rlwh ingest /shared/profiles/grpo-0412/level1 --role actor_rollout --run grpo-0412
     """
     from rlwh.ingest.runner import ingest as run_ingest
 
@@ -195,7 +199,7 @@ def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset)
         config = dataclasses.replace(config, dataset=Path(dataset).resolve())
     progress, finish = _progress_printer(quiet)
     try:
-        summary = run_ingest(profile_dir, config, run=run_name, progress=progress)
+        summary = run_ingest(profile_dir, config, run=run_name, progress=progress, role=role)
     finally:
         finish()
     for warning in summary.warnings:
@@ -221,10 +225,11 @@ def ingest(config, profile_dir, run_name, quiet, executor, ray_address, dataset)
 
 @cli.command()
 @click.argument("profile_dir", type=click.Path())
+@click.option("--role", help="The role of every file, as `rlwh ingest --role` gives it.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="Settings file (default: ./warehouse.toml; env RLWH_CONFIG): [verl_log] required_keys.")
+              help="Settings file (default: ./warehouse.toml; env RLWH_CONFIG): [verl_log] required_keys, [roles].")
 @user_errors
-def check(profile_dir, config_path):
+def check(profile_dir, role, config_path):
     """Say what `rlwh ingest` would do with PROFILE_DIR, writing nothing.
 
     Roles x ranks x captures x steps, the files per kind, the ignored files and every
@@ -245,16 +250,20 @@ def check(profile_dir, config_path):
     from rlwh.config import load_config
     from rlwh.ingest.check import check as run_check
     from rlwh.ingest.check import exit_status, format_report
+    from rlwh.ingest.discover import RoleRules
     from rlwh.ingest.log_check import check_log, format_log_checks
 
-    required = load_config(config_path).verl_log_required_keys
+    settings = load_config(config_path)
+    required = settings.verl_log_required_keys
+    if role is not None and not role.strip():
+        raise RlwhError("--role must not be empty: give the role every file gets")
     if not Path(profile_dir).exists():
         raise RlwhError(f"profile dir not found: {profile_dir}")
     if not Path(profile_dir).is_dir():
         verdict = check_log(Path(profile_dir), profile_dir, required)
         click.echo("\n".join(format_log_checks([verdict])))
         sys.exit(exitcodes.OK if verdict.passed else exitcodes.LOG_RULES)
-    report = run_check(profile_dir, required)
+    report = run_check(profile_dir, required, RoleRules(role, settings.roles))
     click.echo(format_report(report))
     sys.exit(exit_status(report))
 
@@ -372,9 +381,10 @@ def query(config, sql, sql_file, fmt):
 @click.argument("run_name", metavar="[RUN]", required=False)
 @warehouse_options
 def summary(config, run_name):
-    """Per role and rank of RUN (default: the run ingested last): peak memory and time in
-    role against the median, stragglers and outliers, the call stacks at each peak, and
-    the files that failed or loaded only in part.
+    """Per role and rank of RUN (default: the run ingested last): its roles (as `rlwh check`
+    lists them), peak memory and time in role against the median, stragglers and outliers,
+    the call stacks at each peak, the captures recorded without call stacks (and how to
+    record them), and the files that failed or loaded only in part.
 
     \b
     Example:

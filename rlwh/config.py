@@ -57,6 +57,7 @@ class Config:
     train_metrics: tuple[str, ...] = DEFAULT_TRAIN_METRICS  # log metrics nightly and compare check
     higher_is_better: tuple[str, ...] = ("perf/throughput",)  # of those, the ones that regress downward
     train_metric_pct: float = 10.0
+    roles: tuple[tuple[str, str], ...] = ()  # [roles]: (folder name or glob, role), in the order written
     source: Path | None = field(default=None, compare=False)
 
     @property
@@ -135,6 +136,17 @@ _KEYS: dict[tuple[str, str], tuple[str, Callable[[Any], Any]]] = {
 }
 
 
+def _roles(raw, file: Path) -> tuple[tuple[str, str], ...]:
+    """[roles]: folder name or glob -> role, each a non-empty string."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f'{file}: [roles] must be a table of "folder name or glob" = "role" lines')
+    for pattern, role in raw.items():
+        if not isinstance(role, str) or not role.strip() or not pattern.strip():
+            raise ConfigError(f'{file}: [roles] {pattern!r} = {role!r}: write "folder name or glob" = "role", '
+                              "both non-empty text")
+    return tuple(raw.items())
+
+
 def find_config_file(explicit: str | os.PathLike | None = None) -> Path | None:
     """--config, else RLWH_CONFIG, else warehouse.toml in the current folder."""
     if explicit:
@@ -169,6 +181,8 @@ def load_config(path: str | os.PathLike | None = None, db: str | os.PathLike | N
                     values[attr] = kind(raw)
                 except (TypeError, ValueError) as exc:
                     raise ConfigError(f"{file}: [{section}] {key} = {raw!r} is not a valid {kind.__name__}") from exc
+        if "roles" in data:
+            values["roles"] = _roles(data["roles"], file)
     for attr, value in list(values.items()):
         if isinstance(value, Path) and not value.is_absolute():
             values[attr] = base / value

@@ -53,9 +53,10 @@ def write_demo_profile(root: Path) -> Path:
         # The critic's memory snapshot, dumped after its step (torch.cuda.memory._snapshot()).
         write_snapshot(root / "torch" / "critic" / f"snapshot_rank{rank}.pickle", device=rank,
                        start_us=critic_at_ns // 1000 + 10_000, seed=rank)
-        # The colocated worker's NVTX ranges, on the run's clock: its session began with the critic.
+        # The colocated worker's NVTX ranges (phases of its role, actor_rollout_ref: VeRL's
+        # ActorRolloutRefWorker), on the run's clock: its session began with the critic.
         synth_timelines.write_nvtx_export(
-            root / "nvtx" / f"worker_process_{7000 + rank}.1.jsonl", rank=rank,
+            root / "nvtx" / NVTX_ROLE / f"worker_process_{7000 + rank}.1.jsonl", rank=rank,
             roles={"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200},
             utc_start_ns=critic_at_ns + 60_000_000_000)
     synth_timelines.write_gmm_dumps(root / "gmm", ranks=RANKS)
@@ -63,6 +64,8 @@ def write_demo_profile(root: Path) -> Path:
     return root
 
 
+# The role of the colocated worker whose phases the NVTX exports record.
+NVTX_ROLE = "actor_rollout_ref"
 # The demo trainer's steps and the phases (ms) of step 2, which its profile captured with nsys.
 LOG_STEPS = 6
 PROFILED_PHASES_MS = {"generate_sequences": 900, "compute_log_prob": 300, "update_actor": 1200}
@@ -79,7 +82,7 @@ def write_verl_demo_log(root: Path, critic_at_ns: int) -> None:
     from rlwh.synth.verl_log import write_verl_log
 
     captures = [synth_timelines.write_nvtx_export(
-        root / "nvtx" / "step_2" / f"worker_process_{7000 + rank}.2.jsonl", rank=rank,
+        root / "nvtx" / NVTX_ROLE / "step_2" / f"worker_process_{7000 + rank}.2.jsonl", rank=rank,
         roles=PROFILED_PHASES_MS, seed=2, utc_start_ns=critic_at_ns + 120_000_000_000)
         for rank in range(RANKS)]  # VeRL profiles every rank at the same steps
     phases = {LOG_PHASE_OF[name]: round(seconds, 3) for name, seconds in _phase_spans_s(captures).items()}

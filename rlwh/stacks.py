@@ -103,3 +103,28 @@ def user_frame_sql(stack: str, rule: str) -> str:
     (a parameter, so DuckDB compiles it once)."""
     return (f"list_filter(string_split({stack}, chr(10)), lambda f: not {native_sql('f')} "
             f"and not regexp_matches(f, {rule}) and not regexp_matches(replace(f, '\\', '/'), {rule}))[1]")
+
+
+# How to record call stacks, by the kind of the trace that has none: `sources.message`,
+# `rlwh summary` and the report say it of a capture whose ops carry no stack.
+RECORD_STACKS = {
+    "torch_trace": "torch.profiler.profile(with_stack=True)",
+    "ascend_trace": "torch_npu.profiler.profile(with_stack=True)",
+    "ascend_db": "torch_npu.profiler.profile(with_stack=True)",
+}
+NO_STACKS = ("no call stacks: the trace was recorded without them, so user_frame and call_stack_top are NULL "
+             "for its ops and the memory they allocated; record with {how}")
+
+
+def record_stacks_params() -> dict[str, str]:
+    """The parameters of rlwh.report.queries.NO_STACK_CAPTURES: how to record stacks."""
+    return {"torch_how": RECORD_STACKS["torch_trace"], "npu_how": RECORD_STACKS["ascend_trace"]}
+
+
+def no_stacks_note(kind: str, ops: int) -> str | None:
+    """What a trace file of `kind` whose `ops` cpu_ops carry no call stack says of itself;
+    None for a kind that records no stacks, or a file without ops."""
+    how = RECORD_STACKS.get(kind)
+    if how is None or ops == 0:
+        return None
+    return f"{NO_STACKS.format(how=how)} ({ops:,} ops, none with a stack)"

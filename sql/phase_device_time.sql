@@ -17,7 +17,7 @@
 create or replace view phase_device_time (
   -- Run name.
   run,
-  -- Role of the range's row (for NVTX, the range's own name).
+  -- Role of the capture the range was recorded in (a phase is inside its role).
   role,
   -- The phase: the range's name (update_actor, generate_sequences, ...).
   phase,

@@ -2,11 +2,12 @@
 -- memory, against the role's median rank. Stragglers and outliers at a glance.
 --
 -- Spans are compared like with like: a role's ranks are compared on one kind of span,
--- span_source (NVTX ranges, MSTX ranges, the profiler's per-step times of step_times,
--- Ascend capture windows or PyTorch trace windows) on one clock, the kind most of the
--- role's ranks have (ties: nvtx, mstx, step_times, then windows). Every rank of an Ascend
--- job writes step_trace_time.csv, even ranks that keep nothing else, so step_times lets
--- all of them be compared; a rank's step_times span is the sum of its steps' stage time.
+-- span_source (NVTX or MSTX ranges named after the role, the profiler's per-step times of
+-- step_times, Ascend capture windows, PyTorch trace windows or NVTX export windows) on one
+-- clock, the kind most of the role's ranks have (ties: nvtx, mstx, step_times, then
+-- windows). Every rank of an Ascend job writes step_trace_time.csv, even ranks that keep
+-- nothing else, so step_times lets all of them be compared; a rank's step_times span is
+-- the sum of its steps' stage time.
 -- A rank's span_ns is the sum of its spans of that kind only, so an Ascend window is never
 -- added to a PyTorch window, nor an nsys-session span to an epoch one; a rank without
 -- that kind has span_ns NULL and is not compared.
@@ -27,7 +28,7 @@
 -- A rank's figures count each of its captures once and never add two profiling sessions:
 -- where one profiler captured the same (run, role, rank_id, step) several times, only the
 -- latest capture counts (the rule of internal.rank_captures), and left_out_captures names
--- the others (a capture that names no role, an NVTX export, on every role of its rank).
+-- the others (a capture that names no role, on every role of its rank).
 -- Their rows stay in device_time, memory_peak and role_timeline, per capture.
 -- depends: role_timeline, memory_peak, stragglers, internal.left_out_captures, internal.rank_captures
 create or replace view rank_skew (
@@ -57,7 +58,7 @@ create or replace view rank_skew (
   peak_vs_median,
   -- True when peak_vs_median is above 1.1 or below 0.9.
   is_memory_outlier,
-  -- The kind of span the role's ranks are compared on: nvtx, mstx, step_times, window:ascend, window:torch or window:other.
+  -- The kind of span the role's ranks are compared on: nvtx, mstx (ranges named after the role), step_times, window:ascend, window:torch, window:nvtx (what an NVTX export's phase ranges cover) or window:other.
   span_source,
   -- Clock of those spans: epoch or nsys_session; NULL for step_times (durations the profiler measured).
   span_clock,
@@ -70,6 +71,7 @@ with capture_profilers as (
     case
       when bool_or(kind = 'torch_trace') then 'torch'
       when bool_or(kind like 'ascend%') then 'ascend'
+      when bool_or(kind = 'nvtx_jsonl') then 'nvtx'
       else 'other'
     end as profiler,
   from sources
@@ -112,7 +114,7 @@ role_choice as (
         partition by run, role
         order by count(*) desc,
           case span_source when 'nvtx' then 0 when 'mstx' then 1 when 'step_times' then 2
-            when 'window:ascend' then 3 when 'window:torch' then 4 else 5 end,
+            when 'window:ascend' then 3 when 'window:torch' then 4 when 'window:nvtx' then 5 else 6 end,
           clock
       ) as pick,
     from rank_spans

@@ -1,10 +1,10 @@
 -- One row per span of a role on a rank: what RL-Insight's timeline chart draws.
--- NVTX ranges are role spans (one worker process of a colocated VeRL job runs several
--- roles, one range each, so a range's role is its name); MSTX ranges count when named
--- after the rank's role; every other capture (an Ascend rank dir or PyTorch trace whose
--- role comes from its folder) contributes the span its events cover: the earliest start
--- to the latest end of anything recorded in it (ops, memory events, annotations, a memory
--- snapshot's trace). Profilers record events outside the window they declare (a real MTIA
+-- An NVTX or MSTX range named after its row's role is a span of that role; every other
+-- range is a phase inside the role (phase_device_time), never a role of its own. Every
+-- capture without such a range (an Ascend rank dir, a PyTorch trace, an NVTX export whose
+-- ranges are phases such as update_actor and generate_sequences) contributes the span its
+-- events cover: the earliest start to the latest end of anything recorded in it (ops,
+-- memory events, annotations, NVTX ranges, a memory snapshot's trace). Profilers record events outside the window they declare (a real MTIA
 -- trace: from 99 ms before it to 16 ms after), so the declared window is not the span; it
 -- stays its own row in ranges (source 'profiler'), and is the span only of a capture that
 -- recorded no events. Times are on the row's clock: draw and compare each clock on its own
@@ -18,7 +18,7 @@ create or replace view role_timeline (
   rank_id,
   -- Capture the span came from (rank dir or trace file path relative to the profile dir).
   capture,
-  -- Where the span came from: 'nvtx', 'mstx' or 'window' (what a capture's events cover; the profiler's declared window is ranges.source 'profiler').
+  -- Where the span came from: 'nvtx' or 'mstx' (a range named after the role), or 'window' (what a capture's events cover, its NVTX phase ranges included; the profiler's declared window is ranges.source 'profiler').
   source,
   -- Range name (the role itself for a window).
   name,
@@ -44,7 +44,7 @@ create or replace view role_timeline (
 with role_ranges as (
   select run, role, rank_id, capture, source, name, domain, start_ns, end_ns, clock, step
   from ranges
-  where source = 'nvtx' or (source = 'mstx' and name = role)
+  where source in ('nvtx', 'mstx') and name = role
 ),
 
 ranged_captures as (
@@ -52,30 +52,33 @@ ranged_captures as (
 ),
 
 recorded as (
-  select run, role, rank_id, capture, step, ts_ns as start_ns, ts_ns + coalesce(dur_ns, 0) as end_ns from cpu_ops
+  select run, role, rank_id, capture, step, ts_ns as start_ns, ts_ns + coalesce(dur_ns, 0) as end_ns, 'epoch' as clock
+  from cpu_ops
   union all
-  select run, role, rank_id, capture, step, alloc_ns, coalesce(release_ns, alloc_ns) from memory_records
+  select run, role, rank_id, capture, step, alloc_ns, coalesce(release_ns, alloc_ns), 'epoch' from memory_records
   union all
-  select run, role, rank_id, capture, step, start_ns, end_ns
-  from ranges where source not in ('nvtx', 'mstx', 'profiler') and clock = 'epoch'
+  -- An NVTX export's phases on their own clock (an nsys session clock stays its own window).
+  select run, role, rank_id, capture, step, start_ns, end_ns, coalesce(clock, 'epoch')
+  from ranges where source = 'nvtx' or (source not in ('mstx', 'profiler') and clock = 'epoch')
   union all
-  select run, role, rank_id, capture, step, ts_ns, ts_ns from torch_memory_events
+  select run, role, rank_id, capture, step, ts_ns, ts_ns, 'epoch' from torch_memory_events
   union all
-  select run, role, rank_id, capture, null, alloc_ns, coalesce(release_ns, alloc_ns)
+  select run, role, rank_id, capture, null, alloc_ns, coalesce(release_ns, alloc_ns), 'epoch'
   from snapshot_trace_blocks where clock = 'epoch' and alloc_ns is not null
 ),
 
 event_windows as (
   select run, role, rank_id, capture, min(start_ns) as start_ns, max(end_ns) as end_ns, any_value(step) as step,
+    clock,
   from recorded
   where start_ns is not null
-  group by run, role, rank_id, capture
+  group by run, role, rank_id, capture, clock
 ),
 
 declared_windows as (
   -- The profiler's declared window, for a capture that recorded no events.
   select p.run, p.role, p.rank_id, p.capture, min(p.start_ns) as start_ns, max(p.end_ns) as end_ns,
-    any_value(p.step) as step,
+    any_value(p.step) as step, 'epoch' as clock,
   from ranges as p
   anti join event_windows as e using (run, rank_id, capture)
   where p.source = 'profiler' and p.clock = 'epoch'
@@ -85,7 +88,7 @@ declared_windows as (
 windows as (
   select
     w.run, w.role, w.rank_id, w.capture, 'window' as source, w.role as name, 'default' as domain,
-    w.start_ns, w.end_ns, 'epoch' as clock, w.step,
+    w.start_ns, w.end_ns, w.clock, w.step,
   from (select * from event_windows union all select * from declared_windows) as w
   anti join ranged_captures as c using (run, rank_id, capture)
 ),

@@ -52,9 +52,9 @@ create or replace view step_metrics (
   profile_ranks,
   -- Seconds from the earliest start to the latest end of the step's role spans (role_timeline, epoch clock): what the profiler saw of the step.
   profile_window_s,
-  -- Seconds from the first start to the last end of the step's role spans named like generation (a name holding 'generat' or 'rollout'); NULL when none.
+  -- Seconds from the first start to the last end of the step's NVTX/MSTX phase ranges named like generation (a name holding 'generat' or 'rollout'), else of its role spans so named; NULL when none.
   profile_gen_s,
-  -- Seconds from the first start to the last end of the step's role spans named like the actor update ('update_actor' or 'actor_update'); NULL when none.
+  -- Seconds from the first start to the last end of the step's NVTX/MSTX phase ranges named like the actor update ('update_actor' or 'actor_update'), else of its role spans so named; NULL when none.
   profile_update_actor_s,
   -- Seconds of ProfilerStep#n marks (profiler_steps) in the step's captures, summed per rank, of the rank with most.
   profiler_steps_s,
@@ -116,17 +116,42 @@ profiled as (
   group by run, step
 ),
 
+-- The step's role spans, and the NVTX and MSTX phase ranges inside them (update_actor in a
+-- colocated worker's export): generation and the actor update are found by name, in the
+-- phases where any is so named (a role named actor_rollout spans more than its generation),
+-- else in the role spans.
+named_spans as (
+  select run, step, name, start_ns, end_ns, true as is_role_span
+  from role_timeline
+  where step is not null and clock = 'epoch'
+  union all
+  select run, step, name, start_ns, end_ns, false
+  from ranges
+  where source in ('nvtx', 'mstx') and step is not null and clock = 'epoch' and name is not null
+),
+
+named_by_kind as (
+  select
+    run, step, is_role_span,
+    (max(end_ns) - min(start_ns)) / 1e9 as window_s,
+    (max(end_ns) filter (where regexp_matches(lower(name), 'generat|rollout'))
+      - min(start_ns) filter (where regexp_matches(lower(name), 'generat|rollout'))) / 1e9 as gen_s,
+    (max(end_ns) filter (where regexp_matches(lower(name), 'update_actor|actor_update'))
+      - min(start_ns) filter (where regexp_matches(lower(name), 'update_actor|actor_update'))) / 1e9
+      as update_actor_s,
+  from named_spans
+  group by run, step, is_role_span
+),
+
 spans as (
   select
     run, step,
-    (max(end_ns) - min(start_ns)) / 1e9 as profile_window_s,
-    (max(end_ns) filter (where regexp_matches(lower(name), 'generat|rollout'))
-      - min(start_ns) filter (where regexp_matches(lower(name), 'generat|rollout'))) / 1e9 as profile_gen_s,
-    (max(end_ns) filter (where regexp_matches(lower(name), 'update_actor|actor_update'))
-      - min(start_ns) filter (where regexp_matches(lower(name), 'update_actor|actor_update'))) / 1e9
-      as profile_update_actor_s,
-  from role_timeline
-  where step is not null and clock = 'epoch'
+    any_value(window_s) filter (where is_role_span) as profile_window_s,
+    coalesce(any_value(gen_s) filter (where not is_role_span), any_value(gen_s) filter (where is_role_span))
+      as profile_gen_s,
+    coalesce(any_value(update_actor_s) filter (where not is_role_span),
+             any_value(update_actor_s) filter (where is_role_span)) as profile_update_actor_s,
+  from named_by_kind
   group by run, step
 ),
 

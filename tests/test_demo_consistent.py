@@ -164,39 +164,37 @@ def test_demo_device_time_is_the_unions_of_its_kernels(demo_profile, demo_wareho
         assert idle[key] == _length(truth["Free"]), key  # device_idle's gaps are device_time's idle
 
 
-def _nvtx_ranges(demo_profile: Path) -> dict[tuple[str, int], list[int]]:
-    """(range name, rank) -> the durations (ns) of its NVTX ranges over every capture."""
-    out: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for path in demo_profile.rglob("*.jsonl"):
+def _nvtx_windows(demo_profile: Path) -> dict[int, list[tuple[str, int, int]]]:
+    """rank -> (range name, start, end) of every NVTX range of each of its exports, by export."""
+    out: dict[int, list[list[tuple[str, int, int]]]] = defaultdict(list)
+    for path in sorted(demo_profile.rglob("*.jsonl")):
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         names = {r["id"]: r["value"] for r in rows if r.get("table") == "StringIds"}
         rank = next(int(re.search(r'RANK="(\d+)"', r["value"]).group(1)) for r in rows
                     if r.get("table") == "META_DATA_CAPTURE")
-        for r in rows:
-            if r.get("table") == "NVTX_EVENTS":
-                out[(names[r["textId"]], rank)].append(r["end"] - r["start"])
+        out[rank].append([(names[r["textId"]], r["start"], r["end"]) for r in rows if r.get("table") == "NVTX_EVENTS"])
     return out
 
 
 def test_no_demo_rank_is_a_straggler_for_having_more_captures(demo_profile, demo_warehouse):
-    ranges = _nvtx_ranges(demo_profile)
-    roles = {name for name, _ in ranges}
-    assert roles == {"generate_sequences", "compute_log_prob", "update_actor"}
-    for role in roles:
-        counts = {len(d) for (name, _), d in ranges.items() if name == role}
-        assert counts == {2}, role  # every rank: the first capture and step 2's
+    """The NVTX ranges are phases of the colocated worker's role (its folder): the role's
+    span on a rank is what each of its exports' ranges cover, summed over its exports."""
+    exports = _nvtx_windows(demo_profile)
+    assert {name for captures in exports.values() for ranges in captures for name, _, _ in ranges} == {
+        "generate_sequences", "compute_log_prob", "update_actor"}
+    assert {len(captures) for captures in exports.values()} == {2}  # every rank: the first capture and step 2's
+    spans = {rank: sum(max(e for _, _, e in ranges) - min(s for _, s, _ in ranges) for ranges in captures)
+             for rank, captures in exports.items()}
     con = duckdb.connect(str(demo_warehouse), read_only=True)
-    skew = {(role, rank): (span, flagged) for role, rank, span, flagged in con.execute(
-        "select role, rank_id, span_ns, is_straggler from rank_skew where span_source = 'nvtx'").fetchall()}
-    assert set(skew) == set(ranges)
-    for (role, rank), durations in ranges.items():
-        assert skew[(role, rank)][0] == sum(durations), (role, rank)
-    # Flagged: a rank whose time in the role is over 1.1 x the role's median; by the raw
-    # files that is only rank 1 in update_actor (the demo's slow rank), never rank 0.
-    flagged = {key for key, (_, is_straggler) in skew.items() if is_straggler}
-    slow = set()
-    for role in roles:
-        totals = {rank: sum(d) for (name, rank), d in ranges.items() if name == role}
-        low_median = statistics.median_low(totals.values())
-        slow |= {(role, rank) for rank, total in totals.items() if total > 1.1 * low_median}
-    assert flagged == slow == {("update_actor", 1)}
+    skew = {rank: (span, flagged) for rank, span, flagged in con.execute(
+        "select rank_id, span_ns, is_straggler from rank_skew "
+        "where role = 'actor_rollout_ref' and span_source = 'window:nvtx'").fetchall()}
+    assert {rank: span for rank, (span, _) in skew.items()} == spans
+    # No range name is a role anywhere.
+    names = {"generate_sequences", "compute_log_prob", "update_actor"}
+    for view in ("rank_skew", "role_timeline", "phase_device_time", "memory_peak"):
+        assert not names & {r for (r,) in con.execute(f"select distinct role from {view}").fetchall()}, view
+    # Flagged: a rank whose time in the role is over 1.1 x the role's median (the lower middle value).
+    low_median = statistics.median_low(spans.values())
+    slow = {rank for rank, total in spans.items() if total > 1.1 * low_median}
+    assert {rank for rank, (_, flagged) in skew.items() if flagged} == slow

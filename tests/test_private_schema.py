@@ -184,7 +184,7 @@ def test_upgrading_a_warehouse_from_before_0010_keeps_its_rows(loaded, tmp_path)
     assert migrate(con) == ["0010_private_objects_in_their_own_schema.sql", "0011_one_name_per_allocator_total.sql",
                             "0012_collective_seq_shared_across_ranks.sql", "0013_create_communication_links.sql",
                             "0014_reload_ascend_device_sources.sql", "0015_create_collective_transfers.sql",
-                            "0016_create_stack_texts.sql"]
+                            "0016_create_stack_texts.sql", "0017_nvtx_ranges_are_phases.sql"]
     assert_main_is_public(con)
     assert con.execute("select value from internal.settings where name = 'gmm_ops_per_layer'").fetchone() == ("kept",)
     for new, old_rows in rows.items():

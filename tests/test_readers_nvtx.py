@@ -57,7 +57,7 @@ def test_rl_insight_fixture_ranges(tmp_path):
     assert outcome.rank["metadata"]["clock"] == {"clock": "nsys_session", "session_start_ns": 6589107243593703,
                                                  "utc_epoch_ns": None}
     assert rows == [{
-        "role": "compute_log_prob", "rank_id": 0, "source": "nvtx", "domain": "default",
+        "role": "discovered_role", "rank_id": 0, "source": "nvtx", "domain": "default",
         "name": "compute_log_prob",
         "start_ns": 6589107243593703 + 20979323, "end_ns": 6589107243593703 + 21019655556,
         "pid": (282747880941798 >> 24) & 0xFFFFFF, "tid": 282747880941798 & 0xFFFFFF, "thread": None,
@@ -65,16 +65,17 @@ def test_rl_insight_fixture_ranges(tmp_path):
     }]
 
 
-@pytest.mark.parametrize("name, rank, role", [
+@pytest.mark.parametrize("name, rank, phase", [
     ("worker_process_70001.1.jsonl", 1, "compute_log_prob"),
     ("worker_process_70001.2.jsonl", 1, "compute_values"),
     ("worker_process_70000.3.jsonl", 0, "update_critic"),
 ])
-def test_rl_insight_fixture_every_file(tmp_path, name, rank, role):
+def test_rl_insight_fixture_every_file(tmp_path, name, rank, phase):
+    """A range is a phase inside its export's role (discovery's): its name never becomes the role."""
     shutil.copy(NVTX_DIR / name, tmp_path / name)
     outcome, rows = run_reader(tmp_path / name, tmp_path)
     assert outcome.rank["rank_id"] == rank
-    assert [(r["role"], r["rank_id"]) for r in rows] == [(role, rank)]
+    assert [(r["role"], r["name"], r["rank_id"]) for r in rows] == [("discovered_role", phase, rank)]
     assert rows[0]["end_ns"] > rows[0]["start_ns"]
 
 
@@ -104,12 +105,12 @@ def expected_rows():
     base = 1_000_000_000_000
     common = {"rank_id": 3, "source": "nvtx", "pid": 4242, "tid": 4243, "thread": None, "clock": "nsys_session"}
     return sorted([
-        dict(common, role="actor_update", name="actor_update", domain="default",
+        dict(common, role="discovered_role", name="actor_update", domain="default",
              start_ns=base + 100, end_ns=base + 900),
-        dict(common, role="rollout", name="rollout", domain="MyDomain", start_ns=base + 100, end_ns=base + 900),
-        dict(common, role="checkpoint", name="checkpoint", domain="Inline Domain",
+        dict(common, role="discovered_role", name="rollout", domain="MyDomain", start_ns=base + 100, end_ns=base + 900),
+        dict(common, role="discovered_role", name="checkpoint", domain="Inline Domain",
              start_ns=base + 500, end_ns=base + 500),
-        dict(common, role="unfinished", name="unfinished", domain="default", start_ns=base + 950, end_ns=None),
+        dict(common, role="discovered_role", name="unfinished", domain="default", start_ns=base + 950, end_ns=None),
     ], key=lambda r: (r["start_ns"], r["name"]))
 
 
@@ -140,10 +141,8 @@ def test_unquoted_rank_and_unknown_text(tmp_path):
     ]
     outcome, rows = run_reader(write_jsonl(tmp_path / "w.jsonl", recs), tmp_path, {"role": "actor"})
     assert outcome.rank["rank_id"] == 5
-    assert [(r["name"], r["domain"]) for r in rows] == [(None, "default"), ("x", None)]  # lands as 'actor'
-    # With no role from its folder either, a range without a name could not land: skipped, its line named.
-    outcome, rows = run_reader(write_jsonl(tmp_path / "w2.jsonl", recs), tmp_path / "again")
-    assert [(r["name"], r["domain"]) for r in rows] == [("x", None)]
+    # A range whose name is none of the export's strings names no phase: skipped, its line named.
+    assert [(r["role"], r["name"], r["domain"]) for r in rows] == [("discovered_role", "x", None)]
     assert outcome.status == "partial" and "line 5 (an NVTX range whose name is none" in outcome.message
 
 

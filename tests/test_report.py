@@ -684,6 +684,7 @@ def test_queries_read_only_public_views():
                "slowest_links", "collective_bandwidth",  # how fast the links and the collectives are
                "memory_usage", "npu_module_memory",  # public base tables no view adds to
                "device_ops",  # the device lanes: kernels as they ran (device_time sums them away)
+               "cpu_ops",  # whether a capture's ops carry call stacks (no view keeps the ops without one)
                "duckdb_tables", "information_schema",  # the catalog: does this warehouse have those tables yet
                "_rlwh_memory_slice"}
     for name in dir(report_queries):

@@ -32,12 +32,20 @@ CHANGED_IN_PART = {
     "sources": (r"regexp_matches(path, '(communication_matrix\.json|analysis\.db)$') "
                 "or kind in ('ascend_db', 'torch_snapshot') "
                 r"or regexp_matches(path, '/ASCEND_PROFILER_OUTPUT/"
-                r"(kernel_details\.csv|communication\.json|trace_view\.json)$') or message is not null",
+                r"(kernel_details\.csv|communication\.json|trace_view\.json)$') or message is not null "
+                # An NVTX export lands under its folder's role (issue 41 item 3); the HTA traces,
+                # recorded without call stacks, say so in their message (item 4).
+                r"or kind = 'nvtx_jsonl' or (kind = 'torch_trace' and regexp_matches(path, '(^|/)hta/'))",
                 "communication_matrix.json is loaded (was ignored); a db export and its analysis.db read "
                 "CommAnalyzerMatrix; a pickle that is no snapshot fails (was ignored); the trace reads "
                 "kernel_details.csv beside it (its fingerprint, the csv's reason) and communication.json's "
                 "reason names only collectives; a message names a file by its path in the profile dir (was "
-                "its full path)"),
+                "its full path); an NVTX export's role is its folder's; a trace recorded without call "
+                "stacks says so"),
+    "ranges": ("source = 'nvtx'", "an NVTX range is a phase of its export's role (was a role named after it)"),
+    "ranks": (r"regexp_matches(capture, '\.jsonl$')", "an NVTX export has a role now, and so its ranks row"),
+    "role_timeline": (r"source = 'nvtx' or regexp_matches(capture, '\.jsonl$')",
+                      "an NVTX export's span is the window its phase ranges cover (was a span per range)"),
     "device_ops": ("source_type in ('Other', 'EVENT_RECORD_SQE', 'PLACE_HOLDER_SQE') "
                    "or regexp_matches(capture, 'msprof-analyze-timeline')",
                    "a task the trace types 'Other' takes its kind from kernel_details.csv or its name (was "

@@ -125,7 +125,7 @@ def test_upgrading_an_older_warehouse_fills_the_derived_tables(tmp_path):
                        "0010_private_objects_in_their_own_schema.sql", "0011_one_name_per_allocator_total.sql",
                        "0012_collective_seq_shared_across_ranks.sql", "0013_create_communication_links.sql",
                        "0014_reload_ascend_device_sources.sql", "0015_create_collective_transfers.sql",
-                       "0016_create_stack_texts.sql"]
+                       "0016_create_stack_texts.sql", "0017_nvtx_ranges_are_phases.sql"]
     con = duckdb.connect(str(db))
     assert con.execute("select * from memory_peak order by all").fetchall() == want
     assert con.execute("select count(call_stack) from memory_alloc_stack").fetchone()[0] == stacks

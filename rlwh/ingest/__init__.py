@@ -12,13 +12,13 @@ import types as _types
 
 
 class _CallablePackage(_types.ModuleType):
-    def __call__(self, profile_dir, db=None, run=None, *, workers=None, config=None):
+    def __call__(self, profile_dir, db=None, run=None, *, workers=None, config=None, role=None):
         """Load `profile_dir` into the warehouse `db` as run `run` (default: the folder's
         name) and return the summary; see rlwh.api.ingest."""
         from rlwh.config import settings_for
         from rlwh.ingest.runner import ingest
 
-        return ingest(profile_dir, settings_for(db, config, workers), run=run)
+        return ingest(profile_dir, settings_for(db, config, workers), run=run, role=role)
 
 
 _sys.modules[__name__].__class__ = _CallablePackage

@@ -28,6 +28,7 @@ from rlwh.errors import RlwhError, SourceError
 from rlwh.ingest.discover import (
     IGNORED,
     Discovery,
+    RoleRules,
     SourceFile,
     capture_profiler,
     discover,
@@ -115,10 +116,10 @@ class CheckReport:
 
     def rank_of(self, f: SourceFile) -> int | None:
         """The rank ingest will give the file's rows, where its path or first bytes say it."""
+        if f.rel_path in self.head_ranks and (f.rank_id is None or f.kind == "nvtx_jsonl"):
+            return self.head_ranks[f.rel_path]  # an NVTX export's RANK= beats its path
         if f.rank_id is not None:
             return f.rank_id
-        if f.rel_path in self.head_ranks:
-            return self.head_ranks[f.rel_path]
         if f.single_process_rank0 and f.kind != "nvtx_jsonl":  # NVTX: RANK= inside
             return 0
         return None
@@ -136,7 +137,7 @@ class CheckReport:
         """One row per role: its ranks, captures, steps and files (roles x ranks x captures x steps)."""
         by_role: dict[str, dict] = {}
         for f in self.loadable:
-            role = f.role if f.role is not None else ("(NVTX range names)" if f.kind == "nvtx_jsonl" else "(none)")
+            role = f.role if f.role is not None else "(none)"
             row = by_role.setdefault(role, {"role": role, "ranks": set(), "captures": set(), "steps": set(),
                                             "files": 0})
             row["files"] += 1
@@ -149,15 +150,17 @@ class CheckReport:
         return [by_role[k] for k in sorted(by_role)]
 
 
-def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAULT_REQUIRED_KEYS) -> CheckReport:
+def check(profile_dir: str | os.PathLike, required_keys: tuple[str, ...] = DEFAULT_REQUIRED_KEYS,
+          roles: RoleRules = RoleRules()) -> CheckReport:
     """Discover `profile_dir` and look at every file's head; never writes anything.
 
-    `required_keys`: what a VeRL log must hold ([verl_log] required_keys)."""
+    `required_keys`: what a VeRL log must hold ([verl_log] required_keys); `roles`: the
+    user's roles (--role, [roles]), as ingest takes them."""
     root = Path(profile_dir)
     if not root.is_dir():
         raise RlwhError(f"profile dir not found: {root}")
     root, note = profile_root(root)
-    found: Discovery = discover(root)
+    found: Discovery = discover(root, roles)
     report = CheckReport(str(root), found.files, ([note] if note else []) + list(found.warnings))
     for f in found.files:
         if not f.ignored:
@@ -184,6 +187,12 @@ def _file_problems(f: SourceFile, head_ranks: dict[str, int]) -> list[Problem]:
     named = _DIST_RANK.search(head.decode("utf-8", "replace")) if f.kind == "torch_trace" else None
     if named and f.rank_id is None:
         head_ranks[f.rel_path] = int(named.group(1))
+    if f.kind == "nvtx_jsonl" and f.content == "nsys_jsonl":
+        from rlwh.readers.nvtx import head_rank
+
+        rank = head_rank(head, len(head) < HEAD_BYTES)  # RANK= wins over the path's rank, as in the reader
+        if rank is not None:
+            head_ranks[f.rel_path] = rank
     if f.single_process_rank0 and f.kind == "torch_trace" and not named:
         found.append(Problem(f.rel_path, f"{f.rel_path}: no rank in its path and no distributedInfo.rank in its "
                              "first 64 KiB: read as rank 0 (a single-process trace) unless the trace names one later",

@@ -15,6 +15,7 @@ A reader may refine rank and role from inside the file (distributedInfo, RANK=).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -39,6 +40,9 @@ _INNER_FOLDER = re.compile(r"ASCEND_PROFILER_OUTPUT|FRAMEWORK|PROF_.*|dump_tenso
                            r"logs?|profiler_output")
 # Folders only the profiler writes in a capture (a run folder may hold logs/ too).
 _PROFILER_FOLDER = re.compile(r"ASCEND_PROFILER_OUTPUT|FRAMEWORK|PROF_.*|mindstudio_profiler_.*")
+# The profiler's level (torch_npu's profiler_level: Level_none, Level0-2) names how much was
+# recorded, never who ran it.
+_LEVEL_FOLDER = re.compile(r"level[_-]?(\d+|none)", re.IGNORECASE)
 _WANDB_FOLDER = re.compile(r"wandb|(?:offline-)?run-\d{8}_\d{6}-\w+|latest-run|files")
 _CAPTURE_TIME = re.compile(r"(?<!\d)(\d{8})_?(\d{6})")
 
@@ -130,6 +134,7 @@ class SourceFile:
     # kernel_details.csv); a change to one changes the file's fingerprint, so re-ingest reads it again.
     companions: tuple[Path, ...] = ()
     content: str | None = None  # what the first bytes looked like (sniff.head_kind)
+    role_set: bool = False  # the role is the user's (--role, [roles]), not the path's
 
     @property
     def ignored(self) -> bool:
@@ -205,12 +210,43 @@ def _is_capture_folder(name: str) -> bool:
     return _ASCEND_CAPTURE.fullmatch(name) is not None or _INNER_FOLDER.fullmatch(name) is not None
 
 
+def _is_role_folder(name: str) -> bool:
+    """A folder that can name a role: no rank, step, capture or profiler-level folder."""
+    return not (_is_rank_folder(name) or _is_step_folder(name) or _is_capture_folder(name)
+                or _LEVEL_FOLDER.fullmatch(name) is not None)
+
+
+@dataclass(frozen=True)
+class RoleRules:
+    """What the user says roles are, winning over what discovery finds.
+
+    role: `rlwh ingest --role NAME`: every file of the ingest gets it. folders: warehouse.toml's
+    [roles], (folder name or glob, role) in the order written: a file's role is the role of the
+    nearest folder above it (the profile dir and the folders above it included) that one of
+    them matches, the first pattern that matches winning.
+    """
+
+    role: str | None = None
+    folders: tuple[tuple[str, str], ...] = ()
+
+    def role_of(self, folders: tuple[str, ...]) -> str | None:
+        """The role these rules give a file below `folders` (outermost first); None: none."""
+        if self.role is not None:
+            return self.role
+        for name in reversed(folders):
+            for pattern, role in self.folders:
+                if fnmatch.fnmatchcase(name, pattern):
+                    return role
+        return None
+
+
 def place(folders: tuple[str, ...]) -> tuple[int | None, int | None, str | None]:
     """(rank, step, role) from the folders above a capture, innermost last.
 
     Rank: the nearest folder holding rank<k>/rank_<k>/rank-<k>. Step: the nearest
     step_<n>, step<n> or all-digit folder (VeRL's <save_path>/<step>/). Role: the nearest
-    folder that is none of these and no capture folder; None when there is none.
+    folder that is none of these, no capture folder and no profiler level (level1); None
+    when there is none.
     """
     rank = step = role = None
     for name in reversed(folders):
@@ -220,7 +256,7 @@ def place(folders: tuple[str, ...]) -> tuple[int | None, int | None, str | None]
             match = _STEP_FOLDER.fullmatch(name)
             assert match is not None  # as _is_step_folder said
             step = int(match.group(1) or match.group(2)) if step is None else step
-        elif not _is_capture_folder(name) and role is None:
+        elif role is None and _is_role_folder(name):
             role = name
     return rank, step, role
 
@@ -369,7 +405,7 @@ def _ascend_capture(here: Path, root: Path, entries: list[str]) -> _Capture:
         # No role folder between the profile dir and the capture: the folder pointed at names
         # it, or, pointed at the capture itself, the nearest folder above it that is no rank,
         # step or capture folder (what pointing at that folder would give).
-        role = root.name if here != root else (place(here.parent.parts)[2] or here.name)
+        role = _root_role(root) if here != root else (place(here.parent.parts)[2] or here.name)
     # Pointed at the capture itself, it is still named as from the folder above it.
     name = rel.as_posix() if here != root else here.name
     capture = _Capture(here, name, role, rank, step, None, None, infos)
@@ -377,6 +413,13 @@ def _ascend_capture(here: Path, root: Path, entries: list[str]) -> _Capture:
         capture.problem = (f"{name}: no profiler_info_<rank>.json and no rank<k> folder, "
                            "so the rank is unknown")
     return capture
+
+
+def _root_role(root: Path) -> str:
+    """The role of a file with no role folder below the profile dir: the profile dir's name,
+    or, where that is a rank, step, capture or level folder, the nearest folder above it
+    that is none of these."""
+    return place(root.parts[1:] if root.is_absolute() else root.parts)[2] or root.name
 
 
 def nothing_found(root: Path) -> str:
@@ -400,8 +443,9 @@ def profile_root(path: Path) -> tuple[Path, str | None]:
     return path, None
 
 
-def discover(root: str | os.PathLike) -> Discovery:
-    """Every file under `root`, in a stable order, each with its kind and keys."""
+def discover(root: str | os.PathLike, roles: RoleRules = RoleRules()) -> Discovery:
+    """Every file under `root`, in a stable order, each with its kind and keys; `roles`
+    (--role, [roles]) win over the role the files and folders give."""
     root = Path(root).resolve()
     warnings: list[str] = []
     files: list[SourceFile] = []
@@ -454,7 +498,21 @@ def discover(root: str | os.PathLike) -> Discovery:
             files.append(_classify(path, root, where, capture))
     _set_capture_starts(files, captures)
     one_device_source(files)
+    _apply_roles(files, root, roles)
     return Discovery(files, warnings)
+
+
+def _apply_roles(files: list[SourceFile], root: Path, roles: RoleRules) -> None:
+    """The user's roles (--role, [roles]) over what discovery found, for every file rlwh reads
+    and every ignored file of a capture (profiler_metadata.json beside the capture's files)."""
+    if roles.role is None and not roles.folders:
+        return
+    for f in files:
+        if f.ignored and f.role is None:
+            continue
+        role = roles.role_of(root.parts + Path(f.rel_path).parts[:-1])
+        if role is not None:
+            f.role, f.role_set = role, True
 
 
 def _where(here: Path, capture: _Capture | None) -> str:
@@ -489,9 +547,7 @@ def _classify(path: Path, root: Path, where: str, capture: _Capture | None) -> S
     rank, step, role = place(rel.parts[:-1])
     own = rank_in_name(path.name)
     rank = own if own is not None else rank
-    found = SourceFile(kind, path, rel_text, role or root.name, rank, rel_text, step=step, content=content)
-    if kind == "nvtx_jsonl":
-        found.role = None  # an NVTX range's role is its own name; its rank is RANK= inside, else 0
+    found = SourceFile(kind, path, rel_text, role or _root_role(root), rank, rel_text, step=step, content=content)
     if rank is None and kind in SINGLE_PROCESS_KINDS:
         found.single_process_rank0 = True
         if kind == "ascend_trace":  # its reader takes the rank from discovery alone

@@ -18,6 +18,7 @@ from rlwh.ingest.jobs import FACT_TABLES, RANK_OPTIONAL_TABLES, SHARED_TABLES, j
 from rlwh.ingest.parse import ParseResult, failed_result
 from rlwh.ingest.plan import FileResult, Planned, changed_since_planned, utc
 from rlwh.sqltext import sql_literal
+from rlwh.stacks import RECORD_STACKS, no_stacks_note
 from rlwh.warehouse import derive
 
 KEY_COLUMNS = ("run", "role", "rank_id", "capture", "source_id", "step")
@@ -57,6 +58,8 @@ def upsert_source(con, run: str, p: Planned, status: str, rows: int, message, se
     """The file's sources row; its message names the file (and any other of the profile
     dir) by its path in the profile dir, as `path` and `rlwh check` name it."""
     s = p.source
+    if s.kind in RECORD_STACKS and status in ("ok", "partial"):
+        message = with_notes(message, _no_stacks(con, p))
     if message:
         message = message.replace(str(s.path), s.rel_path)
         root = str(s.path)[: len(str(s.path)) - len(s.rel_path)]
@@ -74,6 +77,15 @@ def upsert_source(con, run: str, p: Planned, status: str, rows: int, message, se
             s.kind, s.rel_path, p.size, utc(p.mtime), p.fingerprint, status, rows, message, seconds, utc(),
         ],
     )
+
+
+def _no_stacks(con, p: Planned) -> str | None:
+    """The note of a trace whose landed cpu_ops carry no call stack (recorded without
+    with_stack): it names the file and how to record them."""
+    ops, stacked = con.execute("select count(*), count(stack_id) from cpu_ops where source_id = ?",
+                               [p.source_id]).fetchone()
+    note = no_stacks_note(p.source.kind, ops) if stacked == 0 else None
+    return f"{p.source.rel_path}: {note}" if note else None
 
 
 def storage_failed(exc: BaseException) -> bool:

@@ -151,6 +151,8 @@ def fingerprint_files(files: list[SourceFile]) -> list[Planned]:
             fp, size, mtime = fingerprint(source.path)
             for companion in source.companions:  # a file read beside it: its change is this file's
                 fp += "+" + fingerprint(companion)[0]
+            if source.role_set:  # the user's role (--role, [roles]): another role re-reads the file
+                fp += f"+role={source.role}"
         except OSError as exc:
             # A failed file, not just a warning: `rlwh sources`, the summary and the exit status show it.
             source.problem = f"cannot read {source.path}: {exc.strerror}"

@@ -17,7 +17,7 @@ from types import ModuleType
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.ingest.discover import discover, nothing_found, profile_root, repeated_capture_lines
+from rlwh.ingest.discover import RoleRules, discover, nothing_found, profile_root, repeated_capture_lines
 from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
 from rlwh.warehouse.schema import is_current
@@ -58,8 +58,10 @@ def ingest(
     config: Config,
     run: str | None = None,
     progress: Progress | None = None,
+    role: str | None = None,
 ) -> IngestSummary:
-    """Load every source file of `profile_dir` into the warehouse as run `run`."""
+    """Load every source file of `profile_dir` into the warehouse as run `run`; `role`
+    (--role) is the role of every file, else [roles] and the folders say."""
     started = time.perf_counter()
     root = Path(profile_dir)
     if root.is_file():
@@ -70,7 +72,9 @@ def ingest(
     run = run if run is not None else root.name
     if not run.strip():
         raise RlwhError("--run must not be empty")
-    found = discover(root)
+    if role is not None and not role.strip():
+        raise RlwhError("--role must not be empty: give the role every file of this ingest gets")
+    found = discover(root, RoleRules(role, config.roles))
     summary = IngestSummary(run, str(root), warnings=[note] if note else [])
     summary.warnings += found.warnings
     files = fingerprint_files(found.files)

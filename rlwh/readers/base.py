@@ -7,7 +7,7 @@ transactional step.
 
 Rows carry only the columns of the base table that come from the file. The loader adds
 run, role, rank_id, capture and source_id from discovery, unless the reader's rows carry
-role or rank_id themselves (NVTX: the role is each range's name).
+role or rank_id themselves (a GMM dump: the role and rank its own layout names).
 """
 
 from __future__ import annotations

@@ -120,14 +120,16 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     """One gmm_expert_load row per expert: its job numbers them by position in the flattened group_list.
 
     context["rel_path"] is the file's path relative to the profile dir (the path itself
-    when absent). A refused or corrupt file raises SourceError naming the file.
+    when absent); context["role"] is the role discovery gave it: its layout's, or the user's
+    (--role, [roles]), which wins. A refused or corrupt file raises SourceError naming the file.
     """
     where = parse_gmm_path(context.get("rel_path") or Path(path).as_posix())
+    role = context["role"] if context.get("role") is not None else where.role
     values = load_counts(path)
     n = len(values)
     batch = pa.table(
         {
-            "role": [where.role] * n,
+            "role": [role] * n,
             "rank_id": [where.rank_id] * n,
             "step": [where.step] * n,
             "op_index": [where.op_index] * n,
@@ -138,4 +140,4 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     )
     sink.write(TABLE, batch)
     # Role and rank attribute the file in `sources`; they are no ranks row of their own.
-    return ReadOutcome(rank={"role": where.role, "rank_id": where.rank_id})
+    return ReadOutcome(rank={"role": role, "rank_id": where.rank_id})

@@ -6,8 +6,10 @@ Why it is built this way:
   pass 2 emits the ranges, so memory grows with distinct strings, never with events.
 - A substring test picks the lines worth parsing, since an export also holds every CUDA
   kernel and OS runtime call; NVTX lines are the few that matter.
-- Each range's role is its own name, as in RL-Insight: one worker process of a
-  colocated VeRL job runs several roles, one range each.
+- A range is a phase inside its export's role (the role discovery gives the export: its
+  folder, --role or [roles]), as an MSTX range is inside its rank dir's: update_actor,
+  generate_sequences and compute_log_prob of one colocated VeRL worker are phases of that
+  worker's role. The range's name is the phase; it never becomes a role.
 - pid/tid come from globalTid as the nsys stats scripts decode it:
   pid = (globalTid >> 24) & 0xFFFFFF, tid = globalTid & 0xFFFFFF. Domain ids are per
   process, so a domain is keyed by (globalTid >> 24, domainId).
@@ -78,9 +80,9 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     found = 0
     for lineno, rec in _records(path, _EVENT_LINE, bad):
         row = _range_row(rec, look, rank_id)
-        if row is not None and row[0] is None and context.get("role") is None:
-            # Its role is its name, else its folder's: with neither it cannot land.
-            bad[lineno] = "an NVTX range whose name is none of the export's strings, and no role from its folder"
+        if row is not None and row[0] is None:
+            # A phase without a name says nothing of what ran (a damaged StringIds line): skipped, its line named.
+            bad[lineno] = "an NVTX range whose name is none of the export's strings"
         elif row is not None:
             rows.append(row)
             found += 1
@@ -157,6 +159,23 @@ def first_bad_line(head: bytes, whole: bool) -> str | None:
         if problem is not None:
             return f"line {lineno} ({problem})"
     return None
+
+
+def head_rank(head: bytes, whole: bool) -> int | None:
+    """For `rlwh check`: the rank RANK=<k> gives among the complete lines of an export's
+    first bytes (`whole`: the file itself), as read() takes it; None when they hold none."""
+    import io
+
+    lines = list(io.TextIOWrapper(io.BytesIO(head), encoding="utf-8-sig", errors="replace"))
+    if not whole and lines:
+        lines.pop()  # the head may stop inside its last line
+    look = _Lookups()
+    for line in lines:
+        rec = _judged(line, _LOOKUP_LINE)[0]
+        if rec is not None:
+            look.add(rec)
+    rank = look.env.get("RANK")
+    return int(rank) if rank is not None and rank.isdigit() else None
 
 
 class _Lookups:

@@ -91,6 +91,17 @@ class SourceRow:
 
 
 @dataclass
+class NoStacksRow:
+    """A capture whose trace holds no call stack, and how to record them."""
+
+    role: str | None
+    rank_id: int | None
+    capture: str
+    ops: int
+    record_stacks_with: str
+
+
+@dataclass
 class SourceGroup:
     """Source files of one (status, kind), folded on the page: a run has hundreds."""
 
@@ -113,6 +124,8 @@ class RunSummaryPage(Page):
     sources: list[SourceRow] = _help("Every source file of the run, failed and partial first, paths in natural order.")
     problems: list[SourceRow] = _help("The failed and partial source files, shown unfolded.")
     source_groups: list[SourceGroup] = _help("The other source files by (status, kind), each folded.")
+    no_stacks: list[NoStacksRow] = _help("The captures whose ops carry no call stack (profiled without with_stack), "
+                                         "and how to record them.")
     queries: list[QueryText] = _help("The SQL behind the tables, with parameters.")
 
 
@@ -124,6 +137,7 @@ class MemoryPanel:
     reduced: str | None
     data: Markup
     queries: list[QueryText]
+    no_stacks: str | None = None  # the capture holds no call stacks: how to record them
 
 
 @dataclass(kw_only=True)

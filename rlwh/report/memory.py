@@ -28,6 +28,7 @@ from rlwh.report.context import (
     script_json,
     utc_text,
 )
+from rlwh.stacks import record_stacks_params
 
 
 class _Strings:
@@ -56,10 +57,20 @@ def memory_panels(s: ReportSession, run: str, role: str, rank_id: int) -> list[M
     s.rows(Q.MEMORY_SLICE, slice_params)
     tables = {"memory_usage": bool(s.rows(Q.HAS_MEMORY_USAGE)[0]["present"]),
               "npu_module_memory": bool(s.rows(Q.HAS_NPU_MODULE_MEMORY)[0]["present"])}
+    no_stacks = {r["capture"]: r for r in s.rows(Q.NO_STACK_CAPTURES, {"run": run, **record_stacks_params()})
+                 if r["role"] == role and r["rank_id"] == rank_id}
     try:
-        return [_panel(s, i, p, slice_params, tables) for i, p in enumerate(s.rows(Q.MEMORY_PANELS))]
+        shown = s.rows(Q.MEMORY_PANELS)
+        panels = [_panel(s, i, p, slice_params, tables) for i, p in enumerate(shown)]
     finally:
         s.rows("drop table if exists _rlwh_memory_slice")
+    for panel, p in zip(panels, shown):
+        if p["capture"] in no_stacks:
+            r = no_stacks[p["capture"]]
+            panel.no_stacks = (f"This capture holds no call stacks: it was profiled without with_stack, so its "
+                               f"{r['ops']:,} ops and the memory they allocated have no user_frame or "
+                               f"call_stack_top. Record them with {r['record_stacks_with']}.")
+    return panels
 
 
 def _usage(s: ReportSession, where: dict, slice_params: dict) -> tuple[str | None, list[dict], list]:

@@ -35,6 +35,20 @@ where run = $run
 order by case status when 'failed' then 0 when 'partial' then 1 else 2 end, path
 """
 
+# The captures whose trace holds no call stack (profiled without with_stack): their ops,
+# and the memory they allocated, have NULL user_frame and call_stack_top. $torch_how and
+# $npu_how: how to record stacks with torch.profiler and torch_npu's profiler.
+NO_STACK_CAPTURES = """
+select s.role, s.rank_id, s.capture, s.kind, count(*) as ops,
+  case when s.kind = 'torch_trace' then $torch_how else $npu_how end as record_stacks_with
+from cpu_ops as o
+join sources as s on s.source_id = o.source_id
+where o.run = $run
+group by s.role, s.rank_id, s.capture, s.kind, s.source_id
+having count(o.stack_id) = 0
+order by s.role, s.rank_id, s.capture
+"""
+
 RANK_SKEW = """
 select
   role, rank_id, role_ranks, span_ns, median_span_ns, span_vs_median, is_straggler,

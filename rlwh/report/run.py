@@ -27,6 +27,7 @@ from rlwh.report.context import (
     Link,
     MemoryComparePage,
     MemoryTimelinePage,
+    NoStacksRow,
     Page,
     RankRow,
     ReportSession,
@@ -42,6 +43,7 @@ from rlwh.report.gmm import gmm_heatmaps
 from rlwh.report.memory import memory_panels
 from rlwh.report.role_tables import role_sections
 from rlwh.report.train_metrics import train_metric_figures
+from rlwh.stacks import record_stacks_params
 
 
 def memory_page_name(role: str, rank_id: int) -> str:
@@ -89,6 +91,9 @@ def _summary_page(s: ReportSession, run: dict, skew: list[dict], pages: list[Lin
     params = {"run": run["run"]}
     sources = s.rows(Q.RUN_SOURCES, params)
     rows, problems, groups = _source_rows(sources)
+    stack_params = {**params, **record_stacks_params()}
+    no_stacks = [NoStacksRow(r["role"], r["rank_id"], r["capture"], r["ops"], r["record_stacks_with"])
+                 for r in s.rows(Q.NO_STACK_CAPTURES, stack_params)]
     ranks = [
         RankRow(
             role=r["role"], rank_id=r["rank_id"],
@@ -107,8 +112,9 @@ def _summary_page(s: ReportSession, run: dict, skew: list[dict], pages: list[Lin
         failed_files=sum(1 for x in sources if x["status"] == "failed"),
         partial_files=sum(1 for x in sources if x["status"] == "partial"),
         pages=pages, ranks=ranks,
-        sources=rows, problems=problems, source_groups=groups,
-        queries=[query_text(Q.RUN_SOURCES, params), query_text(Q.RANK_SKEW, params)],
+        sources=rows, problems=problems, source_groups=groups, no_stacks=no_stacks,
+        queries=[query_text(Q.RUN_SOURCES, params), query_text(Q.RANK_SKEW, params),
+                 query_text(Q.NO_STACK_CAPTURES, stack_params)],
     )
 
 

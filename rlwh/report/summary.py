@@ -1,11 +1,13 @@
 """`rlwh summary [RUN]`: the answer to "how did this run go" in the terminal.
 
-Per role and rank: peak live memory and time in the role against the role's median
+The run's roles with their ranks, captures, steps and files (as `rlwh check` lists
+them). Per role and rank: peak live memory and time in the role against the role's median
 (stragglers and memory outliers flagged, from rank_skew), who waited for whom at each
 step's collectives (stragglers), each rank's clock offset (clock_offsets) and where the device time
 went (device_time), the call stacks holding the
-most memory at each rank's peak (memory_peak_breakdown), and every file that failed or
-loaded only in part. Each section is one query over the public views, so what it
+most memory at each rank's peak (memory_peak_breakdown), the captures whose ops carry
+no call stack (profiled without with_stack) and how to record them, and every file that
+failed or loaded only in part. Each section is one query over the public views, so what it
 prints can be reproduced with `rlwh query`.
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.report import queries as Q
+from rlwh.stacks import record_stacks_params
 from rlwh.warehouse.catalog import QueryResult, query
 
 TOP_STACKS_PER_RANK = 3
@@ -168,6 +171,19 @@ from internal.rank_captures where run = $run and not counted
 order by role, rank_id, capture
 """
 
+# The run's roles as `rlwh check` lists them: every file read, by the role it landed under
+# ('(none)' where nothing names one: a driver's log, a dump whose layout names no role).
+ROLES = """
+select coalesce(role, '(none)') as role,
+  coalesce(string_agg(distinct rank_id::varchar, ',' order by rank_id::varchar), '-') as ranks,
+  count(distinct capture) as captures,
+  coalesce(string_agg(distinct step::varchar, ',' order by step::varchar), '-') as steps,
+  count(*) as files
+from sources where run = $run and status <> 'ignored'
+group by all
+order by role
+"""
+
 BAD_FILES = """
 select status, role, rank_id, path, rows, message
 from sources where run = $run and status in ('failed', 'partial')
@@ -209,6 +225,8 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
                    f"{counted} (the same profiler, rank and step); every figure below counts {counted} only")
     params = {"run": run}
     return RunSummary(run, header, [
+        Section("Roles: the ranks, captures, steps and files of each (as `rlwh check` lists them; NVTX and MSTX "
+                "ranges are phases inside a role, below)", query(config, ROLES, params), "no file read"),
         Section("Per role and rank: peak live memory and time in role, against the role's median",
                 query(config, PER_RANK, params), "no memory or role spans for this run"),
         Section("Stragglers (the rank the others waited for at collectives; where a role ran none, "
@@ -239,6 +257,10 @@ def summarize(config: Config, run: str | None = None) -> RunSummary:
                 "user_frame first)",
                 query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),
                 "no memory records for this run"),
+        Section("Captures without call stacks (profiled without with_stack: user_frame and call_stack_top are "
+                "NULL for their ops and the memory they allocated; record_stacks_with says how to record them)",
+                query(config, Q.NO_STACK_CAPTURES, {**params, **record_stacks_params()}),
+                "none: every capture with ops holds call stacks"),
         Section("Files that failed or loaded only in part", query(config, BAD_FILES, params),
                 "none: every file loaded whole"),
     ])

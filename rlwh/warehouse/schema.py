@@ -289,9 +289,10 @@ def view_files() -> list[ViewFile]:
 # whatever a migration or a view file says, these texts are what BI tools show.
 KEY_COLUMN_COMMENTS = {
     "run": "Run name: the profile dir's name unless set with --run.",
-    "role": ("Role (rollout, actor_update, ...): profiler_metadata.json's role, else the nearest folder above "
-             "the capture that is no rank, step or capture folder, else the format's convention (an NVTX "
-             "range's own name); NULL when nothing names one."),
+    "role": ("Role (rollout, actor_update, ...): rlwh ingest --role, else warehouse.toml's [roles] mapping of "
+             "folders, else profiler_metadata.json's role, else the nearest folder above the capture that is "
+             "no rank, step, capture or profiler-level folder (a GMM dump: its layout's); NULL when nothing "
+             "names one. An NVTX or MSTX range is a phase inside its capture's role, never a role."),
     "rank_id": ("Global rank: the file's own (profiler_info, distributedInfo.rank, RANK=), else a rank in the "
                 "path, else 0 for a single-process trace; NULL when nothing names one."),
     "capture": ("The capture: its path relative to the profile dir (an Ascend rank dir, a trace or snapshot "
