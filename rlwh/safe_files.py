@@ -53,10 +53,11 @@ def remove_orphaned(parent: Path, prefix: str) -> None:
 
 def check_contained(root: Path, what: str = "export") -> None:
     """Every path under root is a plain file or folder inside it (no links, no escape);
-    `what` names the writer in the error (export, dataset)."""
-    real_root = root.resolve()
+    `what` names the writer in the error (export, dataset). The walk follows no link, so
+    without a link under root every path it meets lies inside root: one lstat per path
+    (resolving each path cost seconds on a dataset of 50,000 files)."""
     for folder, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
-            path = Path(folder) / name
-            if path.is_symlink() or not path.resolve().is_relative_to(real_root):
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
                 raise RlwhError(f"{what} refused: {path} would lie outside {root}")

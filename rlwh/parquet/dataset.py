@@ -284,14 +284,14 @@ def _prune(root: Path, current: Path, keep: int) -> list[Path]:
 
 
 def _inside(gen: Path, rel: str) -> Path:
-    """gen/rel, refused unless it stays inside gen (no '..', no absolute part, no link)."""
-    parts = Path(rel).parts
-    if not parts or Path(rel).is_absolute() or any(p in ("", ".", "..") for p in parts):
+    """gen/rel, refused unless it stays inside gen: no '..', no absolute part. Links are
+    the other way out; check_contained refuses any in a folder before it is published
+    (a generation, a stage), so the paths of its manifest are checked as text, not
+    resolved one by one (seconds per publish on a dataset of 50,000 files)."""
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise RlwhError(f"dataset refused: {rel!r} would lie outside {gen}")
-    path = gen.joinpath(*parts)
-    if not path.resolve().is_relative_to(gen.resolve()):
-        raise RlwhError(f"dataset refused: {path} would lie outside {gen}")
-    return path
+    return gen / rel
 
 
 def _check_group_folder(gid: str, folder: Path, tables: dict[str, dict]) -> dict[str, Path]:
@@ -505,12 +505,15 @@ def _adopt(gid: str, stage: Path, gen: Path) -> tuple[list[dict], str | None]:
     return staged["files"], staged["run"]
 
 
-def _carry(prev: Path, gen: Path, entry: dict) -> None:
+def _carry(prev: Path, gen: Path, entry: dict, made: set[Path]) -> None:
+    """Link a file of the previous generation into gen (`made`: the folders made so far)."""
     src = _inside(prev, entry["path"])
     dest = _inside(gen, entry["path"])
     if src.is_symlink() or not src.is_file():
         raise RlwhError(f"{src}, listed in {prev / MANIFEST}, is missing or not a plain file")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.parent not in made:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        made.add(dest.parent)
     try:
         os.link(src, dest)
     except OSError:  # a file system without hard links, or across devices
@@ -547,14 +550,17 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
             old = manifest(prev) if prev is not None else {"files": [], "groups": {}}
             files: list[dict] = []
             group_info: dict[str, dict] = {}
+            old_files: dict[str, list[dict]] = {}
+            for entry in old["files"]:
+                old_files.setdefault(entry["group"], []).append(entry)
+            made: set[Path] = set()
             for gid, info in old["groups"].items():
                 assert prev is not None  # only a previous generation has groups to carry
                 if gid in groups or gid in drop:
                     continue
-                for entry in old["files"]:
-                    if entry["group"] == gid:
-                        _carry(prev, gen, entry)
-                        files.append(entry)
+                for entry in old_files.get(gid, []):
+                    _carry(prev, gen, entry, made)
+                    files.append(entry)
                 group_info[gid] = info
             for gid in sorted(groups):
                 stage = Path(groups[gid])
