@@ -5,7 +5,13 @@ A grown warehouse is generated: one real ingest of the small run, then its rows 
 under new run names (every table with a run column, source ids shifted) until the file
 holds the size asked for, so building 5 GB takes a minute, not hours of ingests.
 
-  python bench/run.py --only growth [--growth-gb 1,5]
+Dataset mode grows by files, not bytes (a generation lists, and links, every file it
+holds), so its grown dataset is made by real ingests: 8 runs of 256 small ranks (2 roles
+x 128, ~0.2 MB each), the issue's "256 ranks of 8 runs". The same small run then goes into
+an empty dataset and into the grown one, paired, and into an empty normal warehouse (the
+fixed cost dataset mode adds).
+
+  python bench/run.py --only growth [--growth-gb 1,5] [--dataset-growth-runs 8]
 """
 
 from __future__ import annotations
@@ -82,23 +88,70 @@ def grow(db: Path, target_bytes: int) -> None:
         con.close()
 
 
-def _ingest(rlwh, profile: Path, db: Path, run: str) -> tuple[Measured, int]:
+def _ingest(rlwh, profile: Path, db: Path, run: str, dataset: Path | None = None) -> tuple[Measured, int]:
+    extra = ("--dataset", str(dataset)) if dataset else ()
     with DiskPeak(db.parent) as disk:
-        m = measure(rlwh("ingest", str(profile), "-q", "--run", run, db=db))
+        m = measure(rlwh("ingest", str(profile), "-q", "--run", run, *extra, db=db))
     if m.returncode != 0:
         raise SystemExit(f"ingest failed: {m.stdout}\n{m.stderr}")
     return m, disk.peak
 
 
+def _small_run(tmp: Path, scale: float) -> tuple[Path, float]:
+    """The small run both benches ingest (made once), and its MB."""
+    profile = tmp / "growth_small"
+    if not profile.exists():
+        synth.write_ascend_profile(profile, roles=("actor_update",), ranks=SMALL_RANKS, seed=7,
+                                   n_ops=synth.ops_for_trace_mb(8 * scale, "compact", 0.27),
+                                   n_allocs=max(1, int(12_000 * scale)), n_stacks=1300, stacked_fraction=0.27,
+                                   trace_format="compact")
+    return profile, sum(p.stat().st_size for p in profile.rglob("*") if p.is_file()) / 1e6
+
+
+def bench_dataset_growth(tmp: Path, scale: float, runs: int, rlwh, record, pairs: int = 3) -> None:
+    """The small run into an empty dataset and into one holding `runs` runs of 256 small
+    ranks, paired; and into an empty normal warehouse (dataset mode's fixed cost)."""
+    profile, mb = _small_run(tmp, scale)
+    big = tmp / "growth_256_ranks"
+    synth.write_ascend_profile(big, roles=("actor_update", "rollout"), ranks=128, seed=9, n_ops=2000,
+                               n_allocs=500, n_stacks=200, stacked_fraction=0.27, trace_format="compact")
+    grown = tmp / "growth_dataset"
+    grown.mkdir()
+    for i in range(runs):
+        _ingest(rlwh, big, grown / "thin.duckdb", f"big-{i}", grown / "data")
+    files = sum(1 for p in (grown / "data").rglob("*.parquet"))
+    os.sync()
+    empty_s, grown_s, normal_s, disk_grown = [], [], [], []
+    for i in range(pairs):
+        empty = tmp / f"dataset_empty_{i}"
+        empty.mkdir()
+        m, _ = _ingest(rlwh, profile, empty / "thin.duckdb", "night", empty / "data")
+        empty_s.append(m.wall_s)
+        shutil.rmtree(empty)
+        m, disk = _ingest(rlwh, profile, grown / "thin.duckdb", f"night-{i}", grown / "data")
+        grown_s.append(m.wall_s)
+        disk_grown.append(disk)
+        normal = tmp / f"normal_empty_{i}"
+        normal.mkdir()
+        m, _ = _ingest(rlwh, profile, normal / "warehouse.duckdb", "night")
+        normal_s.append(m.wall_s)
+        shutil.rmtree(normal)
+    ratios = sorted(g / e for g, e in zip(grown_s, empty_s))
+    fixed = sorted(e / n for e, n in zip(empty_s, normal_s))
+    record(f"growth, dataset mode: a small ingest ({SMALL_RANKS} ranks, {mb:.0f} MB) into a dataset of 256 ranks x "
+           f"{runs} runs ({files} files) against an empty one, and an empty dataset against an empty warehouse",
+           empty_s=sorted(empty_s)[pairs // 2], grown_s=sorted(grown_s)[pairs // 2],
+           grown_vs_empty=ratios[pairs // 2], worst_pair=ratios[-1], normal_warehouse_s=sorted(normal_s)[pairs // 2],
+           dataset_vs_warehouse=fixed[pairs // 2], extra_disk_grown_mb=max(disk_grown) / 1e6,
+           load=os.getloadavg()[0])
+    shutil.rmtree(grown)
+    shutil.rmtree(big)
+
+
 def bench_growth(tmp: Path, scale: float, sizes_gb: tuple[float, ...], rlwh, record, pairs: int = 3) -> None:
     """For each size: `pairs` pairs of (the small run into an empty warehouse, into one
     grown to the size), alternating; wall time, the ratio and the extra disk of each."""
-    profile = tmp / "growth_small"
-    synth.write_ascend_profile(profile, roles=("actor_update",), ranks=SMALL_RANKS, seed=7,
-                               n_ops=synth.ops_for_trace_mb(8 * scale, "compact", 0.27),
-                               n_allocs=max(1, int(12_000 * scale)), n_stacks=1300, stacked_fraction=0.27,
-                               trace_format="compact")
-    mb = sum(p.stat().st_size for p in profile.rglob("*") if p.is_file()) / 1e6
+    profile, mb = _small_run(tmp, scale)
     seed = tmp / "growth_seed" / "warehouse.duckdb"
     seed.parent.mkdir()
     _ingest(rlwh, profile, seed, "seed")

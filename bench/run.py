@@ -350,13 +350,16 @@ def bench_small_ingest(tmp: Path, scale: float) -> None:
 
 
 GROWTH_GB: tuple[float, ...] = (1, 5)
+DATASET_GROWTH_RUNS = 8
 
 
 def bench_warehouse_growth(tmp: Path, scale: float) -> None:
-    """A small ingest into a grown warehouse against an empty one (bench/growth.py)."""
-    from growth import bench_growth
+    """A small ingest into a grown warehouse (and dataset) against an empty one (bench/growth.py)."""
+    from growth import bench_dataset_growth, bench_growth
 
     bench_growth(tmp, scale, GROWTH_GB, rlwh, record)
+    if DATASET_GROWTH_RUNS:
+        bench_dataset_growth(tmp, scale, DATASET_GROWTH_RUNS, rlwh, record)
 
 
 BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench_rss_flat,
@@ -366,7 +369,7 @@ BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench
 
 
 def main() -> int:
-    global MANY_RANKS, ONE_RANK_MB, TORCH_SIZES_MB, GROWTH_GB
+    global MANY_RANKS, ONE_RANK_MB, TORCH_SIZES_MB, GROWTH_GB, DATASET_GROWTH_RUNS
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--keep", type=Path, help="write inputs here and keep them")
@@ -379,7 +382,10 @@ def main() -> int:
                         help="the trace sizes of torch (MB, comma-separated)")
     parser.add_argument("--growth-gb", default=",".join(str(n) for n in GROWTH_GB),
                         help="the warehouse sizes of growth (GB, comma-separated)")
+    parser.add_argument("--dataset-growth-runs", type=int, default=DATASET_GROWTH_RUNS,
+                        help="runs of 256 ranks in the grown dataset of growth (0: no dataset growth)")
     args = parser.parse_args()
+    DATASET_GROWTH_RUNS = args.dataset_growth_runs
     GROWTH_GB = tuple(float(n) for n in args.growth_gb.split(","))
     MANY_RANKS = tuple(int(n) for n in args.ranks.split(","))
     ONE_RANK_MB = tuple(int(n) for n in args.rank_mb.split(","))
