@@ -588,3 +588,33 @@ def test_a_generation_with_tables_of_an_older_rlwh_is_refused(tmp_path):
     with pytest.raises(RlwhError, match="older rlwh"):
         dataset.build_thin_db(root, tmp_path / "thin.duckdb")
     assert not (tmp_path / "thin.duckdb").exists()
+
+
+def _catalog(db: Path) -> list[tuple]:
+    """Every object of the file with its definition and comments, and the settings' names."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        views = con.execute("select schema_name, view_name, comment from duckdb_views() where not internal "
+                            "order by all").fetchall()
+        columns = con.execute("select schema_name, table_name, column_name, data_type, comment "
+                              "from duckdb_columns() where not internal order by all").fetchall()
+        settings = con.execute("select name from internal.settings order by all").fetchall()
+        peak = con.execute("select count(*), sum(peak_live_bytes) from memory_peak").fetchall()
+    finally:
+        con.close()
+    return [views, columns, settings, peak]
+
+
+def test_a_thin_file_from_the_cached_template_equals_one_made_in_place(published, tmp_path, monkeypatch):
+    """The thin file starts as a copy of a cached template; where the cache folder cannot be
+    written it is made in place, with the same objects, comments and answers."""
+    copied = tmp_path / "copied.duckdb"
+    dataset.build_thin_db(published["root"], copied)
+    blocked = tmp_path / "not_a_folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("RLWH_CACHE_DIR", str(blocked / "cache"))
+    in_place = tmp_path / "in_place.duckdb"
+    dataset.build_thin_db(published["root"], in_place)
+    assert not (blocked / "cache").exists()
+    assert _catalog(copied) == _catalog(in_place)
+    assert len(_catalog(copied)[0]) > 20 and _catalog(copied)[3][0][0] > 0
