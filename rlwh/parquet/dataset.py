@@ -682,26 +682,10 @@ def _thin_template(schema: dict[str, dict]) -> Path:
     sql/ views are made over views of no rows there; a thin file then only replaces the
     tables' views with the generation's files. Made in each thin file, the sql/ views
     bound every table's file list again and again: 3 s of a publish at 50,000 files."""
-    from rlwh.warehouse.template import cache_dir, schema_digest
+    from rlwh.warehouse.template import build_once, cache_dir, schema_digest
 
-    path = cache_dir() / f"thin-{THIN_TEMPLATE_FORMAT}-{schema_digest()}.duckdb"
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        con = connect_writable(tmp)
-        try:
-            _write_thin_schema(con, schema)
-            con.execute("checkpoint")
-        finally:
-            con.close()
-        os.replace(tmp, path)
-    finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-    return path
+    path = cache_dir() / f"thin-{THIN_TEMPLATE_FORMAT}.{schema_digest()}.duckdb"
+    return build_once(path, lambda con: _write_thin_schema(con, schema))
 
 
 def _start_thin_file(tmp: Path, schema: dict[str, dict]):

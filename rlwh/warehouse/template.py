@@ -21,6 +21,7 @@ import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 
@@ -52,14 +53,19 @@ def template_path() -> Path:
     return cache_dir() / f"schema-{schema_digest()}.duckdb"
 
 
-def _build(path: Path) -> None:
-    """Migrate an empty file into `path` (atomically: a temporary name, then a rename)."""
+def build_once(path: Path, write: Callable[[duckdb.DuckDBPyConnection], object] = migrate) -> Path:
+    """`path` (in the cache folder), made by `write` on an empty file when it is missing:
+    under a temporary name, then renamed, so a reader never sees half of one. Files of its
+    kind (its name up to the first '-') beyond the newest KEEP_TEMPLATES are removed (other
+    rlwh versions')."""
+    if path.is_file():
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         con = connect_writable(tmp)
         try:
-            migrate(con)
+            write(con)
             con.execute("checkpoint")
         finally:
             con.close()
@@ -68,20 +74,19 @@ def _build(path: Path) -> None:
         for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
-    old = sorted(path.parent.glob("schema-*.duckdb"), key=lambda p: p.stat().st_mtime, reverse=True)
+    kind = path.name.split("-", 1)[0]
+    old = sorted(path.parent.glob(f"{kind}-*.duckdb"), key=lambda p: p.stat().st_mtime, reverse=True)
     for stale in old[KEEP_TEMPLATES:]:
         with contextlib.suppress(OSError):
             stale.unlink()
+    return path
 
 
 def copy_schema(work: Path) -> bool:
     """Start the new file `work` as a copy of the template (built first if missing); False
     when there is none to copy (the cache folder cannot be written), `work` left absent."""
-    path = template_path()
     try:
-        if not path.is_file():
-            _build(path)
-        shutil.copyfile(path, work)
+        shutil.copyfile(build_once(template_path()), work)
         return True
     except (OSError, duckdb.Error, RlwhError):
         with contextlib.suppress(FileNotFoundError):
@@ -93,10 +98,8 @@ def copy_into_memory(con: duckdb.DuckDBPyConnection) -> bool:
     """Give the empty in-memory database of `con` (its catalog `memory`) the schema, copied
     from the template (0.05 s where migrate takes 0.5 s); False when there is no template
     to copy, the database left empty (the caller migrates it)."""
-    path = template_path()
     try:
-        if not path.is_file():
-            _build(path)
+        path = build_once(template_path())
         con.execute(f"attach '{path}' as _rlwh_template (read_only)")
     except (OSError, duckdb.Error, RlwhError):
         return False
