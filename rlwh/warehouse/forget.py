@@ -1,18 +1,22 @@
 """`rlwh forget RUN`: remove a run and every row it brought, in every table.
 
-It goes through the working copy (lock, copy, atomic rename; ingest appends instead: rlwh.warehouse.append), so
-readers see the run until the forget is done and never half of it. Every base table
-with a `run` column is cleared of the run, the private derived tables of the schema
-internal included (`internal.memory_record_ops`, `internal.memory_timeline_rows`): the
-list is read from the warehouse, so a table added by a later migration is covered
-without a change here. `call_stacks` is
-shared by all runs and keyed by the stack's text, so its rows stay.
+Where no other process holds the warehouse, the rows are deleted in place, in one
+transaction (a kill leaves the run whole or gone); where a reader holds it, through a
+working copy renamed over it, so that reader keeps its snapshot. Either way readers see
+the run until the forget is done and never half of it, and a nightly forget of an old
+run costs its rows, not a copy of the warehouse (rlwh.warehouse.session.write_session).
+Every base table with a `run` column is cleared of the run, the private derived tables
+of the schema internal included (`internal.memory_record_ops`,
+`internal.memory_timeline_rows`): the list is read from the warehouse, so a table added
+by a later migration is covered without a change here. `call_stacks` is shared by all
+runs and keyed by the stack's text, so its rows stay.
 """
 
 from __future__ import annotations
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
+from rlwh.safe_files import pause_for_test
 from rlwh.sqltext import one_value, sql_table
 from rlwh.warehouse import derive
 from rlwh.warehouse.schema import PRIVATE_SCHEMA
@@ -40,7 +44,7 @@ def forget_run(config: Config, run: str) -> dict[str, int]:
     if not config.db_path.exists():
         raise RlwhError(f"no warehouse at {config.db_path}: nothing to forget")
     removed: dict[str, int] = {}
-    with write_session(config) as session:
+    with write_session(config, in_place_when_free=True) as session:
         con = session.con
         derive.catch_up(con, session.derived_stale)
         known = one_value(con.execute(
@@ -54,6 +58,8 @@ def forget_run(config: Config, run: str) -> dict[str, int]:
             count = one_value(con.execute(f"delete from {sql_table(table)} where run = ?", [run]))
             if count:
                 removed[table] = int(count)
+        pause_for_test("forget")
         con.execute("commit")
+        pause_for_test("forgotten")
         session.changed = True
     return removed

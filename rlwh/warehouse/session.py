@@ -290,8 +290,55 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         remove_working_files(work)
 
 
+class InPlaceSession(WriteSession):
+    """A write connection on the published file itself (in_place)."""
+
+    def publish(self) -> None:
+        """Checkpoint: the change is already in the published file, committed."""
+        self.con.execute("checkpoint")
+
+
+def _open_in_place(config: Config) -> duckdb.DuckDBPyConnection | None:
+    """The published warehouse opened for writing, or None where that cannot be done in
+    place: no file yet, or another process holds it (a reader: DuckDB's lock)."""
+    if not config.db_path.is_file():
+        return None
+    try:
+        return connect_writable(config.db_path)
+    except duckdb.Error:  # held by a reader, or no warehouse: the working copy says which
+        return None
+
+
 @contextlib.contextmanager
-def write_session(config: Config) -> Iterator[WriteSession]:
-    """Lock, then a working copy (working_copy) that is published if `changed` is set."""
-    with writer_lock(config), working_copy(config) as session:
+def in_place(config: Config, con: duckdb.DuckDBPyConnection) -> Iterator[WriteSession]:
+    """The published file, written in place through `con`: for a change DuckDB commits in
+    one transaction (a forget), so that a kill leaves it as before or done (its
+    write-ahead log) and the change costs what it changes, not a copy of the warehouse.
+    Pending migrations are applied first, each in its own transaction, as on a copy."""
+    session = InPlaceSession(config, con, config.db_path)
+    try:
+        _refuse_thin_file(con, config)
+        configure(con, config, config.ingest_memory_limit)
+        session.applied = migrate(con)
+        session.derived_stale = adds_derived_tables(session.applied)
+        if store_settings(con, config) or session.applied:
+            session.changed = True
         yield session
+        if session.changed:
+            session.publish()
+    except duckdb.Error as exc:  # the disk filled up: the uncommitted change is rolled back
+        first = str(exc).strip().splitlines()[0]
+        raise RlwhError(f"cannot write {config.db_path} ({first}); what was not committed is rolled back") from exc
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            con.close()
+
+
+@contextlib.contextmanager
+def write_session(config: Config, in_place_when_free: bool = False) -> Iterator[WriteSession]:
+    """Lock, then a working copy (working_copy) that is published if `changed` is set; or,
+    with in_place_when_free and no other process holding the file, the file itself (in_place)."""
+    with writer_lock(config):
+        con = _open_in_place(config) if in_place_when_free else None
+        with (in_place(config, con) if con is not None else working_copy(config)) as session:
+            yield session

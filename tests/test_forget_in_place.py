@@ -1,0 +1,113 @@
+"""`rlwh forget` deletes in place where no other process holds the warehouse (no copy of
+it, issue 39), through a copy where a reader holds it (that reader keeps its snapshot), and
+a kill -9 at the commit leaves the run whole or gone. The forget runs as a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from rlwh import synth
+from rlwh.config import Config
+from rlwh.ingest.runner import ingest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> Path:
+    """A warehouse holding runs a and b of the same small profile."""
+    root = tmp_path_factory.mktemp("forget")
+    profile = synth.write_ascend_profile(root / "profile", roles=("actor_update",), ranks=2, n_ops=300,
+                                         n_allocs=200)
+    db = root / "two_runs.duckdb"
+    for run in ("a", "b"):
+        ingest(profile, Config(db_path=db, workers=1), run=run)
+    return db
+
+
+@pytest.fixture
+def db(two_runs, tmp_path) -> Path:
+    copy = tmp_path / "w.duckdb"
+    copy.write_bytes(two_runs.read_bytes())
+    return copy
+
+
+def _counts(db: Path) -> dict[str, dict[str, int]]:
+    """Rows per run in every base table with a run column (read here, not with rlwh's list)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        tables = [f"{s}.{t}" for s, t in con.execute(
+            "select distinct c.schema_name, c.table_name from duckdb_columns() c join duckdb_tables() t "
+            "using (database_name, schema_name, table_name) where c.column_name = 'run'").fetchall()]
+        return {t: dict(con.execute(f"select run, count(*) from {t} group by run").fetchall()) for t in tables}
+    finally:
+        con.close()
+
+
+def _forget(db: Path, run: str, pause_at: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if pause_at:
+        env["RLWH_TEST_PAUSE_AT"] = pause_at
+    return subprocess.Popen([sys.executable, "-m", "rlwh", "forget", run, "--db", str(db)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _without(counts: dict, run: str) -> dict:
+    return {t: {r: n for r, n in by_run.items() if r != run} for t, by_run in counts.items()}
+
+
+def test_forget_deletes_in_place_when_nobody_holds_the_file(db):
+    before = _counts(db)
+    assert all(by_run.get("a") for t, by_run in before.items() if t in ("main.cpu_ops", "main.memory_records"))
+    inode = db.stat().st_ino
+    proc = _forget(db, "a")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert db.stat().st_ino == inode  # written where it is, not copied and renamed
+    assert _counts(db) == _without(before, "a")
+    assert sorted(p.name for p in db.parent.iterdir()) == ["w.duckdb", "w.duckdb.lock"]  # no copy, no log
+
+
+def test_forget_while_a_reader_holds_the_file_copies_and_the_reader_keeps_its_view(db):
+    before = _counts(db)
+    inode = db.stat().st_ino
+    reader = duckdb.connect(str(db), read_only=True)
+    try:
+        held = reader.execute("select count(*) from cpu_ops where run = 'a'").fetchone()
+        proc = _forget(db, "a")
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        assert reader.execute("select count(*) from cpu_ops where run = 'a'").fetchone() == held
+    finally:
+        reader.close()
+    assert db.stat().st_ino != inode
+    assert _counts(db) == _without(before, "a")
+
+
+def _wait_stopped(proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
+        if pid and os.WIFSTOPPED(status):
+            return
+        assert not pid, f"forget ended without stopping: {proc.stdout.read()}"
+        time.sleep(0.01)
+    pytest.fail("forget never reached its pause")
+
+
+@pytest.mark.parametrize("stage, gone", [("forget", False), ("forgotten", True)])
+def test_a_forget_killed_at_its_commit_leaves_the_run_whole_or_gone(db, stage, gone):
+    before = _counts(db)
+    proc = _forget(db, "a", pause_at=stage)
+    _wait_stopped(proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _counts(db) == (_without(before, "a") if gone else before)
