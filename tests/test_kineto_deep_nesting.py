@@ -10,6 +10,7 @@ guard against a hang; they are no speed test.
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 
@@ -35,6 +36,16 @@ def _with_nesting(depth: int, opener: bytes = b"[", closer: bytes = b"]") -> tup
     return text[:at] + deep + text[at:], event, past
 
 
+@pytest.fixture(scope="module")
+def intact(tmp_path_factory) -> tuple[str, str | None]:
+    """What the intact trace's row in `sources` says when it is ingested alone: its copy
+    beside a deep file must say the same (it holds no call stacks, and says so)."""
+    root = tmp_path_factory.mktemp("alone") / "run"
+    (root / "good").mkdir(parents=True)
+    shutil.copy(REAL, root / "good" / "rank0.pt.trace.json")
+    return ingested(root, root.parent / "w.duckdb")["good/rank0.pt.trace.json"]
+
+
 def _profile(tmp_path: Path, name: str, data: bytes) -> Path:
     root = tmp_path / "run"
     (root / "deep").mkdir(parents=True)
@@ -45,7 +56,7 @@ def _profile(tmp_path: Path, name: str, data: bytes) -> Path:
 
 
 @pytest.mark.parametrize("depth", [2_000, 20_000, 200_000])
-def test_a_deep_event_is_skipped_and_named(tmp_path, depth):
+def test_a_deep_event_is_skipped_and_named(tmp_path, depth, intact):
     data, event, past = _with_nesting(depth)
     root = _profile(tmp_path, "rank0.pt.trace.json", data)
     got = ingested(root, tmp_path / "w.duckdb")
@@ -53,25 +64,31 @@ def test_a_deep_event_is_skipped_and_named(tmp_path, depth):
     assert status == "partial", message
     where = (f"element 3 of traceEvents, at uncompressed byte {event}: nested past {MAX_DEPTH} levels, "
              f"deeper than the JSON decoders follow, at uncompressed byte {past}")
-    assert message == f"deep/rank0.pt.trace.json: skipped 1 malformed event (the first: {where})"
-    assert got["good/rank0.pt.trace.json"] == ("ok", None)
+    skipped = f"deep/rank0.pt.trace.json: skipped 1 malformed event (the first: {where})"
+    # The rest of the trace is the intact one's: the same note that it holds no stacks,
+    # of one op fewer (the skipped event is one of the trace's cpu_ops).
+    ops = sum(e.get("cat") == "cpu_op" for e in json.loads(REAL.read_bytes())["traceEvents"])
+    assert f"({ops} ops, none with a stack)" in intact[1]
+    rest = intact[1].replace("good/", "deep/").replace(f"({ops} ops,", f"({ops - 1} ops,")
+    assert message == f"{skipped}; {rest}"
+    assert got["good/rank0.pt.trace.json"] == intact
     said = checked(root, got)
     assert said["deep/rank0.pt.trace.json"][0] == "partial" and where in said["deep/rank0.pt.trace.json"][1]
     assert said["good/rank0.pt.trace.json"] == ("ok", None)
 
 
-def test_a_deep_event_in_a_gzipped_trace_cut_short(tmp_path):
+def test_a_deep_event_in_a_gzipped_trace_cut_short(tmp_path, intact):
     """Cut inside the deep event, gzipped: the streaming pass keeps the events before it."""
     data, event, _ = _with_nesting(200_000, b'{"a": ', b"}")
     root = _profile(tmp_path, "rank0.pt.trace.json.gz", gzip.compress(data[: event + 300_000]))
     got = ingested(root, tmp_path / "w.duckdb")
     status, message = got["deep/rank0.pt.trace.json.gz"]
     assert status == "partial" and "kept the 2 complete events before it" in message, message
-    assert got["good/rank0.pt.trace.json"] == ("ok", None)
+    assert got["good/rank0.pt.trace.json"] == intact
     assert checked(root, got)["deep/rank0.pt.trace.json.gz"][0] == "partial"
 
 
-def test_a_deep_top_level_key_fails_the_file(tmp_path):
+def test_a_deep_top_level_key_fails_the_file(tmp_path, intact):
     """Nesting outside the events (metadata before or after traceEvents) is no trace rlwh
     can read: failed, in the same words in check where check reads it."""
     text = REAL.read_bytes()
@@ -87,7 +104,7 @@ def test_a_deep_top_level_key_fails_the_file(tmp_path):
         "failed", "deep/rank0.pt.trace.json: " + said.format("'deviceProperties'", before))
     assert got["deep/rank1.pt.trace.json"] == (
         "failed", "deep/rank1.pt.trace.json: " + said.format("'x' after traceEvents", after))
-    assert got["good/rank0.pt.trace.json"] == ("ok", None)
+    assert got["good/rank0.pt.trace.json"] == intact
     said = checked(root, got)
     assert said["deep/rank0.pt.trace.json"] == got["deep/rank0.pt.trace.json"]
     assert said["deep/rank1.pt.trace.json"] == got["deep/rank1.pt.trace.json"]
