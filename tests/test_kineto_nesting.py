@@ -65,8 +65,8 @@ def test_real_traces_are_found():
 
 
 @pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > 2_000_000 else p for p in REAL_TRACES
-], ids=lambda p: str(p.relative_to(DATA)))  # the largest, df_index_resolver, takes over 5 CPU-s: slow
+    pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > 1_000_000 else p for p in REAL_TRACES
+], ids=lambda p: str(p.relative_to(DATA)))  # over 1 MB (five traces) takes seconds each: make test's, not check's
 def test_real_trace_rows_equal_the_sweeps(path, tmp_path, monkeypatch):
     monkeypatch.setattr(torch_trace, "NEST_ROWS", 4096)  # nested in batches: what one leaves open, the next sees
     assert_same_as_sweep(path, tmp_path)

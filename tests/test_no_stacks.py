@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import pytest
 from click.testing import CliRunner
 from conftest import DATA, SAMPLES
 
@@ -96,6 +97,7 @@ def test_sources_summary_and_report_say_a_capture_has_no_call_stacks(tmp_path, c
     assert "<code>actor/" not in page  # the captures with stacks are not named
 
 
+@pytest.mark.slow
 def test_a_memory_page_of_a_capture_without_stacks_says_so(tmp_path, config):
     """A PyTorch trace with [memory] events and no stacks: its memory timeline says why no
     line of code is named, and how to record one."""
