@@ -138,7 +138,8 @@ def tied_thread(rng: random.Random, pid, tid, ids: list[int], origin: int) -> li
     return events
 
 
-@pytest.mark.parametrize(("seed", "batch_rows"), [(0, None), (1, None), (2, 13), (3, 64)])
+@pytest.mark.parametrize(("seed", "batch_rows"),
+                         [(0, None), (1, None), pytest.param(2, 13, marks=pytest.mark.slow), (3, 64)])
 def test_tied_traces_rows_equal_the_sweeps(seed, batch_rows, tmp_path, monkeypatch):
     if batch_rows:  # a batch ends inside threads, their stacks open
         monkeypatch.setattr(torch_trace, "NEST_ROWS", batch_rows)

@@ -60,6 +60,7 @@ def test_the_raw_files_are_what_the_test_says():
     assert _raw(NPU_STACKS / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")[1]
 
 
+@pytest.mark.slow
 def test_sources_summary_and_report_say_a_capture_has_no_call_stacks(tmp_path, config):
     root = _profile(tmp_path)
     assert ingest(root, config, run="run").failed == 0

@@ -41,6 +41,7 @@ def test_summary_names_the_rank_waited_for_and_who_waited(config):
     assert dict(zip(device.columns, device.rows[0]))["idle_ms"] == 0.0
 
 
+@pytest.mark.slow
 def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
     """Rank 1's clock reads a second ahead: the summary shows the second as its offset, and the
     waits are the milliseconds rank 0 sat in the allreduces, not the second between the clocks."""
