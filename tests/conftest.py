@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 
 import duckdb
 import path_guard
+import progress
 import pytest
 
 from rlwh.config import Config
@@ -203,15 +204,19 @@ def real_corpus(tmp_path_factory) -> tuple[Path, Path]:
 # which is what decides the `slow` mark: over 5 s is slow.
 
 def pytest_configure(config):
-    """The path guard (tests/path_guard.py) as a plugin of its own, so that its hooks stand
-    beside this file's hooks of the same names instead of being replaced by them."""
+    """The path guard (tests/path_guard.py) and the progress line (tests/progress.py) as
+    plugins of their own, so that their hooks stand beside this file's hooks of the same
+    names instead of being replaced by them."""
     if not config.pluginmanager.has_plugin("path_guard"):
         config.pluginmanager.register(path_guard, "path_guard")
+    if not config.pluginmanager.has_plugin("progress"):
+        config.pluginmanager.register(progress, "progress")
 
 
 def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
                      help="list the N tests that used the most CPU seconds (0: all)")
+    progress.addoption(parser)
 
 
 _CPU: dict[str, float] = {}

@@ -1,4 +1,5 @@
-"""Real multi-rank captures for the device tests, ingested once per test session, and what
+"""Real multi-rank captures for the device tests, ingested once per test run (shared by the
+pytest-xdist workers, conftest._once_for_all_workers; read them, never write), and what
 their raw files say, read with the standard library only (json, gzip, csv, sqlite3,
 decimal): the oracle the device views are checked against, never rlwh code."""
 
@@ -12,7 +13,7 @@ from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
-from conftest import FIXTURES, copy_fixture
+from conftest import FIXTURES, _once_for_all_workers, copy_fixture
 
 ALEXNET = "real/ascend/msinsight-alexnet-level1"
 HTA_PAIR = ("real/kineto/hta/timeline_analysis/sampled_rank-0.json.gz",
@@ -24,12 +25,15 @@ _built: dict[str, Path] = {}
 
 def warehouse(tmp_path_factory) -> Path:
     """One warehouse holding three runs: alexnet_text, alexnet_db and hta_pair (two NCCL ranks)."""
-    if "db" in _built:
-        return _built["db"]
+    if "db" not in _built:
+        _built["db"] = _once_for_all_workers(tmp_path_factory, "device-real", _make_warehouse)
+    return _built["db"]
+
+
+def _make_warehouse(root: Path) -> Path:
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
 
-    root = tmp_path_factory.mktemp("device_real")
     db = root / "w.duckdb"
     config = Config(db_path=db, workers=1)
     for export in ("text", "db"):
@@ -40,7 +44,6 @@ def warehouse(tmp_path_factory) -> Path:
         (pair / f"rank{rank}").mkdir(parents=True)
         copy_fixture(relative, pair / f"rank{rank}")
     ingest(pair, config, run="hta_pair")
-    _built["db"] = db
     return db
 
 
@@ -272,18 +275,20 @@ def union(intervals) -> int:
 
 def kineto_warehouse(tmp_path_factory) -> Path:
     """One warehouse holding each of KINETO_TRACES as its own run (one rank each)."""
-    if "kineto" in _built:
-        return _built["kineto"]
+    if "kineto" not in _built:
+        _built["kineto"] = _once_for_all_workers(tmp_path_factory, "kineto-real", _make_kineto_warehouse)
+    return _built["kineto"]
+
+
+def _make_kineto_warehouse(root: Path) -> Path:
     from rlwh.config import Config
     from rlwh.ingest.runner import ingest
 
-    root = tmp_path_factory.mktemp("kineto_real")
     db = root / "w.duckdb"
     for run, relative in KINETO_TRACES.items():
         (root / run / "rank0").mkdir(parents=True)
         copy_fixture(relative, root / run / "rank0")
         ingest(root / run, Config(db_path=db, workers=1), run=run)
-    _built["kineto"] = db
     return db
 
 

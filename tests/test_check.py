@@ -62,6 +62,7 @@ def _broken_profile(root: Path) -> dict[str, str]:
     return expect
 
 
+@pytest.mark.slow
 def test_real_fixtures_check_clean_and_write_nothing(tmp_path):
     root = copy_fixture("real", tmp_path)
     before = _tree(tmp_path)

@@ -237,6 +237,7 @@ def test_a_db_export_cut_short_gets_ingests_verdict(tmp_path, kept):
     assert verdict[0] in ("partial", "failed") and "cut short" in verdict[1], verdict
 
 
+@pytest.mark.slow
 def test_the_bad_input_corpus_gets_ingests_verdict(tmp_path, monkeypatch):
     """Every case of tests/data/bad (and the generated ones), each in its rank dir; the
     pickles that ask for code run none (they would `touch rlwh-hostile-ran` here)."""

@@ -154,6 +154,7 @@ def test_forget_with_a_reader_holding_the_file_open(two_runs, tmp_path):
     assert _scalar(db, "select count(*) from memory_records where run = 'run-1'") > 0
 
 
+@pytest.mark.slow
 def test_summary_compare_and_forget_on_a_small_warehouse(fresh_db, tmp_path):
     """The fast loop's check of the three commands: two one-rank runs, the second with twice
     the memory, written straight into a warehouse."""

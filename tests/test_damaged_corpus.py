@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from cli_runs import checked, ingested
 from conftest import FIXTURES
 
@@ -208,6 +209,7 @@ def _profile(root: Path) -> tuple[list[Case], set[str]]:
     return cases, controls
 
 
+@pytest.mark.slow
 def test_damaged_copies_of_real_files(tmp_path):
     root = tmp_path / "run"
     cases, controls = _profile(root)

@@ -107,6 +107,7 @@ def test_analysis_db_is_read_once(tmp_path, with_db):
     shutil.rmtree(tmp_path / "profile")
 
 
+@pytest.mark.slow
 def test_a_warehouse_that_ignored_it_reads_it_after_the_upgrade(tmp_path):
     """Before migration 0014 an analysis.db alone was ignored, and an unchanged file is skipped;
     the migration marks it for reading again, so the next ingest lands its links."""

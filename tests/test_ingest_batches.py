@@ -84,6 +84,7 @@ def _capture_of(trace: Path, profile: Path) -> str:
     return trace.parent.parent.relative_to(profile).as_posix()
 
 
+@pytest.mark.slow
 def test_a_batch_gives_the_rows_of_files_read_one_by_one(profile, config, tmp_path, batch_calls, monkeypatch):
     """Every table of an ingest that read the files in batches equals one that read each
     alone, and one by the per-file route (Parquet parts, as Ray's and dataset mode's
@@ -143,6 +144,7 @@ def test_a_bad_csv_row_costs_its_batch_nothing(profile, config):
             assert memory[_capture_of(trace, profile)] == _csv_rows(trace)
 
 
+@pytest.mark.slow
 def test_one_damaged_trace_in_a_batch_costs_the_others_nothing(profile, config, batch_calls):
     """A trace damaged mid-file makes its batch fall back to one by one: it is salvaged up
     to the damage and named; every other file lands whole."""
@@ -187,6 +189,7 @@ def test_a_cut_trace_in_a_batch_is_salvaged_and_the_others_land(profile, config,
         assert ops[_capture_of(trace, profile)] == _cpu_ops_in(trace)
 
 
+@pytest.mark.slow
 def test_a_file_that_cannot_land_fails_alone_and_its_batch_lands(profile, config, monkeypatch):
     """A batch is one transaction; one file's landing error rolls it back and the files
     land one by one, then by their per-file route: it fails, with its own sources row and

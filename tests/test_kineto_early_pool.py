@@ -69,6 +69,7 @@ def _rows(db: Path, run: str) -> dict[str, list]:
         con.close()
 
 
+@pytest.mark.slow
 def test_the_pool_starts_after_the_plan_and_ends_with_the_trace(tmp_path, config, monkeypatch):
     folder = tmp_path / "run" / "actor_update"
     folder.mkdir(parents=True)

@@ -65,8 +65,8 @@ def test_real_traces_are_found():
 
 
 @pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > 2_000_000 else p for p in REAL_TRACES
-], ids=lambda p: str(p.relative_to(DATA)))  # the largest, df_index_resolver, takes over 5 CPU-s: slow
+    pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > 1_000_000 else p for p in REAL_TRACES
+], ids=lambda p: str(p.relative_to(DATA)))  # over 1 MB (five traces) takes seconds each: make test's, not check's
 def test_real_trace_rows_equal_the_sweeps(path, tmp_path, monkeypatch):
     monkeypatch.setattr(torch_trace, "NEST_ROWS", 4096)  # nested in batches: what one leaves open, the next sees
     assert_same_as_sweep(path, tmp_path)
@@ -138,7 +138,8 @@ def tied_thread(rng: random.Random, pid, tid, ids: list[int], origin: int) -> li
     return events
 
 
-@pytest.mark.parametrize(("seed", "batch_rows"), [(0, None), (1, None), (2, 13), (3, 64)])
+@pytest.mark.parametrize(("seed", "batch_rows"),
+                         [(0, None), (1, None), pytest.param(2, 13, marks=pytest.mark.slow), (3, 64)])
 def test_tied_traces_rows_equal_the_sweeps(seed, batch_rows, tmp_path, monkeypatch):
     if batch_rows:  # a batch ends inside threads, their stacks open
         monkeypatch.setattr(torch_trace, "NEST_ROWS", batch_rows)

@@ -19,6 +19,18 @@ TRACES = sorted(
     [p for p in (FIXTURES / "real" / "kineto").rglob("*.json*")]
     + [p for p in (FIXTURES / "torch_profile").rglob("*.json.gz")]
     + [p for p in (FIXTURES / "rl-insight-samples" / "torch_data").rglob("*.json.gz")])
+# The traces also decoded by a pool of processes.
+PARALLEL_TRACES = [p for p in TRACES if p.name.startswith(("df_index_resolver", "control", "worker0", "prof_rank-0"))]
+
+# Whole real traces over 1 MB (compressed) take seconds each: `make test` reads them, the
+# fast loop (`make check`) the smaller ones.
+BIG_TRACE_BYTES = 1 << 20
+
+
+def _params(traces: list[Path]) -> list:
+    return [pytest.param(p, id=str(p.relative_to(FIXTURES)),
+                         marks=[pytest.mark.slow] if p.stat().st_size > BIG_TRACE_BYTES else [])
+            for p in traces]
 
 
 def _read(trace: Path, out: Path) -> tuple[dict, dict[str, list]]:
@@ -42,15 +54,33 @@ def _typed_only(monkeypatch) -> None:
     monkeypatch.setattr(torch_trace, "_scan_streaming", refuse)
 
 
-@pytest.mark.parametrize("trace", TRACES, ids=lambda p: str(p.relative_to(FIXTURES)))
-def test_typed_and_streaming_passes_give_the_same_rows(trace, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def streaming_rows(tmp_path_factory):
+    """The streaming parser's (outcome, rows) of a trace: the reference of both tests of a
+    real trace, read once per module for the traces both tests read (PARALLEL_TRACES)."""
+    kept: dict[Path, tuple[dict, dict[str, list]]] = {}
+
+    def rows(trace: Path) -> tuple[dict, dict[str, list]]:
+        if trace in kept:
+            return kept[trace]
+        with pytest.MonkeyPatch.context() as m:
+            _streaming_only(m)
+            read = _read(trace, tmp_path_factory.mktemp("streaming"))
+        if trace in PARALLEL_TRACES:
+            kept[trace] = read
+        return read
+
+    return rows
+
+
+@pytest.mark.parametrize("trace", _params(TRACES))
+def test_typed_and_streaming_passes_give_the_same_rows(trace, tmp_path, monkeypatch, streaming_rows):
     with monkeypatch.context() as m:
         _typed_only(m)
         m.setattr(kineto_events, "PIECE_BYTES", 64 << 10)  # many pieces even in a small trace
         m.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
         typed = _read(trace, tmp_path / "typed")
-    _streaming_only(monkeypatch)
-    streaming = _read(trace, tmp_path / "streaming")
+    streaming = streaming_rows(trace)
     assert typed[0] == streaming[0]
     assert typed[1].keys() == streaming[1].keys()
     for table in typed[1]:
@@ -126,11 +156,8 @@ def _read_with(trace: Path, out: Path, context: dict) -> tuple[dict, dict[str, l
     return {"status": outcome.status, "message": outcome.message, "rank": outcome.rank}, tables
 
 
-PARALLEL_TRACES = [p for p in TRACES if p.name.startswith(("df_index_resolver", "control", "worker0", "prof_rank-0"))]
-
-
-@pytest.mark.parametrize("trace", PARALLEL_TRACES, ids=lambda p: str(p.relative_to(FIXTURES)))
-def test_pieces_decoded_by_two_processes_give_the_streaming_rows(trace, tmp_path, monkeypatch):
+@pytest.mark.parametrize("trace", _params(PARALLEL_TRACES))
+def test_pieces_decoded_by_two_processes_give_the_streaming_rows(trace, tmp_path, monkeypatch, streaming_rows):
     """Pieces cut ahead of their decoding and decoded in other processes, taken back in
     file order: every table as the streaming parser gives it."""
     with monkeypatch.context() as m:
@@ -139,8 +166,7 @@ def test_pieces_decoded_by_two_processes_give_the_streaming_rows(trace, tmp_path
         m.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
         m.setattr(kineto_decoding, "GZIP_RATIO", 1000)  # small files still go to the pool
         parallel = _read_with(trace, tmp_path / "parallel", {"workers": 2})
-    _streaming_only(monkeypatch)
-    streaming = _read(trace, tmp_path / "streaming")
+    streaming = streaming_rows(trace)
     assert parallel[0] == streaming[0]
     assert parallel[1] == streaming[1]
 

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import pytest
 from click.testing import CliRunner
 from conftest import DATA, SAMPLES
 
@@ -59,6 +60,7 @@ def test_the_raw_files_are_what_the_test_says():
     assert _raw(NPU_STACKS / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")[1]
 
 
+@pytest.mark.slow
 def test_sources_summary_and_report_say_a_capture_has_no_call_stacks(tmp_path, config):
     root = _profile(tmp_path)
     assert ingest(root, config, run="run").failed == 0
@@ -96,6 +98,7 @@ def test_sources_summary_and_report_say_a_capture_has_no_call_stacks(tmp_path, c
     assert "<code>actor/" not in page  # the captures with stacks are not named
 
 
+@pytest.mark.slow
 def test_a_memory_page_of_a_capture_without_stacks_says_so(tmp_path, config):
     """A PyTorch trace with [memory] events and no stacks: its memory timeline says why no
     line of code is named, and how to record one."""

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import path_guard
+import pytest
 from conftest import DATA, REPO
 
 
@@ -24,6 +25,7 @@ def test_the_guard_is_installed_and_sees_an_outside_open(tmp_path):
     assert path_guard.take_violations() == [str(outside)]
 
 
+@pytest.mark.slow
 def test_a_test_that_reads_beside_the_repository_fails(tmp_path):
     """Run pytest on a test that opens ../shared-like paths: it must fail, naming the path."""
     probe = tmp_path / "test_probe.py"

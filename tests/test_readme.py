@@ -10,6 +10,8 @@ statement of each ```sql block through `rlwh query` on the demo's warehouse.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -41,10 +43,21 @@ def _commands(block: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
-    """A folder shaped like the checkout after `make demo`."""
-    root = tmp_path_factory.mktemp("readme")
-    assert run_demo(root / "demo") == 0
+def demo_made(tmp_path_factory) -> tuple[Path, str]:
+    """`make demo` once for this file (rlwh.demo.run_demo): (its `demo/` folder, what it
+    printed). The checkouts below hold copies of it; read it, never change it."""
+    demo = tmp_path_factory.mktemp("readme-demo") / "demo"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert run_demo(demo) == 0
+    return demo, printed.getvalue()
+
+
+def _checkout_after_make_demo(root: Path, demo: Path) -> Path:
+    """`root` shaped like the checkout after `make demo`: a copy of the demo (times kept, so
+    its files are as unchanged to an ingest as the demo's own), warehouse.toml, and .venv/bin
+    holding `rlwh` and `duckdb` of the environment under test."""
+    shutil.copytree(demo, root / "demo", symlinks=True)
     shutil.copy(REPO / "warehouse.toml", root / "warehouse.toml")
     bin_dir = root / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
@@ -53,6 +66,12 @@ def checkout(tmp_path_factory) -> Path:
     rlwh.chmod(0o755)
     (bin_dir / "duckdb").symlink_to(Path(sys.executable).parent / "duckdb")
     return root
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory, demo_made) -> Path:
+    """A folder shaped like the checkout after `make demo`."""
+    return _checkout_after_make_demo(tmp_path_factory.mktemp("readme"), demo_made[0])
 
 
 SH_BLOCKS = [b for b in _blocks("sh") if _commands(b).strip()]
@@ -136,17 +155,9 @@ def _header(lines: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def fresh_checkout(tmp_path_factory) -> Path:
+def fresh_checkout(tmp_path_factory, demo_made) -> Path:
     """Another checkout after `make demo`: the blocks below change the warehouse, in order."""
-    root = tmp_path_factory.mktemp("readme-in-order")
-    assert run_demo(root / "demo") == 0
-    shutil.copy(REPO / "warehouse.toml", root / "warehouse.toml")
-    bin_dir = root / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / "rlwh").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rlwh.cli "$@"\n', encoding="utf-8")
-    (bin_dir / "rlwh").chmod(0o755)
-    (bin_dir / "duckdb").symlink_to(Path(sys.executable).parent / "duckdb")
-    return root
+    return _checkout_after_make_demo(tmp_path_factory.mktemp("readme-in-order"), demo_made[0])
 
 
 def test_the_readme_in_order_prints_a_screenful_per_query_naming_the_run(fresh_checkout):
@@ -181,16 +192,15 @@ def test_the_readme_in_order_prints_a_screenful_per_query_naming_the_run(fresh_c
     assert queries >= 15
 
 
-def test_every_table_the_demo_prints_comes_with_a_query_that_gives_it(tmp_path, capsys):
+def test_every_table_the_demo_prints_comes_with_a_query_that_gives_it(demo_made):
     """A newcomer copies from the demo's output: each table is printed under the query that
     made it, and that query, pasted into `rlwh query`, prints the same columns."""
-    assert run_demo(tmp_path / "demo") == 0
-    out = capsys.readouterr().out
+    demo, out = demo_made
     sections = re.findall(r"\n([^\n]+):\n((?:  [^\n]*\n)+)(\S[^\n]*)\n", out)
     assert len(sections) >= 4
     for title, indented, header in sections:
         sql = "\n".join(line[2:] for line in indented.splitlines())
-        db = tmp_path / "demo" / "warehouse.duckdb"
+        db = demo / "warehouse.duckdb"
         done = subprocess.run([sys.executable, "-m", "rlwh.cli", "query", "--db", str(db), "--format", "csv", sql],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"{title}: {done.stderr}"

@@ -74,6 +74,7 @@ def _text_truth(rank_dir) -> dict[str, tuple]:
     return truth
 
 
+@pytest.mark.slow
 def test_the_text_export_s_bytes_duration_and_rate_per_collective_and_rank(alexnet):
     profile, con = alexnet
     got = _view(con, "text")

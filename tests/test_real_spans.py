@@ -15,10 +15,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import copy_fixture
-
-from rlwh.config import Config
-from rlwh.ingest.runner import ingest
 
 
 def _raw(path: Path) -> dict:
@@ -51,11 +47,11 @@ def expected_spans(path: Path) -> tuple[tuple[int, int], tuple[int, int] | None]
 
 
 @pytest.fixture(scope="module")
-def kineto(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("spans")
-    root = copy_fixture("real/kineto", tmp)
-    ingest(root, Config(db_path=tmp / "w.duckdb", workers=1))
-    con = duckdb.connect(str(tmp / "w.duckdb"), read_only=True)
+def kineto(real_corpus):
+    """The session's real-corpus warehouse (conftest.real_corpus, ingested once per test run;
+    its Kineto traces are the captures under kineto/): (read-only connection, the corpus copy)."""
+    root, warehouse = real_corpus
+    con = duckdb.connect(str(warehouse), read_only=True)
     yield con, root
     con.close()
 
@@ -63,7 +59,8 @@ def kineto(tmp_path_factory):
 @pytest.mark.slow
 def test_every_traces_span_is_what_its_events_cover(kineto):
     con, root = kineto
-    captures = [c for (c,) in con.execute("select distinct capture from sources where kind = 'torch_trace'").fetchall()]
+    captures = [c for (c,) in con.execute("select distinct capture from sources where kind = 'torch_trace' "
+                                          "and capture like 'kineto/%'").fetchall()]
     assert len(captures) == 11
     for capture in captures:
         covered, declared = expected_spans(root / capture)
@@ -79,7 +76,7 @@ def test_every_traces_span_is_what_its_events_cover(kineto):
 def test_the_mtia_trace_records_outside_its_declared_window(kineto):
     """The real MTIA trace: events from ~99 ms before the declared window to ~16 ms after."""
     con, root = kineto
-    capture = "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"
+    capture = "kineto/hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"
     covered, declared = expected_spans(root / capture)
     assert declared[0] - covered[0] > 98_000_000 and covered[1] - declared[1] > 16_000_000
     span = con.execute("select start_ns, end_ns from role_timeline where capture = ?", [capture]).fetchone()

@@ -61,6 +61,7 @@ def test_rule_directions_and_thresholds():
     assert find_train_regressions({"timing_s/step": 500.0, "perf/throughput": 600.0}, base, narrow) == []
 
 
+@pytest.mark.slow
 def test_compare_flags_log_medians(tmp_path):
     config = _config(tmp_path)
     for run, records in (("job-a", BASE), ("job-b", SLOW)):
@@ -78,6 +79,7 @@ def test_compare_flags_log_medians(tmp_path):
     assert [(g.metric, g.baseline, g.value) for g in result.regressions] == expected
 
 
+@pytest.mark.slow
 def test_nightly_exits_3_on_a_log_regression(tmp_path):
     config = _config(tmp_path)
     root = config.nightly_root

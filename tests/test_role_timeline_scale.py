@@ -21,6 +21,10 @@ from rlwh.config import Config
 from rlwh.warehouse import derive
 from rlwh.warehouse.schema import migrate
 
+# A run wider than a page draws, built once for the file: its size is the point, so it is
+# `make test`'s, not the fast loop's.
+pytestmark = pytest.mark.slow
+
 RUN = "wide"
 T0 = 1_760_000_000_000_000_000
 ROLES = ("actor_update", "rollout")

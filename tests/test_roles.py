@@ -63,6 +63,7 @@ def _check_roles(output: str) -> set[str]:
     return {line.split()[0] for line in rows}
 
 
+@pytest.mark.slow
 def test_check_summary_and_compare_list_the_same_roles_and_no_range_name(tmp_path, config):
     names = _range_names()
     assert len(names) >= 3  # compute_log_prob, compute_values, update_critic, ...

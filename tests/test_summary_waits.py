@@ -4,6 +4,7 @@ collectives, who waited and how long, and where each rank's device time went."""
 from __future__ import annotations
 
 import duckdb
+import pytest
 from conftest import insert_rows
 
 from rlwh.report.summary import summarize
@@ -13,6 +14,7 @@ COLUMNS = ["rank_id", "step", "device", "name", "kind", "collective", "group", "
 KEY = dict(run="r", role="actor", capture="c", source_id=1)
 
 
+@pytest.mark.slow
 def test_summary_names_the_rank_waited_for_and_who_waited(config):
     config.db_path.parent.mkdir(parents=True)
     con = duckdb.connect(str(config.db_path))
@@ -39,6 +41,7 @@ def test_summary_names_the_rank_waited_for_and_who_waited(config):
     assert dict(zip(device.columns, device.rows[0]))["idle_ms"] == 0.0
 
 
+@pytest.mark.slow
 def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
     """Rank 1's clock reads a second ahead: the summary shows the second as its offset, and the
     waits are the milliseconds rank 0 sat in the allreduces, not the second between the clocks."""
@@ -62,6 +65,7 @@ def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
     assert (waits["waited_for_rank"], waits["others_waited_ms"], waits["who_waited"]) == (1, 6.0, "rank 0 6.0 ms")
 
 
+@pytest.mark.slow
 def test_summary_shows_device_time_per_phase(config):
     config.db_path.parent.mkdir(parents=True)
     con = duckdb.connect(str(config.db_path))
