@@ -166,3 +166,41 @@ def test_a_small_profile_in_dataset_mode_equals_the_warehouse(tmp_path, config, 
     assert every_table_differences(thin.db_path, normal) == {}
     export_parquet(dataclasses.replace(config, db_path=normal), tmp_path / "export")
     assert list((tmp_path / "export" / "memory_records").rglob("*.parquet"))
+
+
+def _sources(thin) -> list[tuple[str, str]]:
+    con = duckdb.connect(str(thin.db_path), read_only=True)
+    try:
+        return con.execute("select run, path from sources order by all").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_a_thin_file_over_a_deleted_dataset_is_built_again(tmp_path, config, demo):
+    """The dataset deleted and the thin file kept: the next ingest reads every file afresh
+    into a new dataset and the thin file stands over it (it raised an IOException naming a
+    Parquet file of the deleted generation)."""
+    profile = _small_profile(demo, tmp_path / "small")
+    _, thin = _modes(config, tmp_path)
+    first = _ok(ingest(profile, thin, run="r"))
+    shutil.rmtree(thin.dataset)
+    again = _ok(ingest(profile, thin, run="r"))
+    assert again.count("unchanged") == 0 and again.rows == first.rows > 0
+    assert [path for _, path in _sources(thin)] == sorted(r.rel_path for r in first.results + first.ignored)
+
+
+@pytest.mark.slow
+def test_a_thin_file_behind_the_dataset_is_built_again(tmp_path, config, demo):
+    """Two thin files over one dataset: the other's publishes prune the generation this
+    one stands over. Its next ingest plans from the current generation: the run it holds
+    is unchanged, and it sees the other's runs too."""
+    profile = _small_profile(demo, tmp_path / "small")
+    _, mine = _modes(config, tmp_path)
+    other = dataclasses.replace(mine, db_path=tmp_path / "other-thin.duckdb")
+    _ok(ingest(profile, mine, run="mine"))
+    for i in range(3):  # publish keeps 3 generations: the first one goes
+        _ok(ingest(profile, other, run=f"other-{i}"))
+    again = _ok(ingest(profile, mine, run="mine"))
+    assert again.count("unchanged") == len(again.results) > 0
+    assert {run for run, _ in _sources(mine)} == {"mine", "other-0", "other-1", "other-2"}

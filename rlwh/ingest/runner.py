@@ -20,7 +20,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.discover import RoleRules, discover, nothing_found, profile_root, repeated_capture_lines
 from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
-from rlwh.warehouse.schema import is_current
+from rlwh.warehouse.schema import is_current, is_thin
 from rlwh.warehouse.session import connect_read, remove_leftovers, writer_lock
 
 # Re-exported: callers of `ingest` read its summary.
@@ -29,11 +29,23 @@ __all__ = ["IngestSummary", "Progress", "ingest"]
 
 def _read_plan(config: Config, run: str, root: Path, files: list[Planned]) -> Plan:
     """The plan from the published warehouse, read once; a file that is missing or that
-    cannot be opened plans as empty (the target's own open then says what is wrong)."""
+    cannot be opened plans as empty (the target's own open then says what is wrong). In
+    dataset mode the thin file is read only where it stands over the dataset's current
+    generation: it is rebuilt where the dataset has moved on, and plans as empty where
+    the dataset holds no generation (made anew, or never published)."""
     try:
         con = connect_read(config, require_current=False) if config.db_path.exists() else None
     except RlwhError:
         con = None
+    if con is not None and config.dataset is not None and is_thin(con):
+        from rlwh.parquet import dataset
+
+        if not dataset.thin_file_is_current(con, config.dataset):
+            con.close()
+            con = None
+            if dataset.current_generation(config.dataset) is not None:
+                dataset.build_thin_db(config.dataset, config.db_path, config.view_settings())
+                con = connect_read(config, require_current=False)
     try:
         return read_plan(con, run, root, files, schema_behind=con is not None and not is_current(con))
     finally:

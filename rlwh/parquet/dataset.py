@@ -702,6 +702,17 @@ def _start_thin_file(tmp: Path, schema: dict[str, dict]):
     return connect_writable(tmp)
 
 
+def thin_file_is_current(con: duckdb.DuckDBPyConnection, root: Path) -> bool:
+    """Whether the thin file open on `con` was built over ROOT's current generation. A
+    thin file is a snapshot: after the dataset was deleted, or another thin file over it
+    published a generation and the old one was pruned, its views name files that are gone."""
+    gen = current_generation(root)
+    if gen is None:
+        return False
+    built = con.execute(f"select root, generation from {THIN_MARKER}").fetchall()
+    return built == [(str(Path(root).absolute()), gen.name)]
+
+
 def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:
     """Write db_path: views over the current generation, the sql/ views over them, and
     `settings` (default: those of the default Config) in internal.settings. Atomic."""
