@@ -126,31 +126,34 @@ def _schema() -> dict[str, dict]:
     try:
         if not copy_into_memory(con):  # 0.05 s where migrating takes 0.5 s
             migrate(con)
+        private = {"private": PRIVATE_SCHEMA}
+        # Three catalog reads in all (one per table each: 0.14 s of a small ingest's publish).
+        columns: dict[tuple, list] = {}
+        for schema, table, column, data_type, comment in con.execute(
+            """select schema_name, table_name, column_name, data_type, comment from duckdb_columns()
+               where schema_name in ('main', $private) order by schema_name, table_name, column_index""",
+            private,
+        ).fetchall():
+            columns.setdefault((schema, table), []).append((column, data_type, comment))
+        primary_keys = {(schema, table): list(names) for schema, table, names in con.execute(
+            """select schema_name, table_name, constraint_column_names from duckdb_constraints()
+               where schema_name in ('main', $private) and constraint_type = 'PRIMARY KEY'""",
+            private,
+        ).fetchall()}
         tables: dict[str, dict] = {}
         for schema, table, comment, ddl in con.execute(
             """select schema_name, table_name, comment, sql from duckdb_tables()
                where schema_name in ('main', $private) and not temporary order by schema_name, table_name""",
-            {"private": PRIVATE_SCHEMA},
+            private,
         ).fetchall():
-            where = {"schema": schema, "table": table}
-            columns = con.execute(
-                """select column_name, data_type, comment from duckdb_columns()
-                   where schema_name = $schema and table_name = $table order by column_index""",
-                where,
-            ).fetchall()
-            pk = con.execute(
-                """select constraint_column_names from duckdb_constraints()
-                   where schema_name = $schema and table_name = $table and constraint_type = 'PRIMARY KEY'""",
-                where,
-            ).fetchone()
             name = table if schema == "main" else f"{schema}.{table}"
-            names = [c[0] for c in columns]
+            cols = columns[(schema, table)]
             tables[name] = {
-                "columns": [(c[0], c[1]) for c in columns],
-                "column_comments": {c[0]: c[2] for c in columns if c[2]},
+                "columns": [(c[0], c[1]) for c in cols],
+                "column_comments": {c[0]: c[2] for c in cols if c[2]},
                 "comment": comment,
-                "keys": partition_keys(names),
-                "primary_key": list(pk[0]) if pk else [],
+                "keys": partition_keys([c[0] for c in cols]),
+                "primary_key": primary_keys.get((schema, table), []),
                 "ddl": ddl,
                 "rows": con.execute(f"select * from {sql_table(name)}").fetchall() if name in THIN_TABLES else [],
             }
