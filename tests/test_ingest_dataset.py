@@ -19,6 +19,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.runner import ingest
 from rlwh.parquet import dataset
 from rlwh.parquet.export import export_parquet
+from rlwh.warehouse.session import connect_read
 from rlwh.warehouse.upgrade import initialize
 from tests.warehouse_compare import every_table_differences
 
@@ -178,13 +179,15 @@ def _sources(thin) -> list[tuple[str, str]]:
 
 @pytest.mark.slow
 def test_a_thin_file_over_a_deleted_dataset_is_built_again(tmp_path, config, demo):
-    """The dataset deleted and the thin file kept: the next ingest reads every file afresh
-    into a new dataset and the thin file stands over it (it raised an IOException naming a
-    Parquet file of the deleted generation)."""
+    """The dataset deleted and the thin file kept: a reader is told so, and the next ingest
+    reads every file afresh into a new dataset that the thin file then stands over (both
+    raised an IOException naming a Parquet file of the deleted generation)."""
     profile = _small_profile(demo, tmp_path / "small")
     _, thin = _modes(config, tmp_path)
     first = _ok(ingest(profile, thin, run="r"))
     shutil.rmtree(thin.dataset)
+    with pytest.raises(RlwhError, match=r"thin file of the dataset .*, and its generation gen-000001 is gone"):
+        connect_read(thin)  # what every reading command says, not an IOException on a query
     again = _ok(ingest(profile, thin, run="r"))
     assert again.count("unchanged") == 0 and again.rows == first.rows > 0
     assert [path for _, path in _sources(thin)] == sorted(r.rel_path for r in first.results + first.ignored)

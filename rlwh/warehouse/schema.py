@@ -99,6 +99,15 @@ def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
     return _has_table(con, THIN_MARKER)
 
 
+def thin_generation(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
+    """(dataset root, generation folder name) a thin file's views stand over; None on a
+    warehouse that is no thin file."""
+    if not is_thin(con):
+        return None
+    row = con.execute(f"select root, generation from {THIN_MARKER}").fetchone()
+    return (row[0], row[1]) if row else None
+
+
 def applied_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
     table = migrations_table(con)
     if table is None:

@@ -27,7 +27,7 @@ from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import template
-from rlwh.warehouse.schema import VIEWS_DIGEST, adds_derived_tables, is_current, is_thin, migrate
+from rlwh.warehouse.schema import VIEWS_DIGEST, adds_derived_tables, is_current, is_thin, migrate, thin_generation
 from rlwh.warehouse.storage import connect_writable
 
 WRITER_CHECKPOINT = "1GB"
@@ -80,7 +80,18 @@ def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBP
     if require_current and not is_current(con):
         con.close()
         raise RlwhError(f"{path} was written by an older rlwh: run `rlwh init` to upgrade it")
+    if require_current and (gone := _generation_gone(con)):
+        con.close()
+        raise RlwhError(f"{path} is the thin file of the dataset {gone[0]}, and its generation {gone[1]} is gone "
+                        "(the dataset was deleted or moved, or another thin file's ingests pruned it): "
+                        f"run `rlwh ingest <profile-dir> --dataset {gone[0]} --db {path}` to build it again")
     return con
+
+
+def _generation_gone(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
+    """A thin file's (dataset root, generation) where that generation's folder is gone."""
+    built = thin_generation(con)
+    return built if built is not None and not (Path(built[0]) / built[1]).is_dir() else None
 
 
 WAIT_NOTICE_EVERY_S = 5.0
