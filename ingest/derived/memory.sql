@@ -95,10 +95,14 @@ edges as (
   select key_id, tid, end_ns, -1, end_ns, null from stacked
 )
 
+-- The counts run over every thread of the group in one order (key_id, tid, then time), with
+-- no PARTITION BY, which DuckDB streams (0.16 s against 0.37 s partitioned, 64 ranks): each
+-- thread's starts and ends cancel out, so its count starts at 0 however many threads
+-- came before it.
 select
   key_id, tid, t, delta, attributed_stack_id,
-  sum(delta) over (partition by key_id, tid order by t, delta, end_ns desc rows unbounded preceding) as depth,
-  sum(delta) over (partition by key_id, tid order by t range unbounded preceding) as depth_at_t,
+  sum(delta) over (order by key_id, tid, t, delta, end_ns desc rows unbounded preceding) as depth,
+  sum(delta) over (order by key_id, tid, t range unbounded preceding) as depth_at_t,
 from edges
 ;
 
@@ -255,6 +259,10 @@ where d.source = 'ascend'
 -- 4 s on 3 M events). Only numbers ride through it (a name column makes the sort ~50%
 -- slower) and the keys are added after it; the memory_timeline view joins each block's
 -- name and call stack back, and reads a NULL clock as 'epoch'.
+-- A device's running sum is the running sum over every device of the group, in one order
+-- (key_id, device, then event order), less what the devices before it in that order sum
+-- to (_device_starts). DuckDB streams a running sum that has no PARTITION BY; partitioned
+-- by device it cost 2.8x (0.91 s against 0.33 s for 1.5 M events, 64 ranks).
 insert into internal.memory_timeline_rows by name
 with blocks as (
   select
@@ -283,6 +291,40 @@ events as (
   from blocks as b
   cross join (values ('alloc'), ('release')) as e (event)
   where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
+),
+
+running as (
+  select
+    *,
+    sum(delta_bytes) over in_order as running_bytes,
+    sum(if(allocator = 'GE', delta_bytes, 0)) over in_order as running_ge_bytes,
+  from events
+  window in_order as (order by key_id, device, sort_key rows unbounded preceding)
+),
+
+device_totals as (
+  select key_id, device, sum(delta_bytes) as bytes, sum(if(allocator = 'GE', delta_bytes, 0)) as ge_bytes,
+  from events
+  group by key_id, device
+),
+
+device_starts as (
+  -- What the devices before each one (in the order of `running`) sum to.
+  select
+    key_id, device,
+    coalesce(sum(bytes) over before, 0) as bytes_before,
+    coalesce(sum(ge_bytes) over before, 0) as ge_bytes_before,
+  from device_totals
+  window before as (order by key_id, device rows between unbounded preceding and 1 preceding)
+),
+
+timeline as (
+  select
+    r.*,
+    (r.running_bytes - d.bytes_before)::bigint as live_bytes,
+    (r.running_ge_bytes - d.ge_bytes_before)::bigint as ge_live_bytes,
+  from running as r
+  join device_starts as d on r.key_id = d.key_id and r.device is not distinct from d.device
 )
 
 select
@@ -290,14 +332,7 @@ select
   t.source_id, t.device, t.allocator, t.ts_ns, t.event, t.delta_bytes, t.live_bytes,
   if(t.allocator = 'GE', t.ge_live_bytes, t.live_bytes - t.ge_live_bytes) as allocator_live_bytes,
   t.allocator_allocated_bytes, t.allocator_reserved_bytes, t.size_bytes, t.origin_row,
-from (
-  select
-    *,
-    (sum(delta_bytes) over in_order)::bigint as live_bytes,
-    (sum(if(allocator = 'GE', delta_bytes, 0)) over in_order)::bigint as ge_live_bytes,
-  from events
-  window in_order as (partition by key_id, device order by sort_key rows unbounded preceding)
-) as t
+from timeline as t
 join _derive_keys as k using (key_id)
 ;
 
@@ -420,6 +455,37 @@ events as (
   select * from block_events
   union all
   select * from addressless
+),
+
+-- Each device's running sum, streamed over all devices and less the devices before it,
+-- as the Ascend timeline's.
+running as (
+  select
+    *,
+    sum(delta_bytes) over (
+      order by key_id, device, internal.memory_event_order(ts_ns, event, origin_row) rows unbounded preceding
+    ) as running_bytes,
+  from events
+),
+
+device_totals as (
+  select key_id, device, sum(delta_bytes) as bytes,
+  from events
+  group by key_id, device
+),
+
+device_starts as (
+  select
+    key_id, device,
+    coalesce(sum(bytes) over (order by key_id, device rows between unbounded preceding and 1 preceding), 0)
+      as bytes_before,
+  from device_totals
+),
+
+timeline as (
+  select r.*, (r.running_bytes - d.bytes_before)::bigint as live_bytes,
+  from running as r
+  join device_starts as d on r.key_id = d.key_id and r.device is not distinct from d.device
 )
 
 select
@@ -428,16 +494,7 @@ select
   t.live_bytes, t.live_bytes as allocator_live_bytes,
   t.allocator_allocated_bytes, t.allocator_reserved_bytes, t.name, t.size_bytes, t.stack_id, t.stack_source,
   t.origin_row, t.release_inferred,
-from (
-  select
-    *,
-    (sum(delta_bytes) over (
-      partition by key_id, device
-      order by internal.memory_event_order(ts_ns, event, origin_row)
-      rows between unbounded preceding and current row
-    ))::bigint as live_bytes,
-  from events
-) as t
+from timeline as t
 join _derive_keys as k using (key_id)
 ;
 
