@@ -3,6 +3,7 @@ must not depend on which keys share a group (each key alone is the old per-key r
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import duckdb
@@ -67,3 +68,39 @@ def test_a_key_that_lost_its_memory_rows_loses_its_derived_rows(tmp_path, config
     ingest(profile, config)
     after = derived_rows()
     assert after == {**{t: 0 for t in DERIVED}, "cpu_ops": before["cpu_ops"]}
+
+
+def test_every_statement_says_what_it_needs():
+    """A statement that derives rows names the tables it needs (a table refresh never finds
+    held would skip it for good); only deletes of old rows and drops run for every group."""
+    for statement in derive.statements():
+        code = re.sub(r"--.*", "", statement.sql).strip().lower()
+        if code.startswith(("delete", "drop")):
+            assert not statement.needs, code[:60]
+        else:
+            assert statement.needs and statement.needs <= set(derive.MEMORY_TABLES), code[:60]
+
+
+def test_a_group_runs_only_what_its_rows_need(demo_warehouse, tmp_path, monkeypatch):
+    """An Ascend rank's group skips the PyTorch statements and a PyTorch trace's the Ascend
+    ones, and each gets the rows it got with every statement run (the test above)."""
+    db = tmp_path / "w.duckdb"
+    shutil.copy(demo_warehouse, db)
+    ran: list[frozenset[str]] = []
+    original = derive.Statement.run
+    monkeypatch.setattr(derive.Statement, "run", lambda self, con, keys: (ran.append(self.needs),
+                                                                          original(self, con, keys)))
+    con = duckdb.connect(str(db))
+    try:
+        for kind, table in (("ascend", "memory_records"), ("torch", "torch_memory_events")):
+            key = con.execute(f"select run, role, rank_id, capture from {table} limit 1").fetchone()
+            ran.clear()
+            derive.clear_marks(con)
+            con.execute("insert into _rlwh_dirty values (?, ?, ?, ?)", list(key))
+            assert derive.refresh(con) == 1
+            needed = {t for needs in ran for t in needs}
+            assert table in needed and needed <= {table, "memory_records", "torch_memory_events"}, kind
+            other = "torch_memory_events" if kind == "ascend" else "memory_records"
+            assert frozenset({other}) not in ran and frozenset({"snapshot_trace_blocks"}) not in ran, kind
+    finally:
+        con.close()

@@ -5,9 +5,12 @@
 -- come back from _derive_keys for the rows written). $runs and $captures list the group's
 -- runs and captures: a filter on them reaches into a view's window (which a join does not),
 -- so a view reads only those ranks. Every window, ASOF join and group is per key_id.
--- Statements are separated by a line holding only ';'. They run once every file of an
--- ingest is loaded and the parse workers have exited (the window sorts take ~500 MB a
--- large rank; they spill to disk beyond the memory limit).
+-- Statements are separated by a line holding only ';'. A statement's `-- needs:` line names
+-- the tables whose rows it derives from: it runs only for a group that holds rows of one
+-- of them (rlwh.warehouse.derive); one without (a delete of the group's old rows, a drop)
+-- always runs. They run once every file of an ingest is loaded and the parse workers have
+-- exited (the window sorts take ~500 MB a large rank; they spill to disk beyond the memory
+-- limit).
 --
 -- Order: the keys' ops and the stack each one justifies (_key_op_stacks), their nesting
 -- (_key_stack_levels, _key_depths) and their starts (_key_op_starts), temp tables dropped
@@ -22,6 +25,7 @@
 -- node on its thread (the node included) gets the forward op's stack: 'forward_op' (the
 -- code that made the tensor the backward pass works on; Ascend writes no stack on
 -- backward threads). Otherwise its own stack: 'op'.
+-- needs: memory_records, torch_memory_events
 create or replace temp table _key_op_stacks as
 with ops as (
   select k.key_id, o.pid, o.tid, o.name, o.ts_ns, o.dur_ns, o.stack_id, o.seq_no, o.fwd_tid
@@ -82,6 +86,7 @@ from ops_in_nodes
 -- together the longer is outer). Ops of no duration enclose nothing.
 -- _key_depths: depth(t) after every edge at or before t, one row per (thread, time);
 -- _key_stack_levels: each such op's level, the count right after its own start.
+-- needs: memory_records, torch_memory_events
 create or replace temp table _key_edges as
 with stacked as (
   select key_id, tid, ts_ns, ts_ns + dur_ns as end_ns, attributed_stack_id
@@ -106,19 +111,22 @@ select
 from edges
 ;
 
+-- needs: memory_records, torch_memory_events
 create or replace temp table _key_stack_levels as
 select key_id, tid, t as ts_ns, depth, attributed_stack_id from _key_edges where delta = 1
 ;
 
+-- needs: memory_records, torch_memory_events
 create or replace temp table _key_depths as
 select distinct key_id, tid, t, depth_at_t as depth from _key_edges
 ;
 
-drop table _key_edges
+drop table if exists _key_edges
 ;
 
 -- Each op start's attributed stack, one per (thread, start, name): how a PyTorch memory
 -- event (which names its enclosing op by thread, start and name) finds it.
+-- needs: torch_memory_events
 create or replace temp table _key_op_starts as
 select
   key_id, tid, ts_ns, name,
@@ -129,6 +137,7 @@ group by key_id, tid, ts_ns, name
 
 -- A rank's device as its data names it (operator_memory.csv's Device Type, e.g. NPU:3)
 -- where profiler_info did not say: the device most of its memory rows name.
+-- needs: memory_records
 update ranks set device = named.device
 from (
   select run, role, rank_id, capture, mode(device) as device
@@ -159,6 +168,7 @@ where d.run = k.run and d.role = k.role and d.rank_id = k.rank_id and d.capture 
 -- innermost op with a stack whose [ts, ts + dur) holds it, on any thread of the rank
 -- ('enclosing_op': of the threads' innermost ops, the one that started last, then the
 -- lowest tid).
+-- needs: memory_records
 insert into internal.memory_record_ops by name
 with records as (
   select k.key_id, r.source_id, r.source_row, r.name, r.alloc_ns
@@ -263,6 +273,7 @@ where d.source = 'ascend'
 -- (key_id, device, then event order), less what the devices before it in that order sum
 -- to (_device_starts). DuckDB streams a running sum that has no PARTITION BY; partitioned
 -- by device it cost 2.8x (0.91 s against 0.33 s for 1.5 M events, 64 ranks).
+-- needs: memory_records
 insert into internal.memory_timeline_rows by name
 with blocks as (
   select
@@ -345,6 +356,7 @@ where d.run = k.run and d.role = k.role and d.rank_id = k.rank_id and d.capture 
 -- at its (device, addr) in time order across threads (internal.torch_memory_pairs). Its stack is
 -- the one its enclosing op justifies (_key_op_stacks: 'forward_op' or 'op'), else the
 -- innermost op with a stack whose [ts, ts + dur) holds it on its own thread ('enclosing_op').
+-- needs: torch_memory_events
 insert into internal.torch_memory_blocks by name
 with allocations as (
   select k.key_id, p.*
@@ -410,6 +422,7 @@ where d.source in ('torch', 'snapshot')
 -- - the PyTorch blocks' allocs and releases;
 -- - PyTorch events without an address (PyTorch 1.8 wrote none): no block, and live bytes
 --   are their running sum.
+-- needs: torch_memory_events
 insert into internal.memory_timeline_rows by name
 with blocks as (
   select
@@ -509,6 +522,7 @@ join _derive_keys as k using (key_id)
 -- carry the requested size, segments the allocator's rounded block size, as PyTorch
 -- writes them; rlwh takes both as written. Where segments and trace disagree the
 -- reader says so in sources.
+-- needs: snapshot_trace_blocks
 insert into internal.memory_timeline_rows by name
 with blocks as (
   select k.key_id, b.*
@@ -566,13 +580,13 @@ left join held_at_snapshot as h using (key_id, device)
 where r.traced
 ;
 
-drop table _key_op_starts
+drop table if exists _key_op_starts
 ;
 
-drop table _key_depths
+drop table if exists _key_depths
 ;
 
-drop table _key_stack_levels
+drop table if exists _key_stack_levels
 ;
 
-drop table _key_op_stacks
+drop table if exists _key_op_stacks

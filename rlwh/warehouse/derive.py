@@ -18,7 +18,7 @@ import duckdb
 
 from rlwh import stacks
 from rlwh.assets import asset_dir
-from rlwh.sqltext import one_value
+from rlwh.sqltext import one_value, sql_literal
 
 # The tables whose rows feed ingest/derived/memory.sql; cpu_ops only beside the others.
 SOURCE_TABLES = ("memory_records", "cpu_ops", "torch_memory_events", "snapshot_trace_blocks")
@@ -41,9 +41,11 @@ class Statement:
     sql: str
 
     @property
-    def removes_only(self) -> bool:
-        """A delete of the group's old derived rows: the one kind a group without memory rows runs."""
-        return re.sub(r"--.*", "", self.sql).strip().lower().startswith("delete")
+    def needs(self) -> frozenset[str]:
+        """The tables named on its `-- needs:` line: it runs for a group holding rows of one
+        of them. Empty for a statement that always runs (a delete of old rows, a drop)."""
+        found = re.search(r"^-- needs: (.+)$", self.sql, flags=re.MULTILINE)
+        return frozenset(t.strip() for t in found.group(1).split(",")) if found else frozenset()
 
     def run(self, con: duckdb.DuckDBPyConnection, keys: list[tuple]) -> None:
         """Run over the group of keys in _derive_keys (`keys`, its rows)."""
@@ -122,9 +124,9 @@ def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] |
             con.execute("begin transaction")
         try:
             _set_group(con, group)
-            memory = _holds_memory(con)
+            held = _tables_with_rows(con)
             for statement in statements():
-                if memory or statement.removes_only:
+                if not statement.needs or statement.needs & held:
                     statement.run(con, group)
             con.execute("drop table _derive_keys")
             if transaction_per_key:
@@ -163,13 +165,14 @@ def key_groups(con: duckdb.DuckDBPyConnection, keys: list[tuple], group_rows: in
     return groups
 
 
-def _holds_memory(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether a key of the group in _derive_keys has memory rows. Without any, every derived
-    row of the group is none: only the deletes of what an earlier version made need to run
-    (all 19 statements for a trace without memory events were a third of a small ingest)."""
-    found = " union all ".join(f"select 1 from {t} semi join _derive_keys using (run, role, rank_id, capture)"
-                               for t in MEMORY_TABLES)
-    return one_value(con.execute(f"select exists ({found})"))
+def _tables_with_rows(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Which MEMORY_TABLES hold rows of a key of the group in _derive_keys: a statement that
+    needs none of them is skipped (all 19 statements for a trace without memory events were
+    a third of a small ingest; the PyTorch ones cost an Ascend group 0.1-0.2 s on 64 ranks)."""
+    found = " union all ".join(
+        f"select {sql_literal(t)} where exists "
+        f"(select 1 from {t} semi join _derive_keys using (run, role, rank_id, capture))" for t in MEMORY_TABLES)
+    return {row[0] for row in con.execute(found).fetchall()}
 
 
 def _set_group(con: duckdb.DuckDBPyConnection, group: list[tuple]) -> None:
