@@ -346,7 +346,7 @@ def test_a_reader_that_opens_during_the_append_waits_for_it(db, tmp_path, small,
         assert proc.wait(timeout=120) == 0
         out, err = reader.communicate(timeout=60)
         assert reader.returncode == 0, err
-        assert "waiting for the ingest" in err
+        assert "waiting for the process that is writing it (an rlwh ingest appending" in err
         assert int(out.splitlines()[-1]) > 0  # the run, whole
     finally:
         _kill(proc)

@@ -111,3 +111,67 @@ def test_a_forget_killed_at_its_commit_leaves_the_run_whole_or_gone(db, stage, g
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert _counts(db) == (_without(before, "a") if gone else before)
+
+
+# A notebook that opened the warehouse read-write, committed a table of its own and holds the
+# file for `hold` seconds; then it closes (checkpoints) or dies with its commit in the log.
+_HOLDER = """
+import duckdb, os, sys, time
+con = duckdb.connect(sys.argv[1])
+con.execute("create table my_notes as select 42 as x")
+print("committed", flush=True)
+time.sleep(float(sys.argv[2]))
+if sys.argv[3] == "die":
+    os._exit(0)  # no checkpoint: the commit stays in w.duckdb.wal, as after a kill -9
+con.close()
+"""
+
+
+def _hold(db: Path, seconds: float, end: str) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db), str(seconds), end],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "committed"
+    return holder
+
+
+def _forget_waiting(db: Path, run: str, timeout_s: float) -> subprocess.Popen:
+    config = db.parent / "warehouse.toml"
+    config.write_text(f"[ingest]\nlock_timeout = {timeout_s}\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RLWH_CONFIG": str(config)}
+    return subprocess.Popen([sys.executable, "-m", "rlwh", "forget", run, "--db", str(db)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.parametrize("end", ["close", "die"])
+def test_forget_waits_for_a_process_that_holds_the_file_for_writing(db, end):
+    """Its commits survive: the forget waits until it is gone, and takes the commits it left
+    in the write-ahead log (a copy renamed over the file lost them, and the log left beside
+    the new file kept DuckDB from opening it)."""
+    before = _counts(db)
+    holder = _hold(db, 3, end)
+    proc = _forget_waiting(db, "a", 60)
+    out, _ = proc.communicate(timeout=120)
+    holder.wait(timeout=30)
+    assert proc.returncode == 0, out
+    assert "waiting for the process that is writing it" in out
+    assert _counts(db) == _without(before, "a")
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute("select x from my_notes").fetchall() == [(42,)]
+    finally:
+        con.close()
+
+
+def test_forget_gives_up_on_a_writer_that_stays_and_changes_nothing(db):
+    before = _counts(db)
+    holder = _hold(db, 8, "close")
+    try:
+        proc = _forget_waiting(db, "a", 1)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        holder.wait(timeout=30)
+    assert proc.returncode == 1
+    said = [line for line in out.splitlines() if line.startswith("Error:")]
+    assert len(said) == 1 and "another process holds it open for writing" in said[0], out
+    assert "lock_timeout" in said[0] and "Traceback" not in out
+    assert _counts(db) == before

@@ -57,10 +57,15 @@ def _open_read_only(path: Path, timeout: float) -> duckdb.DuckDBPyConnection:
             return duckdb.connect(str(path), read_only=True)
         except duckdb.IOException as exc:
             waited = time.monotonic() - started
-            if "lock" not in str(exc).lower() or waited >= timeout:
+            if "lock" not in str(exc).lower():
                 raise RlwhError(f"cannot open {path}: {exc}") from exc
+            if waited >= timeout:
+                first = str(exc).strip().splitlines()[0]
+                raise RlwhError(f"cannot open {path}: another process holds it open for writing ({first}); waited "
+                                f"{waited:.0f} s ([ingest] lock_timeout): close it there, then try again") from exc
             if not said:
-                print(f"{path}: waiting for the ingest that is writing it", file=sys.stderr, flush=True)
+                print(f"{path}: waiting for the process that is writing it (an rlwh ingest appending, or a "
+                      "program that holds it open for writing)", file=sys.stderr, flush=True)
                 said = True
             time.sleep(0.2)
         except duckdb.Error as exc:
@@ -196,6 +201,10 @@ class WriteSession:
         pause_for_test("publish")
         os.replace(self.work, self.config.db_path)
         pause_for_test("published")
+        # The replaced file's log, its commits now in the copy: left beside the new file,
+        # DuckDB would refuse to open it (the log's checkpoint iteration is another file's).
+        with contextlib.suppress(FileNotFoundError):
+            self.config.db_path.with_name(self.config.db_path.name + ".wal").unlink()
         fsync_path(self.config.db_path.parent)
 
 
@@ -247,14 +256,21 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
     work = working_path(config)
     remove_working_files(work)  # left by a writer that was killed
     from_template = False
-    if config.db_path.exists():
+    # A read-only connection on the published file from the copy to the rename: it waits
+    # out a process holding the file open for writing (its commits would be lost under
+    # the rename), and no such process can open it until the copy is published.
+    guard = _open_read_only(config.db_path, config.lock_timeout) if config.db_path.exists() else None
+    if guard is not None:
         try:
             shutil.copyfile(config.db_path, work)
+            _copy_wal(config.db_path, work)
         except OSError as exc:
             remove_working_files(work)
+            guard.close()
             raise RlwhError(f"cannot copy {config.db_path} to {work}: {exc}") from exc
         except BaseException:  # Ctrl-C during the copy: no half copy left beside the warehouse
             remove_working_files(work)
+            guard.close()
             raise
     else:  # a new warehouse: the schema's template, else migrate() makes it below
         try:
@@ -266,6 +282,8 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         con = _open_working_copy(work, from_template)
     except BaseException as exc:
         remove_working_files(work)
+        if guard is not None:
+            guard.close()
         if not isinstance(exc, duckdb.Error):
             raise
         first = str(exc).strip().splitlines()[0]
@@ -299,6 +317,16 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         with contextlib.suppress(duckdb.Error):
             con.close()
         remove_working_files(work)
+        if guard is not None:
+            guard.close()
+
+
+def _copy_wal(published: Path, work: Path) -> None:
+    """The published file's write-ahead log beside its copy: commits a writer that died
+    left there, which the copy would otherwise lose (publishing removes the old log)."""
+    wal = published.with_name(published.name + ".wal")
+    if wal.exists():
+        shutil.copyfile(wal, work.with_name(work.name + ".wal"))
 
 
 class InPlaceSession(WriteSession):
