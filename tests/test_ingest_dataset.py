@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -207,3 +210,76 @@ def test_a_thin_file_behind_the_dataset_is_built_again(tmp_path, config, demo):
     again = _ok(ingest(profile, mine, run="mine"))
     assert again.count("unchanged") == len(again.results) > 0
     assert {run for run, _ in _sources(mine)} == {"mine", "other-0", "other-1", "other-2"}
+
+
+@pytest.mark.slow
+def test_thin_files_over_one_dataset_plan_from_it(tmp_path, config, demo):
+    """Three runs, each through a thin file of its own over one dataset (the last one new):
+    every table and memory view as a normal warehouse of the three runs has them. Each new
+    thin file planned source ids from 1, so runs shared ids and the memory views, which
+    join on them, doubled their rows."""
+    profile = _small_profile(demo, tmp_path / "small")
+    normal, thin = _modes(config, tmp_path)
+    for i, run in enumerate(("r1", "r2", "r3")):
+        _ok(ingest(profile, normal, run=run))
+        _ok(ingest(profile, dataclasses.replace(thin, db_path=tmp_path / f"thin-{i}.duckdb"), run=run))
+    last = tmp_path / "thin-2.duckdb"
+    assert every_table_differences(last, normal.db_path) == {}
+    got, want = (duckdb.connect(str(p), read_only=True) for p in (last, normal.db_path))
+    try:
+        for view in MEMORY_VIEWS + ("memory_alloc_stack", "memory_timeline"):
+            query = f"select * from {view}"
+            assert sorted(map(repr, got.execute(query).fetchall())) == sorted(
+                map(repr, want.execute(query).fetchall())), view
+    finally:
+        got.close()
+        want.close()
+
+
+@pytest.mark.slow
+def test_two_ingests_into_one_dataset_through_two_thin_files_take_turns(tmp_path, config, demo):
+    """The second waits for the first (the dataset's ingest lock, saying for whom), then
+    plans from the generation the first published: no source id is used twice."""
+    profile = _small_profile(demo, tmp_path / "small")
+    dataset_root = tmp_path / "wh.dataset"
+
+    def start(db: str, run: str, pause: str | None = None) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        if pause:
+            env["RLWH_TEST_PAUSE_AT"] = pause
+        return subprocess.Popen([sys.executable, "-m", "rlwh", "ingest", str(profile), "--run", run, "--dataset",
+                                 str(dataset_root), "--db", str(tmp_path / db), "-q"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    first = start("a.duckdb", "r1", pause="between_files")
+    deadline = time.monotonic() + 60
+    while True:  # stopped between two landings: its plan is made, its lock held
+        pid, status = os.waitpid(first.pid, os.WNOHANG | os.WUNTRACED)
+        if pid and os.WIFSTOPPED(status):
+            break
+        assert not pid and time.monotonic() < deadline, "the first ingest never reached its pause"
+        time.sleep(0.05)
+    second = start("b.duckdb", "r2")
+    waited = second.stderr.readline()
+    assert "waiting for pid" in waited and str(dataset_root) in waited, waited
+    os.kill(first.pid, signal.SIGCONT)
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert second.wait(timeout=120) == 0, second.stderr.read()
+    con = duckdb.connect(str(tmp_path / "b.duckdb"), read_only=True)
+    try:
+        ids = con.execute("select run, count(*), count(distinct source_id) from sources group by run").fetchall()
+        overlap = con.execute("select count(*) from sources a join sources b using (source_id) "
+                              "where a.run < b.run").fetchone()[0]
+    finally:
+        con.close()
+    assert {run for run, _, _ in ids} == {"r1", "r2"} and all(n == d for _, n, d in ids) and overlap == 0
+
+
+def test_a_normal_warehouse_as_the_thin_file_is_refused_before_anything_is_written(tmp_path, config, demo):
+    """It published a generation, then refused to replace the warehouse with its thin file."""
+    profile = _small_profile(demo, tmp_path / "small")
+    normal, thin = _modes(config, tmp_path)
+    initialize(normal)
+    with pytest.raises(RlwhError, match="is a warehouse with its own tables"):
+        ingest(profile, dataclasses.replace(thin, db_path=normal.db_path))
+    assert not thin.dataset.exists()

@@ -10,8 +10,10 @@ Where parsing runs is the executors' business (rlwh.executors).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -20,7 +22,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.discover import RoleRules, discover, nothing_found, profile_root, repeated_capture_lines
 from rlwh.ingest.early import start_decoding
 from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
-from rlwh.warehouse.schema import is_current, is_thin
+from rlwh.warehouse.schema import is_current
 from rlwh.warehouse.session import connect_read, remove_leftovers, writer_lock
 
 # Re-exported: callers of `ingest` read its summary.
@@ -29,28 +31,49 @@ __all__ = ["IngestSummary", "Progress", "ingest"]
 
 def _read_plan(config: Config, run: str, root: Path, files: list[Planned]) -> Plan:
     """The plan from the published warehouse, read once; a file that is missing or that
-    cannot be opened plans as empty (the target's own open then says what is wrong). In
-    dataset mode the thin file is read only where it stands over the dataset's current
-    generation: it is rebuilt where the dataset has moved on, and plans as empty where
-    the dataset holds no generation (made anew, or never published)."""
+    cannot be opened plans as empty (the target's own open then says what is wrong)."""
+    if config.dataset is not None and not _thin_file_ready(config):
+        return read_plan(None, run, root, files)
     try:
         con = connect_read(config, require_current=False) if config.db_path.exists() else None
     except RlwhError:
         con = None
-    if con is not None and config.dataset is not None and is_thin(con):
-        from rlwh.parquet import dataset
-
-        if not dataset.thin_file_is_current(con, config.dataset):
-            con.close()
-            con = None
-            if dataset.current_generation(config.dataset) is not None:
-                dataset.build_thin_db(config.dataset, config.db_path, config.view_settings())
-                con = connect_read(config, require_current=False)
     try:
         return read_plan(con, run, root, files, schema_behind=con is not None and not is_current(con))
     finally:
         if con is not None:
             con.close()
+
+
+def _thin_file_ready(config: Config) -> bool:
+    """In dataset mode the plan is read from a thin file over the dataset's current
+    generation, whose sources hold every source id the dataset uses (the views join on
+    them): built where it is missing or stands over another generation (the dataset made
+    anew, another thin file's ingests). False where the dataset holds no generation yet:
+    the plan starts empty."""
+    from rlwh.parquet import dataset
+
+    assert config.dataset is not None
+    if dataset.current_generation(config.dataset) is None:
+        return False
+    if not dataset.thin_file_current(config.db_path, config.dataset):
+        dataset.build_thin_db(config.dataset, config.db_path, config.view_settings())
+    return True
+
+
+@contextlib.contextmanager
+def _dataset_lock(config: Config) -> Iterator[None]:
+    """In dataset mode, the dataset's own ingest lock beside the thin file's writer lock;
+    a thin file that must not be replaced (a normal warehouse) is refused before anything
+    is written."""
+    if config.dataset is None:
+        yield
+        return
+    from rlwh.parquet import dataset
+
+    dataset.check_thin_target(config.db_path)
+    with dataset.ingest_lock(config.dataset, config.lock_timeout):
+        yield
 
 
 def _target(config: Config) -> ModuleType:
@@ -93,7 +116,7 @@ def ingest(
     if all(p.source.ignored for p in files):
         summary.warnings.append(f"{nothing_found(root)}; nothing was written")
     else:
-        with writer_lock(config):
+        with writer_lock(config), _dataset_lock(config):
             remove_leftovers(config)
             plan = _read_plan(config, run, root, files)
             if plan.nothing_changed:

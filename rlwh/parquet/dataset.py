@@ -243,6 +243,41 @@ def _open_root(root: Path) -> None:
         raise RlwhError(f"cannot create the dataset {root}: {exc}") from exc
 
 
+INGEST_LOCK = ".ingest.lock"
+
+
+@contextlib.contextmanager
+def ingest_lock(root: Path, timeout: float) -> Iterator[None]:
+    """Held by a dataset-mode ingest from its plan to its publish (ROOT made a dataset
+    first): an ingest through another thin file over the same dataset waits, as one through
+    the same thin file does. Both would plan the same new source ids, which the views join on."""
+    from rlwh.warehouse.session import hold_lock
+
+    root = Path(root).absolute()
+    _open_root(root)
+    with hold_lock(root / INGEST_LOCK, root, timeout):
+        yield
+
+
+def check_thin_target(db_path: Path) -> None:
+    """Refuse, before anything is written, a db_path that no thin file may replace."""
+    _check_replaceable(Path(db_path))
+
+
+def thin_file_current(db_path: Path, root: Path) -> bool:
+    """Whether db_path is a thin file built over ROOT's current generation."""
+    if not Path(db_path).is_file():
+        return False
+    try:
+        con = duckdb.connect(str(db_path), read_only=True)
+    except duckdb.Error:
+        return False
+    try:
+        return is_thin(con) and thin_file_is_current(con, root)
+    finally:
+        con.close()
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     with open(root / LOCK, "a+") as handle:

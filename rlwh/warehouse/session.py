@@ -124,7 +124,14 @@ def _open_lock_file(lock_path: Path):
 def writer_lock(config: Config) -> Iterator[None]:
     """Hold the warehouse's writer lock; wait up to lock_timeout for another writer,
     saying at once and every few seconds which pid it waits for."""
-    lock_path = config.db_path.with_name(config.db_path.name + ".lock")
+    with hold_lock(config.db_path.with_name(config.db_path.name + ".lock"), config.db_path, config.lock_timeout):
+        yield
+
+
+@contextlib.contextmanager
+def hold_lock(lock_path: Path, target: Path, timeout: float) -> Iterator[None]:
+    """Hold the lock file `lock_path` of `target` (what the holder writes); wait up to
+    `timeout` seconds for its holder, saying at once and every few seconds which pid."""
     with _open_lock_file(lock_path) as handle:
         started = time.monotonic()
         next_notice = started
@@ -138,13 +145,13 @@ def writer_lock(config: Config) -> Iterator[None]:
                 handle.seek(0)
                 holder = handle.read().strip() or "another process"
                 waited = time.monotonic() - started
-                if waited >= config.lock_timeout:
+                if waited >= timeout:
                     raise WarehouseBusy(
-                        f"{config.db_path} is being written by {holder}; waited {config.lock_timeout:.0f} s. "
+                        f"{target} is being written by {holder}; waited {timeout:.0f} s. "
                         "Try again when it finishes (or raise [ingest] lock_timeout)."
                     ) from None
                 if time.monotonic() >= next_notice:
-                    _say_waiting(config.db_path, holder, waited, config.lock_timeout)
+                    _say_waiting(target, holder, waited, timeout)
                     next_notice = time.monotonic() + WAIT_NOTICE_EVERY_S
                 time.sleep(0.2)
         handle.seek(0)
