@@ -28,7 +28,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.runner import ingest
 from rlwh.report.compare_runs import RankMetrics, Regression, find_regressions, rule_text  # noqa: F401 (re-exported)
 from rlwh.report.nightly_state import STATE_NAME, load_state, save_state  # noqa: F401 (re-exported)
-from rlwh.report.queries import RUNS
+from rlwh.report.queries import LOADED_RUNS, RUNS
 from rlwh.warehouse.session import connect_read
 
 EXIT_CLEAN = exitcodes.OK
@@ -46,7 +46,8 @@ def run_prefix(run: str) -> str:
 
 def previous_run(run: str, runs: list[tuple[str, datetime]]) -> str | None:
     """The baseline rule: the run with the same prefix (run_prefix) that was first
-    ingested last before `run` was; None when there is none. `runs`: (name, first_ingested_at)."""
+    ingested last before `run` was; None when there is none. `runs`: (name, first_ingested_at)
+    of the runs that may be baselines (the caller leaves out those that loaded no file)."""
     mine = dict(runs).get(run)
     if mine is None:
         return None
@@ -190,7 +191,8 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
         runs = {r["run"]: r for r in s.rows(RUNS)}
         if baseline is not None and baseline not in runs:
             raise RlwhError(f"--baseline {baseline!r} is not a run of {config.db_path}: see `rlwh runs`")
-        history = [(name, r["first_ingested_at"]) for name, r in runs.items()]
+        loaded = {r["run"] for r in s.rows(LOADED_RUNS)}  # a run that loaded nothing is no baseline
+        history = [(name, r["first_ingested_at"]) for name, r in runs.items() if name in loaded]
         report.write_assets(reports)
         for o in outcomes:
             row = runs.get(o.run)

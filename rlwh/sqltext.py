@@ -23,10 +23,12 @@ def sql_ident(name: str) -> str:
 
 def one_value(result: duckdb.DuckDBPyConnection) -> Any:
     """The first value of an executed query that always yields one row (count(*), an aggregate,
-    COPY ... TO, DELETE, nextval), so callers need not handle a missing row."""
-    row = result.fetchone()
-    assert row is not None, "a one-row query returned no row"
-    return row[0]
+    COPY ... TO, DELETE, nextval), so callers need not handle a missing row. The result is
+    read to its end: DuckDB refuses other work on a connection whose result is unfinished
+    (a connection handed to a user after such a check failed their first query)."""
+    rows = result.fetchall()
+    assert rows, "a one-row query returned no row"
+    return rows[0][0]
 
 
 def sql_table(name: str) -> str:

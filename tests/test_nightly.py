@@ -214,3 +214,26 @@ def test_a_partial_run_is_loud_in_the_exit_status_and_the_index(config, tmp_path
     index = night.index.read_text(encoding="utf-8")
     assert "Data is missing: 1 run dir(s)" in index and "grpo-0001: 1 file(s) loaded only in part" in index
     assert "banner good" not in index and "No regression in tonight" not in index
+    assert '<tr class="failed">\n<td class="text"><a href="grpo-0001/index.html">grpo-0001</a>' in index
+    again = run_nightly(config, root, None, None)  # nothing new: the run's row stays red
+    assert again.exit_code == EXIT_CLEAN
+    assert '<tr class="failed">\n<td class="text"><a href="grpo-0001/index.html">grpo-0001</a>' in \
+        again.index.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_run_that_loaded_nothing_is_no_baseline(config, tmp_path):
+    """Its regressions against a run none of whose files loaded were none, and the next
+    run's real ones against the run before it went unseen."""
+    root = tmp_path / "nightly"
+    first = _profile(root / "grpo-0001")
+    run_nightly(config, root, None, None)
+    (root / "grpo-0002" / "rank0").mkdir(parents=True)
+    (root / "grpo-0002" / "rank0" / "prof_rank-0.pt.trace.json").write_text("{", encoding="utf-8")
+    assert run_nightly(config, root, None, None).exit_code == EXIT_INGEST_FAILED
+    shutil.rmtree(root / "grpo-0002")
+    _copy_scaled(first, root / "grpo-0003", 1.5)
+    night = run_nightly(config, root, None, None)
+    latest = next(o for o in night.runs if o.run == "grpo-0003")
+    assert latest.baseline == "grpo-0001" and latest.regressions
+    assert night.exit_code == EXIT_REGRESSION

@@ -18,6 +18,11 @@ from runs
 order by first_ingested_at desc, run
 """
 
+# The runs a file of which loaded (ok or partial): a run whose every file failed is no baseline.
+LOADED_RUNS = """
+select run from sources where status in ('ok', 'partial') group by run
+"""
+
 SOURCE_COUNTS = """
 select
   run,
