@@ -101,6 +101,24 @@ def _strings(raw) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def _memory_size(raw) -> str:
+    """A memory limit DuckDB accepts ("768MB", "1.5GB", "2GiB"), checked by DuckDB itself: a
+    bad one failed only once a connection applied it, with a parser traceback."""
+    import duckdb
+
+    if not isinstance(raw, str):
+        raise ValueError("expected text such as \"768MB\"")
+    con = duckdb.connect()
+    try:
+        con.execute("set memory_limit = ?", [raw])
+    except duckdb.Error as exc:
+        raise ValueError(str(exc)) from exc
+    finally:
+        con.close()
+    return raw
+
+
+_memory_size.__name__ = 'memory size (a number and a unit, e.g. "768MB" or "2GB")'
 _patterns.__name__ = "list of regular expressions"
 _strings.__name__ = "list of strings"
 _boolean.__name__ = "boolean"
@@ -109,14 +127,14 @@ _KEYS: dict[tuple[str, str], tuple[str, Callable[[Any], Any]]] = {
     ("warehouse", "path"): ("db_path", Path),
     ("warehouse", "dataset"): ("dataset", Path),
     ("warehouse", "threads"): ("threads", int),
-    ("warehouse", "memory_limit"): ("memory_limit", str),
+    ("warehouse", "memory_limit"): ("memory_limit", _memory_size),
     ("ingest", "workers"): ("workers", int),
     ("ingest", "pool_min_bytes"): ("pool_min_bytes", int),
     ("ingest", "executor"): ("executor", str),
     ("ingest", "ray_address"): ("ray_address", str),
     ("ingest", "derive_in_workers"): ("derive_in_workers", _boolean),
-    ("ingest", "worker_memory_limit"): ("worker_memory_limit", str),
-    ("ingest", "memory_limit"): ("ingest_memory_limit", str),
+    ("ingest", "worker_memory_limit"): ("worker_memory_limit", _memory_size),
+    ("ingest", "memory_limit"): ("ingest_memory_limit", _memory_size),
     ("ingest", "lock_timeout"): ("lock_timeout", float),
     ("reports", "dir"): ("reports_dir", Path),
     ("reports", "memory_usage_component"): ("usage_component", str),

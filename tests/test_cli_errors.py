@@ -78,3 +78,28 @@ def test_a_file_that_is_not_a_warehouse_is_named(tmp_path):
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and f"cannot open {bogus}" in lines[0] and ".ingest" not in lines[0], result.output
     assert bogus.read_text() == "not a database"  # and it is left alone
+
+
+def test_a_db_that_is_no_duckdb_file_is_one_line(tmp_path):
+    """ingest attached it read-only for the plan's stack texts and raised a traceback."""
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
+    empty = tmp_path / "empty.duckdb"
+    empty.write_bytes(b"")
+    done = _rlwh("ingest", str(profile), "--db", str(empty), cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot open {empty} as a warehouse" in lines[0], lines
+    assert empty.read_bytes() == b""
+
+
+def test_a_memory_limit_duckdb_cannot_read_is_one_line_naming_the_setting(tmp_path):
+    """It failed once a connection applied it, with a parser traceback (and after writing)."""
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
+    for section, key in (("warehouse", "memory_limit"), ("ingest", "memory_limit"), ("ingest", "worker_memory_limit")):
+        config = tmp_path / "warehouse.toml"
+        config.write_text(f'[{section}]\n{key} = "lots"\n', encoding="utf-8")
+        done = _rlwh("ingest", str(profile), "--db", str(tmp_path / "w.duckdb"), cwd=tmp_path)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"[{section}] {key} = 'lots' is not a valid memory size" in lines[0], lines
+        assert not (tmp_path / "w.duckdb").exists()

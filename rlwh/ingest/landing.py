@@ -152,7 +152,13 @@ def scratch(config: Config, spill: Path, published: Path | None = None) -> duckd
     store_settings(con, config)
     known = [ascend_trace.known_stack_texts_sql()]
     if published is not None:
-        con.execute(f"attach {sql_literal(str(published))} as {PUBLISHED} (read_only)")
+        try:
+            con.execute(f"attach {sql_literal(str(published))} as {PUBLISHED} (read_only)")
+        except duckdb.Error as exc:
+            con.close()
+            first = str(exc).strip().splitlines()[0]
+            raise RlwhError(f"cannot open {published} as a warehouse ({first}); move it aside or pick another "
+                            "--db") from exc
         if one_value(con.execute("select count(*) from duckdb_tables() where database_name = ? and "
                                  "schema_name = 'internal' and table_name = 'stack_texts'", [PUBLISHED])):
             known.append(ascend_trace.known_stack_texts_sql(PUBLISHED))
