@@ -17,7 +17,7 @@ from conftest import DATA, SAMPLES
 
 from rlwh.cli import cli
 from rlwh.config import load_config
-from rlwh.errors import ConfigError
+from rlwh.errors import ConfigError, RlwhError
 from rlwh.ingest.check import check
 from rlwh.ingest.discover import RoleRules
 from rlwh.ingest.runner import ingest
@@ -171,3 +171,32 @@ def test_migration_0017_rereads_what_the_release_before_gave_other_roles(tmp_pat
     assert _roles(config.db_path, "ranges", "old") == {"actor_rollout_ref"}
     assert _roles(config.db_path, "memory_records", "old") == {"actor_update"}
     assert _roles(config.db_path, "sources", "old") == {"actor_rollout_ref", "actor_update"}
+
+
+def test_role_folders_with_the_same_file_names_under_one_run_are_refused_not_merged(tmp_path, config):
+    """Two role folders each holding rank0/trace.json, ingested under one --run: the second
+    replaced the first's rows without a word (a file is told apart by its path under the
+    folder ingested). Now it is refused before anything is written, saying what to do; the
+    same folder moved elsewhere, its files unchanged, re-ingests as before."""
+    traces = sorted((DATA / "real" / "kineto" / "hta").rglob("*.json.gz"))[:2]
+    assert len(traces) == 2
+    for role, trace in zip(("actor", "ref"), traces):
+        (tmp_path / role / "rank0").mkdir(parents=True)
+        shutil.copy(trace, tmp_path / role / "rank0" / "prof_rank-0.pt.trace.json.gz")
+    first = ingest(tmp_path / "actor", config, run="R", role="actor")
+    assert first.failed == 0 and first.rows > 0
+
+    def rows() -> list[tuple]:
+        con = duckdb.connect(str(config.db_path), read_only=True)
+        try:
+            return con.execute("select role, path, rows from sources order by all").fetchall()
+        finally:
+            con.close()
+
+    before = rows()
+    with pytest.raises(RlwhError, match=r"holds a different file under the same path, rank0/prof_rank-0.pt.trace.json.gz"):
+        ingest(tmp_path / "ref", config, run="R", role="ref")
+    assert rows() == before
+    shutil.copytree(tmp_path / "actor", tmp_path / "moved")
+    again = ingest(tmp_path / "moved", config, run="R", role="actor")
+    assert again.count("unchanged") == len(again.results) == 1 and rows() == before

@@ -17,6 +17,7 @@ from typing import Callable, TypedDict
 import duckdb
 
 from rlwh.config import Config
+from rlwh.errors import RlwhError
 from rlwh.ingest.discover import SourceFile
 from rlwh.ingest.fingerprint import fingerprint
 from rlwh.sqltext import one_value
@@ -177,9 +178,31 @@ def read_plan(con: duckdb.DuckDBPyConnection | None, run: str, profile_dir: Path
     if con is None:
         return Plan(run, profile_dir, files, {})
     next_id = one_value(con.execute("select coalesce(max(source_id), 0) + 1 from sources"))
-    first = con.execute("select first_ingested_at from runs where run = ?", [run]).fetchone()
-    return Plan(run, profile_dir, files, known_sources(con, run), next_id, first[0] if first else None,
-                schema_behind)
+    first = con.execute("select first_ingested_at, profile_dir from runs where run = ?", [run]).fetchall()
+    known = known_sources(con, run)
+    if first and first[0][1]:
+        _refuse_another_folders_files(run, Path(first[0][1]), profile_dir, files, known)
+    return Plan(run, profile_dir, files, known, next_id, first[0][0] if first else None, schema_behind)
+
+
+def _refuse_another_folders_files(run: str, recorded: Path, profile_dir: Path, files: list[Planned],
+                                  known: dict[str, Known]) -> None:
+    """A file is told apart by its path under the folder ingested. Ingested from another
+    folder than the run's, a different file under a path the run holds would replace that
+    file's rows without a word (two role folders that both hold prof_rank-0.pt.trace.json,
+    ingested under one --run): refused before anything is written. A folder moved with the
+    same files in it re-ingests as before."""
+    if recorded.resolve() == Path(profile_dir).resolve():
+        return
+    clashes = [p.source.rel_path for p in files if not p.source.ignored and p.source.rel_path in known
+               and known[p.source.rel_path][1] != p.fingerprint]
+    if clashes:
+        more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+        raise RlwhError(
+            f"run {run!r} was ingested from {recorded}; {profile_dir} holds a different file under the same "
+            f"path, {clashes[0]}{more}, which would replace the run's. Files are told apart by their path under the "
+            "folder ingested: ingest the folder that holds both as the run (with --role or [roles] for the "
+            f"roles), give this folder its own --run, or `rlwh forget {run}` first to replace the run")
 
 
 def file_context(p: Planned, config: Config) -> FileContext:
