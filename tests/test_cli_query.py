@@ -87,6 +87,8 @@ def test_sql_from_a_file_or_stdin(db, tmp_path):
     (["--formt", "csv", "select 1"], "no such option: --formt"),
     (["select 1", "--file", "x.sql"], "not both"),
     (["select 1; select 2", "--format", "json"], "holds 2 statements"),
+    # A JSON object keeps one value per name: the other column vanished without a word.
+    (["select 1 as a, 2 as a", "--format", "json"], "'a' is named twice"),
 ])
 def test_bad_input_is_one_clear_line(db, args, says):
     result = CliRunner().invoke(cli, ["query", *args, "--db", db])

@@ -16,6 +16,7 @@ import math
 from datetime import date, datetime
 from decimal import Decimal
 
+from rlwh.errors import RlwhError
 from rlwh.warehouse.catalog import QueryResult
 
 
@@ -118,6 +119,11 @@ def _json_value(value):
 
 
 def as_json(result: QueryResult) -> str:
+    twice = sorted({c for c in result.columns if result.columns.count(c) > 1})
+    if twice:  # a JSON object keeps one value per name: the others would vanish
+        raise RlwhError(f"--format json needs distinct column names, and {', '.join(map(repr, twice))} "
+                        "is named twice: give the columns names of their own (select a.run as a_run, ...), "
+                        "or use --format csv")
     records = [{c: _json_value(v) for c, v in zip(result.columns, row)} for row in result.rows]
     return json.dumps(records, indent=2, default=str, allow_nan=False)
 
