@@ -108,3 +108,17 @@ def test_a_deep_top_level_key_fails_the_file(tmp_path, intact):
     said = checked(root, got)
     assert said["deep/rank0.pt.trace.json"] == got["deep/rank0.pt.trace.json"]
     assert said["deep/rank1.pt.trace.json"] == got["deep/rank1.pt.trace.json"]
+
+
+@pytest.mark.parametrize("value, kind", [('"not a list"', "a string"), ("{}", "an object"), ("12", "a number"),
+                                         ("null", "null")])
+def test_trace_events_that_are_no_list_fail_the_file_in_check_and_ingest_alike(tmp_path, value, kind):
+    """Ingest said ok (a ranks row and a note that the file gave no rows), check said the
+    JSON was cut while being written."""
+    root = tmp_path / "run"
+    (root / "critic").mkdir(parents=True)
+    (root / "critic" / "prof_rank-0.pt.trace.json").write_text('{"traceEvents": %s}\n' % value, encoding="utf-8")
+    said = f"critic/prof_rank-0.pt.trace.json: traceEvents is {kind}, not a list of events: no trace rlwh can read"
+    got = ingested(root, tmp_path / "w.duckdb")
+    assert got["critic/prof_rank-0.pt.trace.json"] == ("failed", said)
+    assert checked(root, got)["critic/prof_rank-0.pt.trace.json"] == ("failed", said)

@@ -17,7 +17,7 @@ import ijson
 from rlwh.readers.json_outline import Outline, json_break, outline
 from rlwh.readers.kineto_events import EVENTS_KEY, MAX_DEPTH, NotTyped, events_of, last_events
 from rlwh.readers.kineto_rows import FirstBad, rows_of
-from rlwh.readers.kineto_stream import TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
+from rlwh.readers.kineto_stream import EventsNotAList, TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
 from rlwh.readers.text_encoding import UTF8_BOM
 
 HEAD_READ_BYTES = 64 << 10  # as rlwh.readers.torch_trace reads the keys before traceEvents
@@ -56,6 +56,8 @@ def head_problem(head: bytes, whole: bool, damage: str | None = None) -> tuple[s
         except TooDeep as exc:
             exc.byte = deep_byte(head)
             raise
+        except EventsNotAList as exc:
+            return "failed", str(exc)
         match = EVENTS_KEY.search(head)
         return None if match is None else _events(head, match.end(), whole)
     except TooDeep as exc:

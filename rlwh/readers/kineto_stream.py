@@ -39,6 +39,21 @@ class TooDeep(SourceError):
                 f"past {MAX_DEPTH} levels{where}: no trace rlwh can read")
 
 
+_VALUE_KINDS = {"string": "a string", "number": "a number", "boolean": "a boolean", "null": "null",
+                "start_map": "an object"}
+
+
+class EventsNotAList(SourceError):
+    """traceEvents holds something else than a list of events: no trace rlwh can read."""
+
+    def __init__(self, token: str):
+        super().__init__(token)
+        self.kind = _VALUE_KINDS.get(token, token)
+
+    def __str__(self) -> str:
+        return f"traceEvents is {self.kind}, not a list of events: no trace rlwh can read"
+
+
 def deep_byte(data: bytes) -> int | None:
     """The first byte of `data` (an object's or an array's text, from its first byte) past
     MAX_DEPTH levels within one of its members."""
@@ -68,7 +83,8 @@ class TopLevel:
 
     def until_events(self) -> bool:
         """Read the keys up to traceEvents (True) or to the object's end (False; also when
-        it is no object). ijson.JSONError where the JSON breaks; TooDeep."""
+        it is no object). ijson.JSONError where the JSON breaks; TooDeep; EventsNotAList
+        where traceEvents is no array."""
         event, _ = next(self._tokens, ("", None))
         if event != "start_map":
             return False
@@ -78,19 +94,15 @@ class TopLevel:
         """traceEvents' elements (None for one that is no event), then the keys after it;
         call after until_events() said True."""
         self._after = True
-        event, value = next(self._tokens)
-        if event != "start_array":
-            self._value(event, value, "traceEvents")
-        else:
-            for event, value in self._tokens:
-                if event == "end_array":
-                    break
-                item = value_of(event, value, self._tokens)
-                if item is TOO_DEEP:
-                    yield Malformed(f"nested past {MAX_DEPTH} levels, deeper than the JSON decoders follow, at or "
-                                    f"before uncompressed byte {self._stream.offset}")
-                else:
-                    yield event_or_none(item) if item.__class__ is dict else None
+        for event, value in self._tokens:  # until_events() read the array's '['
+            if event == "end_array":
+                break
+            item = value_of(event, value, self._tokens)
+            if item is TOO_DEEP:
+                yield Malformed(f"nested past {MAX_DEPTH} levels, deeper than the JSON decoders follow, at or "
+                                f"before uncompressed byte {self._stream.offset}")
+            else:
+                yield event_or_none(item) if item.__class__ is dict else None
         self._keys()
 
     def _keys(self) -> bool:
@@ -100,6 +112,11 @@ class TopLevel:
             if event != "map_key":
                 raise ijson.JSONError(f"unexpected {event} among the top-level keys")
             if value == "traceEvents" and not self._after:
+                opened = next(self._tokens, None)  # its '[' (events() goes on from there)
+                if opened is None:
+                    raise ijson.IncompleteJSONError("the JSON ends after traceEvents")
+                if opened[0] != "start_array":
+                    raise EventsNotAList(opened[0])
                 return True
             first, first_value = next(self._tokens)
             self.keys[value] = self._value(first, first_value, str(value))

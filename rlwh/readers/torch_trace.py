@@ -53,7 +53,7 @@ from rlwh.readers.inflate import salvage
 from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies, pieces, spans
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import FirstBad, Rows, build, rows_of
-from rlwh.readers.kineto_stream import TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
+from rlwh.readers.kineto_stream import EventsNotAList, TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
 from rlwh.readers.text_encoding import UTF8_BOM
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
 
@@ -110,7 +110,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     try:
         with tempfile.TemporaryDirectory(prefix="_spill-", dir=sink.root) as tmp:
             scan, rank = _read(path, Path(tmp), sink, context)
-    except TooDeep as exc:
+    except (TooDeep, EventsNotAList) as exc:
         raise SourceError(f"{path}: {exc}") from None
     said = [scan["error"]] if scan["error"] is not None else []
     if scan["bad"]:
