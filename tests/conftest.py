@@ -273,6 +273,16 @@ def migrated_memory() -> duckdb.DuckDBPyConnection:
     return con
 
 
+def migrated_file(path: Path) -> duckdb.DuckDBPyConnection:
+    """A connection to a new warehouse file at `path` with the schema: a copy of the session's
+    schema template (rlwh.warehouse.template.copy_schema, as a new warehouse starts), 0.05 s
+    where migrate() on the empty file takes 0.5 s."""
+    from rlwh.warehouse import template
+
+    assert template.copy_schema(path), f"no schema template in {template.cache_dir()}"
+    return duckdb.connect(str(path))
+
+
 def landed_rows(kind: str, sink, table: str, columns: list[str], role: str = "discovered_role",
                 rank_id: int | None = None) -> list[dict]:
     """The `table` rows a job lands from a reader's staged parts: the job's SQL maps the

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FIXTURES, REPO, run_wide_folder
+from conftest import FIXTURES, REPO, migrated_file, run_wide_folder
 from jinja2 import meta
 
 from rlwh import report
@@ -24,7 +24,6 @@ from rlwh.ingest.runner import ingest
 from rlwh.report import queries as report_queries
 from rlwh.report import render as report_render
 from rlwh.warehouse import derive
-from rlwh.warehouse.schema import migrate
 
 sys.path.insert(0, str(REPO / "bench"))
 from bench_report import build_warehouse  # noqa: E402
@@ -119,9 +118,8 @@ def build_hostile_warehouse(config: Config) -> None:
     ]
     values = {"h": HOSTILE, "t0": T0}
     config.db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(config.db_path))
+    con = migrated_file(config.db_path)
     try:
-        migrate(con)
         for sql in statements:
             con.execute(sql, {k: v for k, v in values.items() if "$" + k in sql})
         derive.refresh_all(con)  # what rlwh ingest does after loading
@@ -208,9 +206,8 @@ def build_shaped_warehouse(config: Config) -> None:
     values = {"run": SHAPED, "t0": T0, "ms": ms, "gib": GIB}
     # $ms and $gib bind as BIGINT (cast below), so products of them never overflow INTEGER
     config.db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(config.db_path))
+    con = migrated_file(config.db_path)
     try:
-        migrate(con)
         for sql in statements:
             sql = sql.replace("$ms", "$ms::bigint").replace("$gib", "$gib::bigint")
             con.execute(sql, {k: v for k, v in values.items() if "$" + k in sql})
