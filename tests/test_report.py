@@ -251,6 +251,18 @@ def build_alexnet_report(tmp: Path) -> Path:
     return tmp / "reports" / "alexnet" / "collectives" / "text.html"
 
 
+def shared_alexnet_report(tmp_path_factory) -> Path:
+    """build_alexnet_report once per test run (this module and the browser test share it, on
+    whichever xdist workers they run): its collectives page. Read it, never change it."""
+    with run_wide_folder(tmp_path_factory, "alexnet-report") as tmp:
+        done = tmp / "page.txt"
+        if not done.exists():  # new, or left half-made by a build that raised
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            done.write_text(str(build_alexnet_report(tmp)))
+        return Path(done.read_text())
+
+
 def shared_demo(tmp_path_factory) -> dict:
     """The demo report, built once per test run (this module and the browser test share it,
     on whichever xdist workers they run)."""
@@ -376,10 +388,10 @@ def test_collectives_page_per_role_names_the_late_rank(demo):
     assert "collectives/actor_update.html" in index
 
 
-def test_collectives_page_lists_each_step_s_slowest_links(tmp_path):
+def test_collectives_page_lists_each_step_s_slowest_links(tmp_path_factory):
     """The table's rows: the matrix totals between ranks, slowest first, as computed here from
     the raw communication_matrix.json of both ranks."""
-    page = build_alexnet_report(tmp_path).read_text(encoding="utf-8")
+    page = shared_alexnet_report(tmp_path_factory).read_text(encoding="utf-8")
     links = []
     for rank in (0, 1):
         path = FIXTURES / f"real/ascend/msinsight-alexnet-level1/text/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT"
@@ -398,12 +410,12 @@ def test_collectives_page_lists_each_step_s_slowest_links(tmp_path):
     assert len(links) == 14 and got == want
 
 
-def test_collectives_page_lists_the_slowest_collectives_by_bandwidth(tmp_path):
+def test_collectives_page_lists_the_slowest_collectives_by_bandwidth(tmp_path_factory):
     """The bandwidth table's MB, longest stay and slowest rank's algbw per instance, as computed
     here from the raw trace_view.json and communication.json of both ranks."""
     from test_real_collective_bandwidth import _text_truth
 
-    page = build_alexnet_report(tmp_path).read_text(encoding="utf-8")
+    page = shared_alexnet_report(tmp_path_factory).read_text(encoding="utf-8")
     profile = FIXTURES / "real/ascend/msinsight-alexnet-level1/text"
     per_rank = [_text_truth(profile / f"rank{rank}_ascend_pt") for rank in (0, 1)]
     want = {}
