@@ -37,7 +37,7 @@ from rlwh.warehouse.session import connect_read, write_session
 
 pytestmark = pytest.mark.slow  # every test reads a dataset cut from the demo warehouse
 RUN = "demo"  # conftest.demo_warehouse
-SHELL = REPO / ".venv" / "bin" / "duckdb"
+SHELL = Path(sys.executable).parent / "duckdb"  # the pinned duckdb-cli of the environment under test
 
 
 def _config(db: Path, **more) -> Config:
