@@ -9,9 +9,11 @@ import csv
 import gzip
 import json
 import sqlite3
+from collections.abc import Mapping
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
 from conftest import FIXTURES, _once_for_all_workers, copy_fixture
 
@@ -137,9 +139,12 @@ def kineto(rank: int) -> dict:
         return json.load(f)
 
 
-def kineto_device_events(rank: int) -> list[dict]:
-    return [e for e in kineto(rank)["traceEvents"]
-            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+# The kineto_* helpers below read the raw trace once per rank (lru_cache, immutable results):
+# tests call kineto_step_of once per device event, which walked the whole trace each time.
+@lru_cache(maxsize=None)
+def kineto_device_events(rank: int) -> tuple[dict, ...]:
+    return tuple(e for e in kineto(rank)["traceEvents"]
+                 if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
 
 
 def kineto_nccl(rank: int) -> list[tuple[str, int, int]]:
@@ -147,17 +152,19 @@ def kineto_nccl(rank: int) -> list[tuple[str, int, int]]:
                   if e["cat"] == "kernel" and e["name"].startswith("nccl"))
 
 
-def kineto_steps(rank: int) -> list[tuple[int, int, int]]:
+@lru_cache(maxsize=None)
+def kineto_steps(rank: int) -> tuple[tuple[int, int, int], ...]:
     """(n, start_ns, end_ns) of the ProfilerStep#n annotations."""
-    return sorted((int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+    return tuple(sorted((int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
                   for e in kineto(rank)["traceEvents"]
-                  if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#"))
+                  if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")))
 
 
-def kineto_launch_ts(rank: int) -> dict[int, int]:
+@lru_cache(maxsize=None)
+def kineto_launch_ts(rank: int) -> Mapping[int, int]:
     """correlation -> ts_ns of the cuda_runtime call that launched it."""
-    return {e["args"]["correlation"]: ns(e["ts"]) for e in kineto(rank)["traceEvents"]
-            if e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})}
+    return MappingProxyType({e["args"]["correlation"]: ns(e["ts"]) for e in kineto(rank)["traceEvents"]
+                             if e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})})
 
 
 def kineto_step_of(rank: int, event: dict) -> int | None:

@@ -123,8 +123,10 @@ def _write_toml(folder: Path, workers: int, lock_timeout: float = 600) -> Path:
 
 
 def _start(db: Path, profile: Path, tmp_path: Path, workers: int = 1, lock_timeout: float = 600,
-           pause_at: str | None = None, stderr_apart: bool = False) -> subprocess.Popen:
-    """`rlwh ingest` in its own session (so the kill reaches its workers) and temp dir."""
+           pause_at: str | None = None, stderr_apart: bool = False,
+           notice_every_s: float | None = None) -> subprocess.Popen:
+    """`rlwh ingest` in its own session (so the kill reaches its workers) and temp dir;
+    notice_every_s: how often it says whom it waits for (rlwh.warehouse.session, 5 s)."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
@@ -132,6 +134,8 @@ def _start(db: Path, profile: Path, tmp_path: Path, workers: int = 1, lock_timeo
                RLWH_CONFIG=str(_write_toml(tmp_path, workers, lock_timeout)))
     if pause_at:
         env["RLWH_TEST_PAUSE_AT"] = pause_at
+    if notice_every_s is not None:
+        env["RLWH_TEST_WAIT_NOTICE_S"] = str(notice_every_s)
     return subprocess.Popen(
         [sys.executable, "-m", "rlwh", "ingest", str(profile), "--db", str(db), "--run", RUN, "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr_apart else subprocess.STDOUT, text=True,
@@ -408,7 +412,8 @@ def test_a_waiting_writer_says_whom_it_waits_for_and_keeps_saying_so(db, tmp_pat
     _wait_stopped(first, "between_files")
     try:
         (tmp_path / "b").mkdir()
-        waiting = _start(db, small, tmp_path / "b", lock_timeout=600, stderr_apart=True)
+        # Notices 1.5 s apart, not 5: the second still says "still waiting" (after 1 s or more).
+        waiting = _start(db, small, tmp_path / "b", lock_timeout=600, stderr_apart=True, notice_every_s=1.5)
         lines = _read_lines_until(waiting.stderr, 2, f"waiting for pid {first.pid}")
         notices = [line for line in lines if f"waiting for pid {first.pid}" in line]
         assert len(notices) == 2, lines

@@ -11,16 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-import duckdb
 import pytest
-from conftest import read_db
+from conftest import migrated_memory, read_db
 from warehouse_compare import differences, row_count
 
 from rlwh import synth
 from rlwh.ingest import in_place, load
 from rlwh.ingest.runner import ingest
 from rlwh.readers import ascend_trace
-from rlwh.warehouse.schema import migrate
 
 RANKS = 6
 
@@ -253,8 +251,7 @@ def test_read_in_place_refuses_what_it_cannot_read_whole(tmp_path):
     good.write_text('[{"cat": "cpu_op", "name": "x", "ph": "X", "ts": "1.000", "dur": 1, "pid": 1, "tid": 1}]')
     cut = tmp_path / "b.json"
     cut.write_text('[{"cat": "cpu_op", "name": "x", "ph": "X", "ts": "1.000", "dur": 1, "pid": 1, "tid": 1},')
-    con = duckdb.connect()
-    migrate(con)  # a warehouse's connection: read_in_place looks stack texts up in it
+    con = migrated_memory()  # a warehouse's connection: read_in_place looks stack texts up in it
     with pytest.raises(Exception, match="closing"):
         ascend_trace.read_in_place(con, [good, cut], {}, tmp_path)
     with pytest.raises(Exception, match="twice"):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import migrated_memory
 
 from rlwh.readers import ascend_trace, json_pieces
-from rlwh.warehouse.schema import migrate
 
 DATA = Path(__file__).resolve().parent / "data"
 REAL_TRACES = sorted(p for p in DATA.rglob("trace_view.json") if "bad" not in p.relative_to(DATA).parts
@@ -21,8 +21,7 @@ TABLES = ("cpu_ops", "call_stacks", "ranges", "device_ops")
 
 
 def _rows(path: Path, scratch: Path) -> dict[str, list]:
-    con = duckdb.connect()
-    migrate(con)  # a warehouse's connection: read_in_place looks stack texts up in it
+    con = migrated_memory()  # a warehouse's connection: read_in_place looks stack texts up in it
     try:
         ascend_trace.read_in_place(con, [path], {}, scratch)
         return {t: sorted(con.execute(f"select * from _rows_{t}").fetchall(), key=repr) for t in TABLES}

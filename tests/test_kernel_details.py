@@ -12,6 +12,7 @@ import pytest
 from conftest import copy_fixture
 from device_real import ALEXNET, communication_groups, kernel_details, step_trace_time, text_kernels
 
+from rlwh.config import Config
 from rlwh.ingest.runner import ingest
 
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
@@ -27,11 +28,15 @@ def _text_export(tmp_path: Path, keep_trace: bool) -> Path:
     return profile
 
 
-@pytest.fixture
-def without_trace(tmp_path, config):
-    profile = _text_export(tmp_path, keep_trace=False)
-    ingest(profile, config, run="kd")
-    return profile
+@pytest.fixture(scope="module")
+def without_trace(tmp_path_factory) -> Config:
+    """The text export without its trace_view.json files, ingested once for this file's
+    tests (run "kd", in-process as conftest's config): that warehouse's settings. Read it,
+    never write."""
+    tmp = tmp_path_factory.mktemp("without-trace")
+    config = Config(db_path=tmp / "wh" / "warehouse.duckdb", workers=1, lock_timeout=5)
+    ingest(_text_export(tmp, keep_trace=False), config, run="kd")
+    return config
 
 
 def _rows(config, sql, params=()):
@@ -43,7 +48,7 @@ def _rows(config, sql, params=()):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_every_kernel_details_row_lands_once_with_its_kind_step_and_group(without_trace, config, rank):
+def test_every_kernel_details_row_lands_once_with_its_kind_step_and_group(without_trace, rank):
     raw = kernel_details(rank)
     groups = communication_groups(rank)
     expected = sorted(
@@ -51,14 +56,14 @@ def test_every_kernel_details_row_lands_once_with_its_kind_step_and_group(withou
          "communication" if r["Accelerator Core"] == "HCCL" else "compute",
          groups[r["Name"]] if r["Accelerator Core"] == "HCCL" else None)
         for r in raw)
-    rows = _rows(config, """select name, start_ns, end_ns, step, kind, "group" from device_ops
+    rows = _rows(without_trace, """select name, start_ns, end_ns, step, kind, "group" from device_ops
                             where rank_id = ? order by all""", [rank])
     assert rows == expected
     assert len(groups) == 4 and all(r[5] is not None for r in rows if r[4] == "communication")
 
 
-def test_sources_say_which_file_the_device_rows_came_from(without_trace, config):
-    rows = dict(_rows(config, """select regexp_extract(path, '[^/]+$'),
+def test_sources_say_which_file_the_device_rows_came_from(without_trace):
+    rows = dict(_rows(without_trace, """select regexp_extract(path, '[^/]+$'),
                                         any_value(status || ': ' || coalesce(message, ''))
                                  from sources where path like '%kernel_details%' or path like '%communication.json'
                                  group by 1"""))
@@ -66,12 +71,12 @@ def test_sources_say_which_file_the_device_rows_came_from(without_trace, config)
     assert rows["communication.json"] == "ok: "  # its transfers; the csv's reader reads its groups too
 
 
-def test_straggler_from_kernel_details_is_the_rank_late_at_the_first_allreduce(without_trace, config):
+def test_straggler_from_kernel_details_is_the_rank_late_at_the_first_allreduce(without_trace):
     firsts = {rank: min(r["start_ns"] for r in kernel_details(rank) if r["Accelerator Core"] == "HCCL")
               for rank in (0, 1)}
     late_rank = max(firsts, key=firsts.get)
     late_by = firsts[late_rank] - min(firsts.values())
-    rank_id, waited = _rows(config, "select rank_id, waited_for_ns from stragglers where is_straggler")[0]
+    rank_id, waited = _rows(without_trace, "select rank_id, waited_for_ns from stragglers where is_straggler")[0]
     assert rank_id == late_rank == 1
     assert waited >= late_by > 1_000_000  # charged at least the first allreduce's wait (5.6 ms)
 
@@ -138,9 +143,9 @@ def test_a_level0_export_and_a_bad_row(tmp_path, config):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_device_time_without_a_trace_is_step_trace_time_to_the_ns(without_trace, config, rank):
+def test_device_time_without_a_trace_is_step_trace_time_to_the_ns(without_trace, rank):
     want = step_trace_time("text", rank)
-    got = _rows(config, """select step, compute_ns, communication_ns, overlapped_ns, exposed_communication_ns,
+    got = _rows(without_trace, """select step, compute_ns, communication_ns, overlapped_ns, exposed_communication_ns,
                                   idle_ns, method from device_time where rank_id = ?""", [rank])
     assert got == [(want["Step"], want["Computing"], want["Communication"], want["Overlapped"],
                     want["Communication(Not Overlapped)"], want["Free"], "step_trace_time")]

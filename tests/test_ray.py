@@ -53,9 +53,15 @@ ray = sys.modules.get("ray")
 print("ray connected after the command:", bool(ray and ray.is_initialized()), file=sys.stderr)
 sys.exit(code)
 """
+# Drops the checkout, and any other checkout of rlwh (a git worktree's tests run with
+# PYTHONPATH on a venv whose editable install points at the main checkout); what Ray ships
+# (runtime_env py_modules) is the package alone, no pyproject.toml beside it, and stays.
 HIDE_RLWH = f"""
 import os, sys
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != {str(REPO)!r}]
+def checkout(p):
+    return os.path.isfile(os.path.join(p, "pyproject.toml")) and os.path.isdir(os.path.join(p, "rlwh"))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != {str(REPO)!r}
+               and not checkout(p or os.curdir)]
 """
 
 

@@ -6,14 +6,13 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
-from conftest import landed_rows
+from conftest import landed_rows, migrated_memory
 
 from rlwh.errors import SourceError
 from rlwh.readers import gmm
 from rlwh.readers.base import TableSink
 from rlwh.readers.gmm import GmmPath, parse_gmm_path
 from rlwh.synth.pt import write_int_tensor
-from rlwh.warehouse.schema import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "gmm"
@@ -45,10 +44,8 @@ def read_all(profile: Path, sink_dir: Path) -> pa.Table:
 
 
 def fresh_db() -> duckdb.DuckDBPyConnection:
-    """In-memory warehouse with every migration and view (rlwh.warehouse.schema.migrate)."""
-    con = duckdb.connect()
-    migrate(con)
-    return con
+    """In-memory warehouse with every migration and view (conftest.migrated_memory)."""
+    return migrated_memory()
 
 
 def insert_calls(con, role: str, rank_id: int, loads: dict[int, list[int]], step: int = 1) -> None:

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -82,12 +83,12 @@ def test_the_readme_has_commands_and_queries_to_check():
     assert all("/shared/" not in b for b in SH_BLOCKS), "a ```sh block needs data the demo does not have"
 
 
-@pytest.mark.parametrize("block", SH_BLOCKS, ids=[f"sh{i}" for i in range(len(SH_BLOCKS))])
-def test_every_sh_block_runs_on_the_demo(checkout, block):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")} | {"PYTHONPATH": str(REPO)}
-    done = subprocess.run(["bash", "-euxo", "pipefail", "-c", _commands(block)], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    output = done.stdout + done.stderr
+@pytest.mark.parametrize("index", range(len(SH_BLOCKS)), ids=[f"sh{i}" for i in range(len(SH_BLOCKS))])
+def test_every_sh_block_runs_on_the_demo(readme_in_order, index):
+    """Each block as bash ran it in the README's order (readme_in_order), stdout and stderr."""
+    block, done = [(body, result) for lang, body, result in readme_in_order if lang == "sh"][index]
+    assert block == SH_BLOCKS[index]
+    output = done.stdout
     assert done.returncode == 0, output[-4000:]
     assert "Traceback" not in output and "Error:" not in output, output[-4000:]
     assert "(0 rows)" not in output, f"a README command returns no rows on the demo:\n{output[-4000:]}"
@@ -102,7 +103,8 @@ def _statements() -> list[str]:
 
 
 @pytest.mark.parametrize("sql", _statements(), ids=lambda sql: sql.splitlines()[0][:40])
-def test_every_readme_query_returns_rows_on_the_demo(checkout, sql):
+def test_every_readme_query_returns_rows_on_the_demo(checkout, readme_in_order, sql):
+    """On the demo as the README's blocks left it (readme_in_order ran them all)."""
     result = CliRunner().invoke(cli, ["query", sql, "--db", str(checkout / "demo" / "warehouse.duckdb"),
                                       "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -117,8 +119,9 @@ def test_the_readme_has_a_python_example():
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"python{i}" for i in range(len(PYTHON_BLOCKS))])
-def test_every_python_block_runs_on_the_demo(checkout, block):
-    """As a plain script (no main guard), from the checkout after `make demo`."""
+def test_every_python_block_runs_on_the_demo(checkout, readme_in_order, block):
+    """As a plain script (no main guard), from the checkout after `make demo` (and after the
+    README's blocks, readme_in_order, which must not see what this script changes)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")} | {"PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", block], cwd=checkout, env=env, capture_output=True, text=True,
                           timeout=300, stdin=subprocess.DEVNULL)
@@ -155,23 +158,36 @@ def _header(lines: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def fresh_checkout(tmp_path_factory, demo_made) -> Path:
-    """Another checkout after `make demo`: the blocks below change the warehouse, in order."""
-    return _checkout_after_make_demo(tmp_path_factory.mktemp("readme-in-order"), demo_made[0])
-
-
-def test_the_readme_in_order_prints_a_screenful_per_query_naming_the_run(fresh_checkout):
-    """Every block in the README's order, as a reader pastes them: each query (an `rlwh query`
-    line or a ```sql statement) prints at most a screenful and shows the run of each row,
-    so two loaded runs never print as the same rows twice."""
+def readme_in_order(checkout) -> list[tuple[str, str, Any]]:
+    """Every block in the README's order, as a reader pastes them, on the checkout (once for
+    the tests of this file: the blocks change the warehouse): (language, block, result) per
+    ```sh block (bash's CompletedProcess, stderr merged into stdout) and per statement of a
+    ```sql block (what `rlwh query` printed: the CliRunner result)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")} | {"PYTHONPATH": str(REPO)}
-    db = fresh_checkout / "demo" / "warehouse.duckdb"
-    queries = 0
+    db = checkout / "demo" / "warehouse.duckdb"
+    ran: list[tuple[str, str, Any]] = []
     for lang, body in _blocks_in_order():
         if lang == "sh":
-            done = subprocess.run(["bash", "-euxo", "pipefail", "-c", _commands(body)], cwd=fresh_checkout, env=env,
+            done = subprocess.run(["bash", "-euxo", "pipefail", "-c", _commands(body)], cwd=checkout, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
                                   stdin=subprocess.DEVNULL)
+            ran.append((lang, body, done))
+            continue
+        con = duckdb.connect()
+        statements = [st.query.strip() for st in con.extract_statements(body)]
+        con.close()
+        for sql in statements:
+            ran.append((lang, sql, CliRunner().invoke(cli, ["query", sql, "--db", str(db)])))
+    return ran
+
+
+def test_the_readme_in_order_prints_a_screenful_per_query_naming_the_run(readme_in_order):
+    """Every block in the README's order (readme_in_order): each query (an `rlwh query` line
+    or a ```sql statement) prints at most a screenful and shows the run of each row, so two
+    loaded runs never print as the same rows twice."""
+    queries = 0
+    for lang, body, done in readme_in_order:
+        if lang == "sh":
             assert done.returncode == 0, done.stdout[-4000:]
             for command, lines in _traced_outputs(done.stdout):
                 if "rlwh query" in command:
@@ -179,16 +195,12 @@ def test_the_readme_in_order_prints_a_screenful_per_query_naming_the_run(fresh_c
                     assert len(lines) <= SCREEN, f"{command}: {len(lines)} lines"
                     assert "run" in _header(lines), f"{command}: no run column: {lines[:2]}"
             continue
-        con = duckdb.connect()
-        statements = [st.query.strip() for st in con.extract_statements(body)]
-        con.close()
-        for sql in statements:
-            queries += 1
-            result = CliRunner().invoke(cli, ["query", sql, "--db", str(db)])
-            assert result.exit_code == 0, result.output
-            lines = result.output.rstrip("\n").splitlines()
-            assert len(lines) <= SCREEN, f"{sql.splitlines()[-1]}: {len(lines)} lines"
-            assert "run" in _header(lines), f"{sql}: no run column: {lines[:2]}"
+        sql, result = body, done
+        queries += 1
+        assert result.exit_code == 0, result.output
+        lines = result.output.rstrip("\n").splitlines()
+        assert len(lines) <= SCREEN, f"{sql.splitlines()[-1]}: {len(lines)} lines"
+        assert "run" in _header(lines), f"{sql}: no run column: {lines[:2]}"
     assert queries >= 15
 
 

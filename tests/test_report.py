@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FIXTURES, REPO, run_wide_folder
+from conftest import FIXTURES, REPO, migrated_file, run_wide_folder
 from jinja2 import meta
 
 from rlwh import report
@@ -24,7 +24,6 @@ from rlwh.ingest.runner import ingest
 from rlwh.report import queries as report_queries
 from rlwh.report import render as report_render
 from rlwh.warehouse import derive
-from rlwh.warehouse.schema import migrate
 
 sys.path.insert(0, str(REPO / "bench"))
 from bench_report import build_warehouse  # noqa: E402
@@ -119,9 +118,8 @@ def build_hostile_warehouse(config: Config) -> None:
     ]
     values = {"h": HOSTILE, "t0": T0}
     config.db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(config.db_path))
+    con = migrated_file(config.db_path)
     try:
-        migrate(con)
         for sql in statements:
             con.execute(sql, {k: v for k, v in values.items() if "$" + k in sql})
         derive.refresh_all(con)  # what rlwh ingest does after loading
@@ -208,9 +206,8 @@ def build_shaped_warehouse(config: Config) -> None:
     values = {"run": SHAPED, "t0": T0, "ms": ms, "gib": GIB}
     # $ms and $gib bind as BIGINT (cast below), so products of them never overflow INTEGER
     config.db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(config.db_path))
+    con = migrated_file(config.db_path)
     try:
-        migrate(con)
         for sql in statements:
             sql = sql.replace("$ms", "$ms::bigint").replace("$gib", "$gib::bigint")
             con.execute(sql, {k: v for k, v in values.items() if "$" + k in sql})
@@ -252,6 +249,18 @@ def build_alexnet_report(tmp: Path) -> Path:
     assert ingest(profile, config, run="alexnet").failed == 0
     report.build_report(config, out=tmp / "reports", run="alexnet")
     return tmp / "reports" / "alexnet" / "collectives" / "text.html"
+
+
+def shared_alexnet_report(tmp_path_factory) -> Path:
+    """build_alexnet_report once per test run (this module and the browser test share it, on
+    whichever xdist workers they run): its collectives page. Read it, never change it."""
+    with run_wide_folder(tmp_path_factory, "alexnet-report") as tmp:
+        done = tmp / "page.txt"
+        if not done.exists():  # new, or left half-made by a build that raised
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            done.write_text(str(build_alexnet_report(tmp)))
+        return Path(done.read_text())
 
 
 def shared_demo(tmp_path_factory) -> dict:
@@ -379,10 +388,10 @@ def test_collectives_page_per_role_names_the_late_rank(demo):
     assert "collectives/actor_update.html" in index
 
 
-def test_collectives_page_lists_each_step_s_slowest_links(tmp_path):
+def test_collectives_page_lists_each_step_s_slowest_links(tmp_path_factory):
     """The table's rows: the matrix totals between ranks, slowest first, as computed here from
     the raw communication_matrix.json of both ranks."""
-    page = build_alexnet_report(tmp_path).read_text(encoding="utf-8")
+    page = shared_alexnet_report(tmp_path_factory).read_text(encoding="utf-8")
     links = []
     for rank in (0, 1):
         path = FIXTURES / f"real/ascend/msinsight-alexnet-level1/text/rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT"
@@ -401,12 +410,12 @@ def test_collectives_page_lists_each_step_s_slowest_links(tmp_path):
     assert len(links) == 14 and got == want
 
 
-def test_collectives_page_lists_the_slowest_collectives_by_bandwidth(tmp_path):
+def test_collectives_page_lists_the_slowest_collectives_by_bandwidth(tmp_path_factory):
     """The bandwidth table's MB, longest stay and slowest rank's algbw per instance, as computed
     here from the raw trace_view.json and communication.json of both ranks."""
     from test_real_collective_bandwidth import _text_truth
 
-    page = build_alexnet_report(tmp_path).read_text(encoding="utf-8")
+    page = shared_alexnet_report(tmp_path_factory).read_text(encoding="utf-8")
     profile = FIXTURES / "real/ascend/msinsight-alexnet-level1/text"
     per_rank = [_text_truth(profile / f"rank{rank}_ascend_pt") for rank in (0, 1)]
     want = {}

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_report import HOSTILE, build_alexnet_report, build_hostile_report, shaped_report, shared_demo
+from test_report import HOSTILE, build_hostile_report, shaped_report, shared_alexnet_report, shared_demo
 
 pytestmark = pytest.mark.slow  # starts a browser; the demo report it reads takes an ingest
 
@@ -228,8 +228,8 @@ def test_every_demo_page_draws_without_errors(browser, tmp_path_factory):
     assert got["stack"] in known["stacks"], got["stack"][:200]
 
 
-def test_the_collectives_page_with_slowest_links_draws_without_errors(browser, tmp_path):
-    page = build_alexnet_report(tmp_path)
+def test_the_collectives_page_with_slowest_links_draws_without_errors(browser, tmp_path_factory):
+    page = shared_alexnet_report(tmp_path_factory)
     _check_every_page(browser, page.parent)
     browser.open(page, charts=True)
     rows = browser.evaluate("""[...document.querySelectorAll('table')].filter(

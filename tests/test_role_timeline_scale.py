@@ -15,11 +15,11 @@ import re
 import duckdb
 import pyarrow as pa
 import pytest
+from conftest import migrated_file
 
 from rlwh import report
 from rlwh.config import Config
 from rlwh.warehouse import derive
-from rlwh.warehouse.schema import migrate
 
 # A run wider than a page draws, built once for the file: its size is the point, so it is
 # `make test`'s, not the fast loop's.
@@ -67,8 +67,7 @@ def wide(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wide")
     config = Config(db_path=tmp / "w.duckdb", workers=1, reports_dir=tmp / "reports")
     ops = _ops()
-    con = duckdb.connect(str(config.db_path))
-    migrate(con)
+    con = migrated_file(config.db_path)
     con.execute("insert into runs values (?, '/profiles/wide', now()::timestamp, now()::timestamp)", [RUN])
     table = pa.Table.from_pylist([{**op, "run": RUN, "capture": f"{op['role']}/rank{op['rank_id']}", "source_id": 1,
                                    "step": 1, "device": f"cuda:{op['rank_id']}", "name": f"k_{op['kind']}"}

@@ -194,7 +194,7 @@ def test_role_folders_with_the_same_file_names_under_one_run_are_refused_not_mer
             con.close()
 
     before = rows()
-    with pytest.raises(RlwhError, match=r"holds a different file under the same path, rank0/prof_rank-0.pt.trace.json.gz"):
+    with pytest.raises(RlwhError, match=r"a different file under the same path, rank0/prof_rank-0.pt.trace.json.gz"):
         ingest(tmp_path / "ref", config, run="R", role="ref")
     assert rows() == before
     shutil.copytree(tmp_path / "actor", tmp_path / "moved")

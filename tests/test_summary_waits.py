@@ -3,12 +3,10 @@ collectives, who waited and how long, and where each rank's device time went."""
 
 from __future__ import annotations
 
-import duckdb
 import pytest
-from conftest import insert_rows
+from conftest import insert_rows, migrated_file
 
 from rlwh.report.summary import summarize
-from rlwh.warehouse.schema import migrate
 
 COLUMNS = ["rank_id", "step", "device", "name", "kind", "collective", "group", "start_ns", "end_ns"]
 KEY = dict(run="r", role="actor", capture="c", source_id=1)
@@ -17,8 +15,7 @@ KEY = dict(run="r", role="actor", capture="c", source_id=1)
 @pytest.mark.slow
 def test_summary_names_the_rank_waited_for_and_who_waited(config):
     config.db_path.parent.mkdir(parents=True)
-    con = duckdb.connect(str(config.db_path))
-    migrate(con)
+    con = migrated_file(config.db_path)
     con.execute("insert into runs values ('r', '/p', now(), now())")
     # Rank 2 reaches the step's first allreduce 7 ms after rank 0 and 4 ms after rank 1.
     insert_rows(con, "device_ops", COLUMNS, [
@@ -46,8 +43,7 @@ def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
     """Rank 1's clock reads a second ahead: the summary shows the second as its offset, and the
     waits are the milliseconds rank 0 sat in the allreduces, not the second between the clocks."""
     config.db_path.parent.mkdir(parents=True)
-    con = duckdb.connect(str(config.db_path))
-    migrate(con)
+    con = migrated_file(config.db_path)
     con.execute("insert into runs values ('r', '/p', now(), now())")
     skew = 1_000_000_000
     rows = []
@@ -68,8 +64,7 @@ def test_summary_shows_the_clock_offsets_and_the_true_waits(config):
 @pytest.mark.slow
 def test_summary_shows_device_time_per_phase(config):
     config.db_path.parent.mkdir(parents=True)
-    con = duckdb.connect(str(config.db_path))
-    migrate(con)
+    con = migrated_file(config.db_path)
     con.execute("insert into runs values ('r', '/p', now(), now())")
     insert_rows(con, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
                 [(5, "nvtx", "default", "update_actor", 0, 2_000_000)], **KEY)
@@ -90,8 +85,7 @@ def test_summary_says_how_many_instances_were_left_out(config):
     have rank 0 wait longer than it sat in the allreduce (0.8 ms). Those 18 are charged to nobody
     and counted; the waits shown are those of the first two (0.3 + 0.6 ms)."""
     config.db_path.parent.mkdir(parents=True)
-    con = duckdb.connect(str(config.db_path))
-    migrate(con)
+    con = migrated_file(config.db_path)
     con.execute("insert into runs values ('r', '/p', now(), now())")
     rows = []
     for k in range(20):
