@@ -43,10 +43,20 @@ def user_errors(func):
             return func(*args, **kwargs)
         except RlwhError as exc:
             raise UserError(str(exc)) from exc
+        except BrokenPipeError:  # `rlwh summary RUN | head`: the reader has what it wanted
+            _stdout_to_nowhere()
+            raise SystemExit(0) from None
         except OSError as exc:
             raise UserError(_os_error_text(exc)) from exc
 
     return wrapper
+
+
+def _stdout_to_nowhere() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def warehouse_options(func):

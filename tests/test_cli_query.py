@@ -173,3 +173,20 @@ def test_ingest_runs_summary_and_forget_count_alike(tmp_path):
     assert f": {files} files read (" in summary.splitlines()[0]
     forgot = CliRunner().invoke(cli, ["forget", run["run"], "--db", db]).output
     assert f": {rows:,} rows read from its files" in forgot
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(db):
+    """`rlwh summary RUN | head -1`: the reader closing the pipe said "Error: a file: Broken
+    pipe" and exited 1. Here the pipe is closed before anything is written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for args in (["summary"], ["query", "select * from range(300000)", "--format", "csv"], ["runs"]):
+        proc = subprocess.Popen([sys.executable, "-m", "rlwh", *args, "--db", db],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0 and err == "", (args, err)
