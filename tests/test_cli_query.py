@@ -190,3 +190,12 @@ def test_output_cut_short_by_its_reader_ends_quietly(db):
         proc.stdout.close()
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 0 and err == "", (args, err)
+
+
+def test_sources_of_an_unknown_run_is_an_error(db):
+    """It printed an empty table and exited 0 (read as "no file failed"); every other
+    command says there is no such run."""
+    result = CliRunner().invoke(cli, ["sources", "--run", "no-such-run", "--db", db])
+    assert result.exit_code == 1 and "no run named 'no-such-run'" in result.output, result.output
+    known = CliRunner().invoke(cli, ["sources", "--db", db, "--status", "failed", "--format", "json"])
+    assert known.exit_code == 0

@@ -90,8 +90,9 @@ def runs(config: Config) -> QueryResult:
 
 
 def sources(config: Config, run: str | None = None, status: str | None = None) -> QueryResult:
-    """The ingest log, optionally for one run and one status."""
-    return query(
+    """The ingest log, optionally for one run and one status. An unknown run is an error,
+    as in every other command (an empty table read as "no file failed")."""
+    found = query(
         config,
         """select run, kind, status, rows, role, rank_id, path, round(seconds, 3) as seconds, message
            from sources
@@ -99,6 +100,9 @@ def sources(config: Config, run: str | None = None, status: str | None = None) -
            order by run, path""",
         [run, run, status, status],
     )
+    if run is not None and not found.rows and not query(config, "select 1 from runs where run = ?", [run]).rows:
+        raise RlwhError(f"no run named {run!r} in {config.db_path}: see `rlwh runs`")
+    return found
 
 
 def duckdb_shell_path() -> Path:
