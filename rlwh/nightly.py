@@ -261,6 +261,16 @@ def _train_regressions(s: report.ReportSession, run: str, baseline: str, config:
     return find_train_regressions(figures[run], figures[baseline], config)
 
 
+def _checked_words(o: RunOutcome) -> str:
+    """What the check of run o found, in words (nightly.json; the index shows it where the
+    run has no regression to list)."""
+    if o.baseline is None:
+        return "no baseline run"
+    if o.regressions:
+        return f"{len(o.regressions)} regression(s) vs {o.baseline}"
+    return f"no regression vs {o.baseline}"
+
+
 def _check(s: report.ReportSession, o: RunOutcome, runs: dict, history: list, baseline: str | None,
            config: Config, state: dict) -> None:
     """Compare run o with its baseline; remember its metrics for later nights."""
@@ -275,7 +285,7 @@ def _check(s: report.ReportSession, o: RunOutcome, runs: dict, history: list, ba
         "last_ingested_at": str(runs[o.run]["last_ingested_at"]),
         "baseline": o.baseline,
         "regressions": [str(g) for g in o.regressions],
-        "checked": (f"no regression vs {o.baseline}" if o.baseline else "no baseline run"),
+        "checked": _checked_words(o),
         "metrics": [[r["role"], r["rank_id"], None if r["peak_live_bytes"] is None else int(r["peak_live_bytes"]),
                      r["span_ns"]] for r in current_rows],
     }

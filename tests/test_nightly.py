@@ -146,6 +146,8 @@ def test_nights(config, tmp_path, mode):
     assert regressed.baseline == "grpo-0001"
     assert [(g.role, g.rank_id, g.metric) for g in regressed.regressions] == [("actor_update", 0, "peak_live_bytes")]
     assert regressed.regressions[0].change_pct == pytest.approx(50.0, abs=0.5)
+    # nightly.json says the same (it said "no regression vs grpo-0001" beside the list)
+    assert load_state(night.index)["runs"]["grpo-0002"]["checked"] == "1 regression(s) vs grpo-0001"
     index = night.index.read_text(encoding="utf-8")
     assert "1 regression(s)" in index
     assert index.index("grpo-0002") < index.index("grpo-0001")  # newest first
