@@ -130,6 +130,17 @@ class NightlyResult:
         return exitcodes.most_severe(r.exit_code for r in self.runs)
 
 
+def _known_runs(config: Config) -> set[str]:
+    """The runs the warehouse holds (none where there is no warehouse yet)."""
+    if not config.db_path.exists():
+        return set()
+    con = connect_read(config)
+    try:
+        return {row[0] for row in con.execute("select run from runs").fetchall()}
+    finally:
+        con.close()
+
+
 def _run_dirs(root: Path) -> list[Path]:
     """Immediate subdirectories in name order: runs that arrive the same night are first
     ingested in that order (names usually carry a date or a sequence; mtimes of copied
@@ -180,7 +191,12 @@ def run_nightly(config: Config, root: Path | None = None, out: Path | None = Non
         raise RlwhError(f"nightly root not found: {root}")
     reports = Path(out or config.reports_dir)
     index = reports / "index.html" if out else Path(config.nightly_index)
-    outcomes = [_ingest_dir(d, config) for d in _run_dirs(root)]
+    dirs = _run_dirs(root)
+    if baseline is not None and baseline not in {d.name for d in dirs} and baseline not in _known_runs(config):
+        # Said before a night of ingesting, not after it.
+        raise RlwhError(f"--baseline {baseline!r} is neither a run of {config.db_path} nor a folder of {root}: "
+                        "see `rlwh runs`")
+    outcomes = [_ingest_dir(d, config) for d in dirs]
     if not config.db_path.exists():  # nothing was ever ingested: no index to write
         return NightlyResult(root, index, outcomes)
     state = load_state(index)

@@ -189,6 +189,15 @@ def test_explicit_baseline_and_out(config, tmp_path):
         run_nightly(config, root, out, "no-such-run")
 
 
+def test_an_unknown_baseline_is_said_before_anything_is_ingested(config, tmp_path):
+    """It was said after a night of ingesting every run dir."""
+    root = tmp_path / "nightly"
+    _profile(root / "grpo-0001")
+    with pytest.raises(RlwhError, match="--baseline 'no-such-run' is neither a run of"):
+        run_nightly(config, root, None, "no-such-run")
+    assert not config.db_path.exists()
+
+
 def test_missing_root_is_an_error(config, tmp_path):
     with pytest.raises(RlwhError, match="not found"):
         run_nightly(config, tmp_path / "absent", None, None)
