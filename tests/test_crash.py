@@ -28,6 +28,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import copy_fixture
+from pauses import wait_stopped
 
 from rlwh import synth
 from rlwh.config import Config
@@ -153,21 +154,6 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def _wait_stopped(proc: subprocess.Popen, stage: str, timeout: float = 60) -> None:
-    """Wait until the ingest stops itself at `stage` (the RLWH_TEST_PAUSE_AT hook)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
-        if pid and os.WIFSTOPPED(status):
-            return
-        if pid:  # it ended without stopping: reaped here, so tell Popen
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            output = proc.stdout.read()
-            pytest.fail(f"the ingest never stopped at RLWH_TEST_PAUSE_AT={stage} "
-                        f"(is the runner's hook in place?); exit {proc.returncode}: {output[-2000:]}")
-        time.sleep(0.01)
-    _kill(proc)
-    pytest.fail(f"the ingest did not reach stage {stage} within {timeout} s")
 
 
 def _rerun(db: Path, profile: Path):
@@ -286,7 +272,7 @@ def test_kill_before_the_commit_leaves_the_warehouse_as_it_was(db, tmp_path, sma
     in a transaction not yet committed: DuckDB rolls it back when the file is next opened."""
     before = _sha(db)
     proc = _start(db, small, tmp_path, pause_at=stage)
-    _wait_stopped(proc, stage)
+    wait_stopped(proc, stage)
     assert not (db.parent / (db.name + ".ingest")).exists()  # no copy of the warehouse: it is written in place
     _kill(proc)
     if stage == "between_files":
@@ -301,7 +287,7 @@ def test_kill_before_the_commit_leaves_the_warehouse_as_it_was(db, tmp_path, sma
 
 def test_kill_right_after_the_commit_keeps_the_whole_ingest(db, tmp_path, small, small_ref):
     proc = _start(db, small, tmp_path, pause_at="published")
-    _wait_stopped(proc, "published")
+    wait_stopped(proc, "published")
     _kill(proc)
     assert _differences(db, small_ref) == {}  # already the new warehouse, whole
     assert _rerun(db, small).count("unchanged") == 14
@@ -318,7 +304,7 @@ def test_a_warehouse_a_reader_holds_is_copied_and_renamed(db, tmp_path, small, s
     try:
         count = reader.execute("select count(*) from sources").fetchone()
         proc = _start(db, small, tmp_path, pause_at=stage)
-        _wait_stopped(proc, stage)
+        wait_stopped(proc, stage)
         assert (db.parent / (db.name + ".ingest")).exists() == (stage == "publish")
         assert reader.execute("select count(*) from sources").fetchone() == count
         _kill(proc)
@@ -337,7 +323,7 @@ def test_a_reader_that_opens_during_the_append_waits_for_it(db, tmp_path, small,
     """The seconds an ingest appends in place, DuckDB refuses other processes the file: an
     rlwh command waits for the append (saying so), then sees the whole run."""
     proc = _start(db, small, tmp_path, pause_at="publish")
-    _wait_stopped(proc, "publish")
+    wait_stopped(proc, "publish")
     try:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}, "PYTHONPATH": str(REPO)}
         reader = subprocess.Popen(
@@ -371,7 +357,7 @@ def test_kills_at_arbitrary_moments_then_a_rerun(db, tmp_path, small, small_ref,
 
 def test_a_second_writer_waits_or_exits_with_a_clear_message(db, tmp_path, small, small_ref):
     first = _start(db, small, tmp_path, pause_at="between_files")
-    _wait_stopped(first, "between_files")  # holds the writer lock, mid-ingest
+    wait_stopped(first, "between_files")  # holds the writer lock, mid-ingest
     try:
         (tmp_path / "b").mkdir()
         impatient = _start(db, small, tmp_path / "b", lock_timeout=1)
@@ -409,7 +395,7 @@ def _read_lines_until(stream, count: int, needle: str, timeout: float = 60) -> l
 
 def test_a_waiting_writer_says_whom_it_waits_for_and_keeps_saying_so(db, tmp_path, small, small_ref):
     first = _start(db, small, tmp_path, pause_at="between_files")
-    _wait_stopped(first, "between_files")
+    wait_stopped(first, "between_files")
     try:
         (tmp_path / "b").mkdir()
         # Notices 1.5 s apart, not 5: the second still says "still waiting" (after 1 s or more).
@@ -475,7 +461,7 @@ def test_parse_workers_die_with_a_killed_ingest(db, tmp_path, small):
     """kill -9 of the ingest alone (not its process group, as a user's `kill -9 PID` does):
     its parse workers, idle on their task queue, end too instead of living on."""
     proc = _start(db, small, tmp_path, workers=2, pause_at="between_files")
-    _wait_stopped(proc, "between_files")  # the pool is up, its workers idle or parsing
+    wait_stopped(proc, "between_files")  # the pool is up, its workers idle or parsing
     workers = _child_pids(proc.pid)
     try:
         assert len(workers) >= 2, workers
@@ -537,7 +523,7 @@ def test_ctrl_c_at_a_stage_prints_one_line_and_leaves_nothing(db, tmp_path, smal
     pending): one line, exit 130, the warehouse as it was, nothing beside it."""
     before = _sha(db)
     proc = _start(db, small, tmp_path, workers=workers, pause_at=stage)
-    _wait_stopped(proc, stage)
+    wait_stopped(proc, stage)
     workers_now = _child_pids(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGINT)

@@ -26,6 +26,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 from conftest import REPO
+from pauses import wait_stopped
 
 from rlwh import report
 from rlwh.cli import cli
@@ -460,15 +461,7 @@ def test_a_publish_killed_before_the_swap_is_invisible_and_cleaned(published, tm
     proc = subprocess.Popen([sys.executable, "-c", code, str(root), gid, str(half)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
-            if pid and os.WIFSTOPPED(status):
-                break
-            assert not pid, f"the publish ended without stopping at {stage}: {proc.stdout.read()[-2000:]}"
-            time.sleep(0.01)
-        else:
-            pytest.fail(f"the publish never reached {stage}")
+        wait_stopped(proc, stage)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import duckdb
 import pytest
+from pauses import wait_stopped
 
 from rlwh import synth
 from rlwh.config import Config
@@ -92,22 +92,13 @@ def test_forget_while_a_reader_holds_the_file_copies_and_the_reader_keeps_its_vi
     assert _counts(db) == _without(before, "a")
 
 
-def _wait_stopped(proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
-        if pid and os.WIFSTOPPED(status):
-            return
-        assert not pid, f"forget ended without stopping: {proc.stdout.read()}"
-        time.sleep(0.01)
-    pytest.fail("forget never reached its pause")
 
 
 @pytest.mark.parametrize("stage, gone", [("forget", False), ("forgotten", True)])
 def test_a_forget_killed_at_its_commit_leaves_the_run_whole_or_gone(db, stage, gone):
     before = _counts(db)
     proc = _forget(db, "a", pause_at=stage)
-    _wait_stopped(proc)
+    wait_stopped(proc, stage, timeout=120)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert _counts(db) == (_without(before, "a") if gone else before)

@@ -11,11 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import duckdb
 import pytest
+from pauses import wait_stopped
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
@@ -252,13 +252,7 @@ def test_two_ingests_into_one_dataset_through_two_thin_files_take_turns(tmp_path
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     first = start("a.duckdb", "r1", pause="between_files")
-    deadline = time.monotonic() + 60
-    while True:  # stopped between two landings: its plan is made, its lock held
-        pid, status = os.waitpid(first.pid, os.WNOHANG | os.WUNTRACED)
-        if pid and os.WIFSTOPPED(status):
-            break
-        assert not pid and time.monotonic() < deadline, "the first ingest never reached its pause"
-        time.sleep(0.05)
+    wait_stopped(first, "between_files")  # its plan is made, its lock held
     second = start("b.duckdb", "r2")
     waited = second.stderr.readline()
     assert "waiting for pid" in waited and str(dataset_root) in waited, waited
