@@ -93,7 +93,7 @@ from rlwh.errors import RlwhError
 from rlwh.parquet.export import partition_keys
 from rlwh.safe_files import check_contained, fsync_path, pause_for_test
 from rlwh.sqltext import one_value, sql_ident, sql_literal, sql_table
-from rlwh.warehouse.schema import PRIVATE_SCHEMA, THIN_MARKER, is_thin
+from rlwh.warehouse.schema import PRIVATE_SCHEMA, THIN_MARKER, is_thin, thin_generation
 from rlwh.warehouse.storage import connect_writable
 
 MARKER = "_rlwh_dataset.json"
@@ -259,21 +259,19 @@ def ingest_lock(root: Path, timeout: float) -> Iterator[None]:
         yield
 
 
-def check_thin_target(db_path: Path) -> None:
-    """Refuse, before anything is written, a db_path that no thin file may replace."""
-    _check_replaceable(Path(db_path))
-
-
 def thin_file_current(db_path: Path, root: Path) -> bool:
-    """Whether db_path is a thin file built over ROOT's current generation."""
-    if not Path(db_path).is_file():
+    """Whether db_path is a thin file built over ROOT's current generation. A thin file is a
+    snapshot: after the dataset was deleted, or another thin file over it published and
+    the old generation was pruned, its views name files that are gone."""
+    gen = current_generation(root)
+    if gen is None or not Path(db_path).is_file():
         return False
     try:
         con = duckdb.connect(str(db_path), read_only=True)
     except duckdb.Error:
         return False
     try:
-        return is_thin(con) and thin_file_is_current(con, root)
+        return thin_generation(con) == (str(Path(root).absolute()), gen.name)
     finally:
         con.close()
 
@@ -669,7 +667,7 @@ def _view_sql(table: str, spec: dict, paths: list[str]) -> str:
     return f"create or replace view {sql_table(table)} as {_select(spec, source, distinct)}"
 
 
-def _check_replaceable(db_path: Path) -> None:
+def check_thin_target(db_path: Path) -> None:
     """db_path may be replaced when absent or a thin file: never a normal warehouse."""
     if not db_path.exists():
         return
@@ -740,17 +738,6 @@ def _start_thin_file(tmp: Path, schema: dict[str, dict]):
     return connect_writable(tmp)
 
 
-def thin_file_is_current(con: duckdb.DuckDBPyConnection, root: Path) -> bool:
-    """Whether the thin file open on `con` was built over ROOT's current generation. A
-    thin file is a snapshot: after the dataset was deleted, or another thin file over it
-    published a generation and the old one was pruned, its views name files that are gone."""
-    gen = current_generation(root)
-    if gen is None:
-        return False
-    built = con.execute(f"select root, generation from {THIN_MARKER}").fetchall()
-    return built == [(str(Path(root).absolute()), gen.name)]
-
-
 def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:
     """Write db_path: views over the current generation, the sql/ views over them, and
     `settings` (default: those of the default Config) in internal.settings. Atomic."""
@@ -765,7 +752,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         raise RlwhError(f"{root} has no published generation yet")
     files = manifest(gen)["files"]
     settings = settings if settings is not None else Config().view_settings()
-    _check_replaceable(db_path)
+    check_thin_target(db_path)
     schema = _schema()
     unknown = sorted({e["table"] for e in files} - set(schema))
     if unknown:  # its rows would vanish from the views: never answer without them
