@@ -40,7 +40,7 @@ class Config:
     ray_address: str | None = None  # a Ray cluster's address; None: RAY_ADDRESS, else "auto"
     derive_in_workers: bool = False  # build whole captures in the workers (always with Ray)
     worker_memory_limit: str = "256MB"
-    ingest_memory_limit: str = "768MB"
+    ingest_memory_limit: str = "512MB"
     lock_timeout: float = 600.0
     reports_dir: Path = Path("reports_out")
     nightly_root: Path = Path("profiles")
