@@ -263,20 +263,18 @@ where d.source = 'ascend'
 
 -- The Ascend live-memory timeline: +size at each allocation row's alloc, -size at its
 -- release, summed in time order per device (live_bytes) and per device and allocator
--- (allocator_live_bytes: internal.ascend_allocator, 'GE' or 'PTA'), in
--- internal.memory_event_order (time, releases first, then the CSV row). Two statements:
--- the group's events sorted once into _key_memory_events (key_id, device, event order),
--- then two running sums over that table as it is stored, all blocks and GE's alone (a PTA
--- row's own sum is the difference). A window with an empty OVER () keeps the order of a
--- single table it reads (DuckDB's documented order preservation), and runs as a stream: a
--- window that sorts the same 1.5 M events (64 ranks) itself took 1.6-1.9x as long as the
--- sort and the stream together. A device's running sum is the running sum over every
--- device of the group less what the devices before it sum to (device_starts). Only
--- numbers ride through the sort (a name column makes it ~50% slower) and the keys are
--- added after it; the memory_timeline view joins each block's name and call stack back,
--- and reads a NULL clock as 'epoch'.
+-- (allocator_live_bytes: internal.ascend_allocator, 'GE' or 'PTA'), in internal.memory_event_order (time,
+-- releases first, then the CSV row). One window sorts once and sums twice: all blocks, and GE's alone (a
+-- PTA row's own sum is the difference; a second window per allocator doubled the sort,
+-- 4 s on 3 M events). Only numbers ride through it (a name column makes the sort ~50%
+-- slower) and the keys are added after it; the memory_timeline view joins each block's
+-- name and call stack back, and reads a NULL clock as 'epoch'.
+-- A device's running sum is the running sum over every device of the group, in one order
+-- (key_id, device, then event order), less what the devices before it in that order sum
+-- to (_device_starts). DuckDB streams a running sum that has no PARTITION BY; partitioned
+-- by device it cost 2.8x (0.91 s against 0.33 s for 1.5 M events, 64 ranks).
 -- needs: memory_records
-create or replace temp table _key_memory_events as
+insert into internal.memory_timeline_rows by name
 with blocks as (
   select
     k.key_id, r.source_id, r.device, r.alloc_ns, r.release_ns, r.size_bytes, r.source_row,
@@ -286,44 +284,43 @@ with blocks as (
   from memory_records as r
   join _derive_keys as k using (run, role, rank_id, capture)
   where r.size_bytes > 0
-)
+),
 
--- One scan of the blocks, two rows per released block: its alloc and its release.
-select
-  b.key_id, b.source_id, b.device, b.allocator,
-  if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
-  e.event,
-  if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
-  if(e.event = 'alloc', b.alloc_total_allocated_bytes, b.release_total_allocated_bytes)
-    as allocator_allocated_bytes,
-  if(e.event = 'alloc', b.alloc_total_reserved_bytes, b.release_total_reserved_bytes)
-    as allocator_reserved_bytes,
-  b.size_bytes, b.source_row as origin_row,
-from blocks as b
-cross join (values ('alloc'), ('release')) as e (event)
-where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
-order by b.key_id, b.device,
-  internal.memory_event_order(if(e.event = 'alloc', b.alloc_ns, b.release_ns), e.event, b.source_row)
-;
+events as (
+  -- One scan of the blocks, two rows per released block: its alloc and its release.
+  select
+    b.key_id, b.source_id, b.device, b.allocator,
+    if(e.event = 'alloc', b.alloc_ns, b.release_ns) as ts_ns,
+    e.event,
+    if(e.event = 'alloc', b.size_bytes, -b.size_bytes) as delta_bytes,
+    if(e.event = 'alloc', b.alloc_total_allocated_bytes, b.release_total_allocated_bytes)
+      as allocator_allocated_bytes,
+    if(e.event = 'alloc', b.alloc_total_reserved_bytes, b.release_total_reserved_bytes)
+      as allocator_reserved_bytes,
+    b.size_bytes, b.source_row as origin_row,
+    internal.memory_event_order(ts_ns, e.event, b.source_row) as sort_key,
+  from blocks as b
+  cross join (values ('alloc'), ('release')) as e (event)
+  where if(e.event = 'alloc', b.alloc_ns, b.release_ns) is not null
+),
 
--- needs: memory_records
-insert into internal.memory_timeline_rows by name
-with running as (
+running as (
   select
     *,
-    sum(delta_bytes) over (rows unbounded preceding) as running_bytes,
-    sum(if(allocator = 'GE', delta_bytes, 0)) over (rows unbounded preceding) as running_ge_bytes,
-  from _key_memory_events
+    sum(delta_bytes) over in_order as running_bytes,
+    sum(if(allocator = 'GE', delta_bytes, 0)) over in_order as running_ge_bytes,
+  from events
+  window in_order as (order by key_id, device, sort_key rows unbounded preceding)
 ),
 
 device_totals as (
   select key_id, device, sum(delta_bytes) as bytes, sum(if(allocator = 'GE', delta_bytes, 0)) as ge_bytes,
-  from _key_memory_events
+  from events
   group by key_id, device
 ),
 
 device_starts as (
-  -- What the devices before each one (in the order of _key_memory_events) sum to.
+  -- What the devices before each one (in the order of `running`) sum to.
   select
     key_id, device,
     coalesce(sum(bytes) over before, 0) as bytes_before,
@@ -420,14 +417,13 @@ where d.source in ('torch', 'snapshot')
 
 -- The PyTorch timeline, one allocator per device (so allocator_live_bytes = live_bytes),
 -- the same running sum as for Ascend rows, in internal.memory_event_order (time, releases first,
--- then the event's position in its file): its events sorted into _key_torch_events, then
--- summed in that order, as the Ascend timeline's. Statements of its own so the Ascend sort
+-- then the event's position in its file). A statement of its own so the Ascend window
 -- stays narrow. Its events:
 -- - the PyTorch blocks' allocs and releases;
 -- - PyTorch events without an address (PyTorch 1.8 wrote none): no block, and live bytes
 --   are their running sum.
 -- needs: torch_memory_events
-create or replace temp table _key_torch_events as
+insert into internal.memory_timeline_rows by name
 with blocks as (
   select
     k.key_id, b.source_id, b.device, b.alloc_ns, b.release_ns, b.release_inferred, b.size_bytes,
@@ -472,23 +468,22 @@ events as (
   select * from block_events
   union all
   select * from addressless
-)
+),
 
-select * from events
-order by key_id, device, internal.memory_event_order(ts_ns, event, origin_row)
-;
-
--- needs: torch_memory_events
-insert into internal.memory_timeline_rows by name
-with running as (
-  -- Each device's running sum, streamed over all devices and less the devices before it.
-  select *, sum(delta_bytes) over (rows unbounded preceding) as running_bytes,
-  from _key_torch_events
+-- Each device's running sum, streamed over all devices and less the devices before it,
+-- as the Ascend timeline's.
+running as (
+  select
+    *,
+    sum(delta_bytes) over (
+      order by key_id, device, internal.memory_event_order(ts_ns, event, origin_row) rows unbounded preceding
+    ) as running_bytes,
+  from events
 ),
 
 device_totals as (
   select key_id, device, sum(delta_bytes) as bytes,
-  from _key_torch_events
+  from events
   group by key_id, device
 ),
 
@@ -586,12 +581,6 @@ where r.traced
 ;
 
 drop table if exists _key_op_starts
-;
-
-drop table if exists _key_memory_events
-;
-
-drop table if exists _key_torch_events
 ;
 
 drop table if exists _key_depths

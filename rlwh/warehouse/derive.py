@@ -117,9 +117,6 @@ def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] |
     """
     keys = marked_keys(con)
     done = 0
-    # The timelines sort their events into a temp table and sum them in the order it was
-    # written (memory.sql): a connection that may reorder inserts would scramble live bytes.
-    con.execute("set preserve_insertion_order = true")
     for group in key_groups(con, keys, group_rows):
         if on_key:
             on_key(done + 1, len(keys))
