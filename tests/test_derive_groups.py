@@ -104,3 +104,44 @@ def test_a_group_runs_only_what_its_rows_need(demo_warehouse, tmp_path, monkeypa
             assert frozenset({other}) not in ran and frozenset({"snapshot_trace_blocks"}) not in ran, kind
     finally:
         con.close()
+
+
+def test_live_bytes_of_many_ranks_and_devices_are_each_devices_own_running_sum():
+    """The Ascend timeline takes one running sum over every device of a group and subtracts
+    what the devices before sum to (ingest/derived/memory.sql). Expected live bytes are
+    summed here in Python per (rank, device), in the documented event order (time,
+    releases before allocs, then the CSV row), over more events than two of DuckDB's row
+    groups (122,880 rows), so its threads share the work."""
+    from tests.conftest import migrated_memory
+
+    con = migrated_memory()
+    con.execute("set threads = 2")
+    con.execute("""
+        insert into memory_records by name
+        select 'r' as run, 'actor_update' as role, (i % 3)::integer as rank_id, 'c' as capture,
+               (i % 3) as source_id, i // 3 + 1 as source_row, 'aclnnAdd' as name,
+               1 + (i * 7919) % 4096 as size_bytes,
+               (i * 104729) % 200000 as alloc_ns,
+               if(i % 5 = 0, null, (i * 104729) % 200000 + (i * 31) % 5000) as release_ns,
+               if(i % 7 = 0, 'NPU:1', 'NPU:0') as device
+        from range(150000) as t(i)
+    """)
+    records = con.execute("select rank_id, device, source_row, size_bytes, alloc_ns, release_ns "
+                          "from memory_records").fetchall()
+    derive.mark_all(con)
+    derive.refresh(con)
+    events: dict[tuple, list] = {}
+    for rank, device, row, size, alloc, release in records:
+        events.setdefault((rank, device), []).append((alloc, 1, row, size))
+        if release is not None:
+            events[(rank, device)].append((release, 0, row, -size))
+    expected = {}
+    for key, found in events.items():
+        live = 0
+        for ts, is_alloc, row, delta in sorted(found):
+            live += delta
+            expected[(*key, row, "alloc" if is_alloc else "release")] = live
+    got = {(rank, device, row, event): live for rank, device, row, event, live in con.execute(
+        "select rank_id, device, origin_row, event, live_bytes from internal.memory_timeline_rows").fetchall()}
+    assert len(got) == len(expected) > 122_880 * 2
+    assert got == expected
