@@ -191,8 +191,8 @@ def _progress_printer(quiet: bool):
 def ingest(config, profile_dir, run_name, role, quiet, executor, ray_address, dataset) -> None:
     """Load every role's and rank's profiler files under PROFILE_DIR.
 
-    Unchanged files are skipped; a changed file replaces its own rows. A bad file never
-    stops the others. Exit status: 0 ok, 1 a file failed, 5 a file loaded only in part,
+    Unchanged files are skipped; a changed file replaces its own rows; a deleted file
+    keeps its rows, and a warning names it. A bad file never stops the others. Exit status: 0 ok, 1 a file failed, 5 a file loaded only in part,
     6 no profiler file found (the most severe wins).
 
     \b

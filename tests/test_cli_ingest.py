@@ -105,3 +105,30 @@ def test_check_of_an_empty_dir_says_why_it_exits_6_as_ingest_does(tmp_path):
     assert checked.exit_code == ingested.exit_code == 6
     for output in (checked.output, ingested.output):
         assert f"no profiler files under {empty.resolve()}: expected *_ascend_pt rank dirs" in output
+
+
+def test_a_file_gone_from_the_runs_folder_is_said_and_its_rows_stay(tmp_path):
+    """Re-ingesting the run's own folder after one of its files was deleted: the rows it
+    brought stay (nothing is deleted unasked), and the ingest says which file went and how
+    to drop them. From another folder (a subset, a copy) nothing is said: paths there tell
+    nothing about the run's folder."""
+    from rlwh import synth
+
+    profile = synth.write_ascend_profile(tmp_path / "run", roles=("actor_update",), ranks=2, n_ops=60,
+                                         n_allocs=20, n_stacks=5)
+    db = tmp_path / "w.duckdb"
+    assert CliRunner().invoke(cli, ["ingest", str(profile), "--db", str(db), "-q"]).exit_code == 0
+    memory_csv = sorted(profile.rglob("operator_memory.csv"))[0]
+    rel = memory_csv.relative_to(profile).as_posix()
+    memory_csv.unlink()
+    again = CliRunner().invoke(cli, ["ingest", str(profile), "--db", str(db), "-q"])
+    assert again.exit_code == 0, again.output
+    assert f"1 file of run 'run' is no longer under {profile} ({rel})" in again.output
+    assert "`rlwh forget run` and ingest again" in again.output
+    rows = CliRunner().invoke(cli, ["query", "--db", str(db), "--format", "csv",
+                                    "select count(*) from memory_records"])
+    assert rows.output.splitlines()[-1] == "40"  # both ranks' 20 rows, as loaded
+    subset = CliRunner().invoke(cli, ["ingest", str(memory_csv.parents[2]), "--db", str(db), "--run", "run",
+                                      "-q"])
+    assert subset.exit_code == 0, subset.output
+    assert "no longer under" not in subset.output

@@ -101,6 +101,23 @@ class Plan:
     next_source_id: int = 1  # the first id no source of the warehouse uses
     first_ingested_at: datetime | None = None
     schema_behind: bool = False  # the warehouse needs migrating: it is written even if no file changed
+    recorded_dir: Path | None = None  # the folder the run was ingested from before
+
+    def gone_lines(self) -> list[str]:
+        """Files the run holds that are no longer under its folder (the same folder as
+        before: from another one a path tells nothing). Their rows stay: deleting rows
+        because a file went is no step to take for the user unasked, so it is said."""
+        if self.recorded_dir is None or self.recorded_dir.resolve() != Path(self.profile_dir).resolve():
+            return []
+        here = {p.source.rel_path for p in self.files}
+        gone = sorted(path for path in self.known if path not in here)
+        if not gone:
+            return []
+        more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+        return [f"{len(gone)} file{'s' if len(gone) > 1 else ''} of run {self.run!r} "
+                f"{'are' if len(gone) > 1 else 'is'} no longer under {self.profile_dir} ({gone[0]}{more}): "
+                f"the rows loaded from {'them' if len(gone) > 1 else 'it'} stay in the warehouse; "
+                f"`rlwh forget {self.run}` and ingest again to drop them"]
 
     def is_unchanged(self, p: Planned) -> bool:
         return is_unchanged(self.known.get(p.source.rel_path), p)
@@ -182,7 +199,8 @@ def read_plan(con: duckdb.DuckDBPyConnection | None, run: str, profile_dir: Path
     known = known_sources(con, run)
     if first and first[0][1]:
         _refuse_another_folders_files(run, Path(first[0][1]), profile_dir, files, known)
-    return Plan(run, profile_dir, files, known, next_id, first[0][0] if first else None, schema_behind)
+    return Plan(run, profile_dir, files, known, next_id, first[0][0] if first else None, schema_behind,
+                Path(first[0][1]) if first and first[0][1] else None)
 
 
 def _refuse_another_folders_files(run: str, recorded: Path, profile_dir: Path, files: list[Planned],

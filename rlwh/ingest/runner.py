@@ -119,6 +119,7 @@ def ingest(
         with writer_lock(config), _dataset_lock(config):
             remove_leftovers(config)
             plan = _read_plan(config, run, root, files)
+            summary.warnings += plan.gone_lines()
             if plan.nothing_changed:
                 summary.results = [plan.unchanged_result(p) for p in files if not p.source.ignored]
             else:
