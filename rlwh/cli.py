@@ -270,12 +270,28 @@ def check(profile_dir, role, config_path):
     if not Path(profile_dir).exists():
         raise RlwhError(f"profile dir not found: {profile_dir}")
     if not Path(profile_dir).is_dir():
+        _refuse_profiler_file(Path(profile_dir))
         verdict = check_log(Path(profile_dir), profile_dir, required)
         click.echo("\n".join(format_log_checks([verdict])))
         sys.exit(exitcodes.OK if verdict.passed else exitcodes.LOG_RULES)
     report = run_check(profile_dir, required, RoleRules(role, settings.roles))
     click.echo(format_report(report))
     sys.exit(exit_status(report))
+
+
+def _refuse_profiler_file(path) -> None:
+    """`rlwh check FILE` runs the training-log rules; a profiler file gets told where to point
+    instead of failing rules it was never meant to pass."""
+    from rlwh.ingest.discover import IGNORED, match_rule
+    from rlwh.ingest.sniff import is_verl_log
+
+    if is_verl_log(path):
+        return
+    kinds = {rule.kind for rule in (match_rule(path.name, where, path)[0] for where in ("output", "capture", "any"))
+             if rule is not None and rule.kind not in (IGNORED, "verl_log")}
+    if kinds:
+        raise RlwhError(f"{path} is a profiler file ({', '.join(sorted(kinds))}), not a training log: point "
+                        "`rlwh check` at the folder that holds it (or its run) to check it as ingest reads it")
 
 
 def _echo_result(result, fmt: str) -> None:

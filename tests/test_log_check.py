@@ -97,3 +97,24 @@ def test_a_failed_log_rule_gives_check_its_own_exit_status(tmp_path):
     assert "FAIL  logs/train.log: required keys missing" in checked.output
     ingested = CliRunner().invoke(cli, ["ingest", str(root), "--db", str(tmp_path / "w.duckdb")], env=env)
     assert ingested.exit_code == 0, ingested.output
+
+
+def test_check_of_one_profiler_file_says_to_point_at_its_folder(tmp_path):
+    """`rlwh check FILE` runs the training-log rules; a profiler file (an Ascend trace and
+    memory CSV, a Kineto trace) is no log that failed them but a file to check from its
+    folder, and a log named like nothing rlwh reads still gets the log rules."""
+    from rlwh import synth
+
+    profile = synth.write_ascend_profile(tmp_path / "run", roles=("actor_update",), ranks=1, n_ops=20,
+                                         n_allocs=5, n_stacks=2)
+    kineto = next((FIXTURES / "real" / "kineto").rglob("*.pt.trace.json*"))
+    for path, kind in ((next(profile.rglob("trace_view.json")), "ascend_trace"),
+                       (next(profile.rglob("operator_memory.csv")), "ascend_memory_csv"), (kineto, "torch_trace")):
+        result = CliRunner().invoke(cli, ["check", str(path)], env={"RLWH_CONFIG": None})
+        assert result.exit_code == 1, result.output
+        assert f"{path} is a profiler file ({kind}), not a training log: point `rlwh check` at the folder" \
+            in result.output
+    notes = tmp_path / "notes.txt"
+    notes.write_text("nothing of a trainer\n")
+    result = CliRunner().invoke(cli, ["check", str(notes)], env={"RLWH_CONFIG": None})
+    assert result.exit_code == 4 and "not a VeRL log" in result.output
