@@ -192,8 +192,9 @@ def ingest(config, profile_dir, run_name, role, quiet, executor, ray_address, da
     """Load every role's and rank's profiler files under PROFILE_DIR.
 
     Unchanged files are skipped; a changed file replaces its own rows; a deleted file
-    keeps its rows, and a warning names it. A bad file never stops the others. Exit status: 0 ok, 1 a file failed, 5 a file loaded only in part,
-    6 no profiler file found (the most severe wins).
+    keeps its rows, and a warning names it. A bad file never stops the others. Exit
+    status: 0 ok, 1 a file failed, 5 a file loaded only in part, 6 no profiler file found
+    (the most severe wins).
 
     \b
     Example:

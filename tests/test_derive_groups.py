@@ -138,7 +138,7 @@ def test_live_bytes_of_many_ranks_and_devices_are_each_devices_own_running_sum()
     expected = {}
     for key, found in events.items():
         live = 0
-        for ts, is_alloc, row, delta in sorted(found):
+        for _ts, is_alloc, row, delta in sorted(found):
             live += delta
             expected[(*key, row, "alloc" if is_alloc else "release")] = live
     got = {(rank, device, row, event): live for rank, device, row, event, live in con.execute(
