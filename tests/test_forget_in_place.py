@@ -105,30 +105,39 @@ def test_a_forget_killed_at_its_commit_leaves_the_run_whole_or_gone(db, stage, g
 
 
 # A notebook that opened the warehouse read-write, committed a table of its own and holds the
-# file for `hold` seconds; then it closes (checkpoints) or dies with its commit in the log.
+# file until the test writes a line to it (release()); then it closes (checkpoints) or dies
+# with its commit in the log. Released on a signal, not after a sleep: no wait is longer
+# than the test needs, however busy the machine.
 _HOLDER = """
-import duckdb, os, sys, time
+import duckdb, os, sys
 con = duckdb.connect(sys.argv[1])
 con.execute("create table my_notes as select 42 as x")
 print("committed", flush=True)
-time.sleep(float(sys.argv[2]))
-if sys.argv[3] == "die":
+sys.stdin.readline()
+if sys.argv[2] == "die":
     os._exit(0)  # no checkpoint: the commit stays in w.duckdb.wal, as after a kill -9
 con.close()
 """
 
 
-def _hold(db: Path, seconds: float, end: str) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db), str(seconds), end],
-                              stdout=subprocess.PIPE, text=True)
+def _hold(db: Path, end: str) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db), end],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "committed"
     return holder
 
 
+def _release(holder: subprocess.Popen) -> None:
+    holder.stdin.write("go\n")
+    holder.stdin.close()
+    holder.wait(timeout=30)
+
+
 def _forget_waiting(db: Path, run: str, timeout_s: float) -> subprocess.Popen:
+    """A forget that waits up to `timeout_s` for the file, saying so every 0.2 s."""
     config = db.parent / "warehouse.toml"
     config.write_text(f"[ingest]\nlock_timeout = {timeout_s}\n", encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RLWH_CONFIG": str(config)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RLWH_CONFIG": str(config), "RLWH_TEST_WAIT_NOTICE_S": "0.2"}
     return subprocess.Popen([sys.executable, "-m", "rlwh", "forget", run, "--db", str(db)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -139,10 +148,16 @@ def test_forget_waits_for_a_process_that_holds_the_file_for_writing(db, end):
     in the write-ahead log (a copy renamed over the file lost them, and the log left beside
     the new file kept DuckDB from opening it)."""
     before = _counts(db)
-    holder = _hold(db, 3, end)
+    holder = _hold(db, end)
     proc = _forget_waiting(db, "a", 60)
+    said = []
+    for line in proc.stdout:  # released once the forget says it waits for the holder
+        said.append(line)
+        if "waiting for the process that is writing it" in line:
+            break
+    _release(holder)
     out, _ = proc.communicate(timeout=120)
-    holder.wait(timeout=30)
+    out = "".join(said) + out
     assert proc.returncode == 0, out
     assert "waiting for the process that is writing it" in out
     assert _counts(db) == _without(before, "a")
@@ -155,12 +170,12 @@ def test_forget_waits_for_a_process_that_holds_the_file_for_writing(db, end):
 
 def test_forget_gives_up_on_a_writer_that_stays_and_changes_nothing(db):
     before = _counts(db)
-    holder = _hold(db, 8, "close")
+    holder = _hold(db, "close")
     try:
         proc = _forget_waiting(db, "a", 1)
         out, _ = proc.communicate(timeout=60)
     finally:
-        holder.wait(timeout=30)
+        _release(holder)
     assert proc.returncode == 1
     said = [line for line in out.splitlines() if line.startswith("Error:")]
     assert len(said) == 1 and "another process holds it open for writing" in said[0], out
