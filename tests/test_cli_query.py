@@ -184,10 +184,12 @@ def test_output_cut_short_by_its_reader_ends_quietly(db):
     from pathlib import Path
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = {}
     for args in (["summary"], ["query", "select * from range(300000)", "--format", "csv"], ["runs"]):
-        proc = subprocess.Popen([sys.executable, "-m", "rlwh", *args, "--db", db],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        procs[tuple(args)] = proc = subprocess.Popen([sys.executable, "-m", "rlwh", *args, "--db", db],
+                                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         proc.stdout.close()
+    for args, proc in procs.items():  # side by side: each is a process start of its own
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 0 and err == "", (args, err)
 
