@@ -9,7 +9,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from conftest import copy_fixture
+from conftest import FIXTURES, copy_fixture
 
 from rlwh.cli import cli
 from rlwh.report.terminal import format_float
@@ -201,3 +201,22 @@ def test_sources_of_an_unknown_run_is_an_error(db):
     assert result.exit_code == 1 and "no run named 'no-such-run'" in result.output, result.output
     known = CliRunner().invoke(cli, ["sources", "--db", db, "--status", "failed", "--format", "json"])
     assert known.exit_code == 0
+
+
+def test_runs_counts_the_roles_summary_lists(tmp_path):
+    """A run of two roles of two ranks and a training log at its root (a file that names no
+    role): `rlwh runs` said 2 roles where summary listed 3 ((none) for the log) and counted
+    them from the ranks table, which a log has no row in."""
+    import shutil
+
+    from rlwh import synth
+
+    profile = synth.write_ascend_profile(tmp_path / "run", roles=("actor_update", "rollout"), ranks=2, n_ops=40,
+                                         n_allocs=10, n_stacks=3)
+    shutil.copy(next((FIXTURES / "real" / "verl-logs").rglob("output.log")), profile / "train.log")
+    db = str(tmp_path / "w.duckdb")
+    assert CliRunner().invoke(cli, ["ingest", str(profile), "--db", db, "-q"]).exit_code == 0
+    (run,) = json.loads(CliRunner().invoke(cli, ["runs", "--db", db, "--format", "json"]).output)
+    assert (run["roles"], run["ranks"]) == (3, 2)
+    summary = CliRunner().invoke(cli, ["summary", "--db", db]).output
+    assert "(3 rows)" in summary.split("Roles:")[1].split("\n\n")[0]

@@ -71,13 +71,15 @@ def query_script(config: Config, sql: str, origin: str = "the SQL") -> list[Quer
 
 def runs(config: Config) -> QueryResult:
     """Every run with its roles, ranks, files and rows, newest ingest first. The counts mean
-    what `rlwh ingest` and `rlwh summary` mean by them: ranks are distinct rank ids, files
-    the files rlwh read (ignored ones apart), rows the rows read from them."""
+    what `rlwh ingest` and `rlwh summary` mean by them, counted over the same rows: roles
+    and ranks are the distinct roles ('(none)' for a file that names none, a driver's log)
+    and rank ids of the files rlwh read (ignored ones apart), files those files, rows the
+    rows read from them."""
     return query(
         config,
         """select r.run, r.profile_dir, r.last_ingested_at,
-             (select count(distinct role) from ranks k where k.run = r.run) as roles,
-             (select count(distinct rank_id) from ranks k where k.run = r.run) as ranks,
+             count(distinct coalesce(s.role, '(none)')) filter (where s.status <> 'ignored') as roles,
+             count(distinct s.rank_id) filter (where s.status <> 'ignored') as ranks,
              count(s.source_id) filter (where s.status <> 'ignored') as files,
              count(s.source_id) filter (where s.status = 'failed') as failed,
              count(s.source_id) filter (where s.status = 'partial') as partial,
