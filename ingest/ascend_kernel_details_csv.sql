@@ -23,13 +23,13 @@ select * from (values
 select
     _file,
     _source_row                                               as source_row,
-    nullif(trim("Step Id", E' \t\r\n'), '')                   as step_id,
-    nullif(trim("Name", E' \t\r\n'), '')                      as name,
-    nullif(trim("Type", E' \t\r\n'), '')                      as op_type,
-    nullif(trim("Accelerator Core", E' \t\r\n'), '')          as accelerator_core,
+    nullif(trim_blank("Step Id"), '')                         as step_id,
+    nullif(trim_blank("Name"), '')                            as name,
+    nullif(trim_blank("Type"), '')                            as op_type,
+    nullif(trim_blank("Accelerator Core"), '')                as accelerator_core,
     ("Start Time(us)" * 1000)::bigint                         as start_ns,
     round("Duration(us)" * 1000)::bigint                      as duration_ns,
-    nullif(trim("Stream ID", E' \t\r\n'), '')                 as stream_id
+    nullif(trim_blank("Stream ID"), '')                       as stream_id
 from _csv;
 
 -- land:

@@ -25,13 +25,13 @@ select * from (values
 select
     _file,
     _source_row                                                       as source_row,
-    nullif(trim(coalesce("Component", "Tag"), E' \t\r\n'), '')        as component,
+    nullif(trim_blank(coalesce("Component", "Tag")), '')              as component,
     ("Timestamp(us)" * 1000)::bigint                                  as ts_ns,
     round("Total Allocated(MB)" * 1048576)::bigint                    as total_allocated_bytes,
     round("Total Reserved(MB)" * 1048576)::bigint                     as total_reserved_bytes,
     round("Total Active(MB)" * 1048576)::bigint                       as total_active_bytes,
-    nullif(trim("Stream Ptr", E' \t\r\n'), '')                        as stream_ptr,
-    nullif(trim(coalesce("Device Type", "Device"), E' \t\r\n'), '')   as device
+    nullif(trim_blank("Stream Ptr"), '')                              as stream_ptr,
+    nullif(trim_blank(coalesce("Device Type", "Device")), '')         as device
 from _csv;
 
 -- land:

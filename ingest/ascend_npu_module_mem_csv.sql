@@ -20,10 +20,10 @@ select * from (values
 select
     _file,
     _source_row                                                       as source_row,
-    nullif(trim(coalesce("Component", "Module"), E' \t\r\n'), '')     as module,
+    nullif(trim_blank(coalesce("Component", "Module")), '')           as module,
     ("Timestamp(us)" * 1000)::bigint                                  as ts_ns,
     round("Total Reserved(MB)" * 1048576)::bigint                     as total_reserved_bytes,
-    nullif(trim(coalesce("Device", "Device Type"), E' \t\r\n'), '')   as device
+    nullif(trim_blank(coalesce("Device", "Device Type")), '')         as device
 from _csv;
 
 -- land:

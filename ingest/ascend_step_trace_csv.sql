@@ -28,8 +28,8 @@ select
     _source_row                                                                  as source_row,
     -- read_csv's BIGINT would round "50.5": a step that is not plain digits fails the read,
     -- and the row-by-row read names its row.
-    case when nullif(trim("Step", E' \t\r\n'), '') is null then null
-         when regexp_full_match(trim("Step", E' \t\r\n'), '[+-]?[0-9]+') then trim("Step", E' \t\r\n')::bigint
+    case when nullif(trim_blank("Step"), '') is null then null
+         when regexp_full_match(trim_blank("Step"), '[+-]?[0-9]+') then trim_blank("Step")::bigint
          else error('not a whole number: ' || "Step") end                      as step,
     ("Computing" * 1000)::bigint                                                 as computing_ns,
     ("Communication(Not Overlapped)" * 1000)::bigint                             as communication_not_overlapped_ns,

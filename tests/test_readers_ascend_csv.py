@@ -66,8 +66,16 @@ US_TEXTS = ["1.5", "1.25", "1.234", "1.2345", "1.23456", "1.2344999", "-1.2345",
 SIZES = ["0.5", "-0.5", "1.5", "-1.5", "2.5", "0.00048828125", "-0.00048828125", "-0.00048828124999999994",
          "0.00048828124999999994", "1e3", "1E-05", ".5", "5.", "+1.5", '" 2.5\t"', "0", "-0"]
 
+
+
+def duration_text(t: str) -> str:
+    """`t` as a duration, where it fits DECIMAL(18,3) (durations up to 31 years: the job reads
+    them in 64 bits); a longer one is test_a_duration_over_31_years_reads_row_by_row's."""
+    return f'" {t} "' if abs(float(t)) < 1e15 else '"0.000\t"'
+
+
 CASES = {
-    **{f"us {t!r}": [row(), row(alloc=f'"{t}\t"', release=t, dur=f'" {t} "')] for t in US_TEXTS},
+    **{f"us {t!r}": [row(), row(alloc=f'"{t}\t"', release=t, dur=duration_text(t))] for t in US_TEXTS},
     **{f"size {s!r}": [row(), row(kb=s, mb=s)] for s in SIZES},
     "empty cells, quoted and not": [row(), row(kb="", release='""', dur="", mb='""', c13="", c14='""')],
     "rare time in the middle of a batch": [row(f"r{i}", alloc='"3.14159\t"' if i == 7 else US) for i in range(20)],
@@ -96,6 +104,17 @@ def test_a_blank_time_goes_row_by_row_and_reads_as_null(tmp_path):
     outcome, rows = read(path, tmp_path)
     assert outcome.status == "ok" and rows == slow_rows(path, tmp_path)
     assert (rows[0]["release_ns"], rows[0]["duration_ns"]) == (None, None)
+
+
+def test_a_duration_over_31_years_reads_row_by_row(tmp_path):
+    """A duration past DECIMAL(18,3) (1e15 us) is no real one, yet it loses nothing: the SQL
+    read refuses the file and the row-by-row read takes it, exact to the ns."""
+    path = write_csv(tmp_path / "operator_memory.csv", [row(dur='" 9223372036854775.807 "'), row()])
+    with pytest.raises(duckdb.ConversionException):
+        fast_rows(path, tmp_path)
+    outcome, rows = read(path, tmp_path)
+    assert outcome.status == "ok" and rows == slow_rows(path, tmp_path)
+    assert rows[0]["duration_ns"] == 9223372036854775807
 
 
 def test_values_by_hand(tmp_path):

@@ -1,12 +1,13 @@
 """The SQL rule that turns microsecond text into exact ns (readers/base.us_text_to_ns_sql),
-checked against Python's Decimal on every shape profilers write and on garbage."""
+checked against Python's Decimal on every shape profilers write and on garbage; and the
+trim that comes before it (readers/base.trimmed_sql), against Python's str.strip."""
 
 from decimal import ROUND_HALF_UP, Decimal
 
 import duckdb
 import pytest
 
-from rlwh.readers.base import us_text_to_ns_sql
+from rlwh.readers.base import BLANKS, trimmed_sql, us_text_to_ns_sql
 
 
 def expected_ns(text: str) -> int:
@@ -47,3 +48,15 @@ def test_empty_is_null_in_both_modes():
     for strict in (True, False):
         sql = f"select {us_text_to_ns_sql('t', strict)} from (select ''::varchar as t)"
         assert con.execute(sql).fetchone() == (None,)
+
+
+TRIM_CASES = [None, "", " ", "\t", "\r\n", "a", " a", "a ", "a\t", "\ta", "\na\r", " \t a b \r\n",
+              "1779785515601661.420\t", "\u00e9 ", " \u7b97\u5b50", "\u00a0a\u00a0", "a\u3000", "a\n\n\n", "  "]
+
+
+@pytest.mark.parametrize("text", TRIM_CASES)
+def test_trimmed_sql_is_python_strip_of_the_blanks(text):
+    """Only spaces, tabs, CRs and LFs at either end go; other white space (a no-break
+    space, an ideographic space) stays, as Python strips with the same set."""
+    found = duckdb.execute(f"select {trimmed_sql('t')} from (select ?::varchar t)", [text]).fetchone()[0]
+    assert found == (None if text is None else text.strip(BLANKS))

@@ -4,7 +4,9 @@ The job (ingest/<job>.sql) says what the file holds and how it maps to a table, 
   -- fields:           a SELECT of (field, type): the source fields it uses and the type
                        read_csv reads each as (DECIMAL(20,3) keeps 19-digit µs exact)
   -- read <table>:     a SELECT over `_csv` (the files) giving that table's rows: the
-                       renames, units and casts, with `_file` and source_row kept
+                       renames, units and casts, with `_file` and source_row kept;
+                       `trim_blank(text)` trims what profilers leave around a value
+                       (rlwh.readers.base.trimmed_sql)
 This module runs them over a batch of files with the same header, in the warehouse's own
 connection (read_into, rlwh.ingest.in_place), or over one file into a Parquet part
 (read_to_parquet, for the routes that parse in workers). `_csv` has a column per header
@@ -22,6 +24,7 @@ from pathlib import Path
 import duckdb
 
 from rlwh.assets import asset_dir
+from rlwh.readers.base import trimmed_sql
 from rlwh.sqltext import job_sections, one_value, sql_ident, sql_literal
 
 # read_csv's longest line; a longer one goes to the row-by-row read (whose csv module names it).
@@ -70,11 +73,17 @@ def _csv_view(files: list[tuple[int, Path]], header: list[str], types: dict[str,
             f"max_line_size = {MAX_LINE_BYTES}, filename = '_at', columns = {{{columns}}}))")
 
 
+def _define_macros(con: duckdb.DuckDBPyConnection) -> None:
+    """The functions a job's SQL may call, on this connection only (temp)."""
+    con.execute(f"create or replace temp macro trim_blank(s) as {trimmed_sql('s')}")
+
+
 def read_into(con: duckdb.DuckDBPyConnection, job: str, table: str, files: list[tuple[int, Path]],
               header: list[str]) -> None:
     """Add the job's `read <table>` rows of `files` ((index in the batch, path), all with
     `header`) to the temp table `_rows_<table>`; raises duckdb.Error or Unreadable when a
     row or the header is not as the job expects."""
+    _define_macros(con)
     con.execute(_csv_view(files, header, dict(field_types(job))))
     rows = sections(job)["read " + table]
     exists = one_value(con.execute("select count(*) from duckdb_tables() where temporary and table_name = ?",
@@ -104,6 +113,7 @@ def read_to_parquet(job: str, table: str, path: Path, header: list[str], part: P
         con.execute("set enable_progress_bar = false")
         if memory_limit:
             con.execute("set memory_limit = ?", [memory_limit])
+        _define_macros(con)
         con.execute(_csv_view([(0, path)], header, dict(field_types(job))))
         rows = sql["read " + table]
         con.execute(f"copy (select * exclude (_file) from ({rows}\n)) to {sql_literal(part)} "
