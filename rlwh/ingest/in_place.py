@@ -36,7 +36,7 @@ from rlwh.ingest.load import (
     nothing_loaded_note,
     storage_failed,
     tables_with_step,
-    upsert_source,
+    upsert_sources,
     with_notes,
 )
 from rlwh.ingest.parse import parse_source
@@ -172,15 +172,17 @@ def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], secon
     derive.mark_sources(con, source_ids)
     facts = [t for t in job.fills if t in FACT_TABLES]
     rows = _rows_per_file(con, facts)
-    results = []
+    results: list[FileResult] = []
+    sources: list[tuple[Planned, str, int, str | None, float, dict]] = []
     for i, (p, outcome) in enumerate(zip(files, outcomes)):
         status, message = outcome.status, with_notes(outcome.message, p.source.note)
         if not rows.get(i) and outcome.message is None:
             message = with_notes(nothing_loaded_note(p, facts, 0), message)
         if changed := changed_since_planned(p):
             status, message = "partial", with_notes(changed, message)
-        upsert_source(con, run, p, status, rows.get(i, 0), message, seconds, {})
+        sources.append((p, status, rows.get(i, 0), message, seconds, {}))
         results.append(FileResult(p.source.kind, p.source.rel_path, status, rows.get(i, 0), message, seconds, p.size))
+    upsert_sources(con, run, sources)
     for table in job.fills:
         con.execute(f"drop view _staged_{table}")
         con.execute(f"drop table _rows_{table}")

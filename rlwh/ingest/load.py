@@ -54,37 +54,67 @@ def _staged_select(table: str, parts: list[str], columns: list[str], has_step: b
     return f"select {', '.join(keys + rest)} from read_parquet({paths}) as f cross join _rlwh_keys as k"
 
 
+# The sources columns upsert_sources writes, with their types.
+SOURCE_COLUMNS = {
+    "source_id": "BIGINT", "run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER", "capture": "VARCHAR",
+    "step": "INTEGER", "kind": "VARCHAR", "path": "VARCHAR", "bytes": "BIGINT", "mtime": "TIMESTAMP",
+    "fingerprint": "VARCHAR", "status": "VARCHAR", "rows": "BIGINT", "message": "VARCHAR", "seconds": "DOUBLE",
+    "ingested_at": "TIMESTAMP",
+}
+
+
 def upsert_source(con, run: str, p: Planned, status: str, rows: int, message, seconds: float, rank: dict) -> None:
-    """The file's sources row; its message names the file (and any other of the profile
-    dir) by its path in the profile dir, as `path` and `rlwh check` name it."""
-    s = p.source
-    if s.kind in RECORD_STACKS and status in ("ok", "partial"):
-        message = with_notes(message, _no_stacks(con, p))
-    if message:
-        message = message.replace(str(s.path), s.rel_path)
-        root = str(s.path)[: len(str(s.path)) - len(s.rel_path)]
-        if len(root) > 1 and str(s.path).endswith(s.rel_path):  # another file of the profile dir
-            message = re.sub(r"(?<![\w./-])" + re.escape(root), "", message)
-    if p.loaded_before:
-        con.execute("delete from sources where source_id = ?", [p.source_id])
-    con.execute(
-        """insert into sources
-           (source_id, run, role, rank_id, capture, step, kind, path, bytes, mtime, fingerprint,
-            status, rows, message, seconds, ingested_at)
-           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        [
-            p.source_id, run, rank.get("role", s.role), rank.get("rank_id", s.rank_id), s.capture, s.step,
-            s.kind, s.rel_path, p.size, utc(p.mtime), p.fingerprint, status, rows, message, seconds, utc(),
-        ],
-    )
+    """The file's sources row (upsert_sources of one)."""
+    upsert_sources(con, run, [(p, status, rows, message, seconds, rank)])
 
 
-def _no_stacks(con, p: Planned) -> str | None:
+def upsert_sources(con, run: str, files: list[tuple[Planned, str, int, str | None, float, dict]]) -> None:
+    """The sources rows of `files` ((file, status, rows, message, seconds, rank facts)), in
+    one statement: a statement per file was 2 ms of each file of a run. A message names
+    the file (and any other of the profile dir) by its path in the profile dir, as `path`
+    and `rlwh check` name it."""
+    stacked = _stacked_ops(con, [p for p, status, *_ in files
+                                 if p.source.kind in RECORD_STACKS and status in ("ok", "partial")])
+    values: dict[str, list] = {column: [] for column in SOURCE_COLUMNS}
+    for p, status, rows, message, seconds, rank in files:
+        s = p.source
+        if p.source_id in stacked:
+            message = with_notes(message, _no_stacks_note(p, *stacked[p.source_id]))
+        if message:
+            message = message.replace(str(s.path), s.rel_path)
+            root = str(s.path)[: len(str(s.path)) - len(s.rel_path)]
+            if len(root) > 1 and str(s.path).endswith(s.rel_path):  # another file of the profile dir
+                message = re.sub(r"(?<![\w./-])" + re.escape(root), "", message)
+        row = {"source_id": p.source_id, "run": run, "role": rank.get("role", s.role),
+               "rank_id": rank.get("rank_id", s.rank_id), "capture": s.capture, "step": s.step, "kind": s.kind,
+               "path": s.rel_path, "bytes": p.size, "mtime": utc(p.mtime), "fingerprint": p.fingerprint,
+               "status": status, "rows": rows, "message": message, "seconds": seconds, "ingested_at": utc()}
+        for column, value in row.items():
+            values[column].append(value)
+    reloaded = [p.source_id for p, *_ in files if p.loaded_before]
+    if reloaded:
+        con.execute("delete from sources where list_contains(?, source_id)", [reloaded])
+    columns = ", ".join(SOURCE_COLUMNS)
+    lists = ", ".join(f"unnest(?::{t}[])" for t in SOURCE_COLUMNS.values())
+    con.execute(f"insert into sources ({columns}) select {lists}", list(values.values()))
+
+
+def _stacked_ops(con, files: list[Planned]) -> dict[int, tuple[int, int]]:
+    """(cpu_ops, those with a call stack) each trace of `files` landed, by source_id."""
+    ids = [p.source_id for p in files if p.source_id is not None]
+    if not ids:
+        return {}
+    found = con.execute("select source_id, count(*), count(stack_id) from cpu_ops "
+                        "where source_id between ? and ? and list_contains(?, source_id) group by source_id",
+                        [min(ids), max(ids), ids]).fetchall()
+    counts = {source_id: (ops, with_stack) for source_id, ops, with_stack in found}
+    return {i: counts.get(i, (0, 0)) for i in ids}
+
+
+def _no_stacks_note(p: Planned, ops: int, with_stack: int) -> str | None:
     """The note of a trace whose landed cpu_ops carry no call stack (recorded without
     with_stack): it names the file and how to record them."""
-    ops, stacked = con.execute("select count(*), count(stack_id) from cpu_ops where source_id = ?",
-                               [p.source_id]).fetchone()
-    note = no_stacks_note(p.source.kind, ops) if stacked == 0 else None
+    note = no_stacks_note(p.source.kind, ops) if with_stack == 0 else None
     return f"{p.source.rel_path}: {note}" if note else None
 
 
