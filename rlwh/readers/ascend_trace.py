@@ -94,8 +94,8 @@ _NUMBER_TEXT = "[-+]?([0-9]*[.]?[0-9]+(e[-+]?[0-9]+)?|nan|inf|infinity)"
 
 
 def _unusable_sql() -> str:
-    """SQL over a scan's raw text fields (dur, pid, tid, ph) and its times (_times_sql): true for an event that
-    is skipped because a number field rlwh uses holds no finite number it can read: a ts
+    """SQL over a scan's raw text fields (dur, pid, tid, ph) and its times (_times_sql): true
+    for an event that is skipped because a number field rlwh uses holds no finite number it can read: a ts
     that is no time in µs that fits in ns, such a dur, or a pid or tid that is a number but
     no integer (NaN, Infinity, 1e309). One rule with the CSV readers, which refuse such rows."""
     def bad_id(c: str) -> str:
