@@ -118,13 +118,11 @@ def _fresh(folder: Path) -> Path:
 
 def _set_batch_keys(con, run: str, files: list[Planned]) -> None:
     """`_batch_keys`: the keys each file's rows land under, by the file's index in the batch."""
-    columns = ", ".join(f"{k} {KEY_TYPES[k]}" for k in KEY_COLUMNS)
-    con.execute(f"create or replace temp table _batch_keys (_file integer, {columns})")
-    con.executemany(
-        f"insert into _batch_keys values (?, {', '.join('?' for _ in KEY_COLUMNS)})",
-        [[i, run, p.source.role, p.source.rank_id, p.source.capture, p.source_id, p.source.step]
-         for i, p in enumerate(files)],
-    )
+    lists = [list(range(len(files))), [run] * len(files), [p.source.role for p in files],
+             [p.source.rank_id for p in files], [p.source.capture for p in files], [p.source_id for p in files],
+             [p.source.step for p in files]]
+    columns = ", ".join(f"unnest(?::{KEY_TYPES[k]}[]) as {k}" for k in KEY_COLUMNS)
+    con.execute(f"create or replace temp table _batch_keys as select unnest(?::integer[]) as _file, {columns}", lists)
 
 
 def _staged_view(con, table: str, has_step: bool) -> None:
