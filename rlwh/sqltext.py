@@ -16,6 +16,12 @@ def sql_literal(value: str | os.PathLike) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def rows_as_lists_sql(types: dict[str, str]) -> str:
+    """A SELECT list that turns one list parameter per column (`types`: name -> type, in
+    order) into rows: many rows in one statement, where a statement per row cost 2-4 ms."""
+    return ", ".join(f"unnest(?::{t}[]) as {sql_ident(c)}" for c, t in types.items())
+
+
 def sql_ident(name: str) -> str:
     """A quoted SQL identifier (a table or column name read from the catalog)."""
     return '"' + name.replace('"', '""') + '"'

@@ -31,6 +31,7 @@ from rlwh.ingest.jobs import FACT_TABLES, SHARED_TABLES, jobs
 from rlwh.ingest.load import (
     KEY_COLUMNS,
     KEY_TYPES,
+    SourceEntry,
     delete_rows_of,
     load_file,
     nothing_loaded_note,
@@ -43,6 +44,7 @@ from rlwh.ingest.parse import parse_source
 from rlwh.ingest.plan import FileResult, Planned, changed_since_planned, file_context
 from rlwh.readers.base import ReadOutcome
 from rlwh.safe_files import pause_for_test
+from rlwh.sqltext import rows_as_lists_sql
 from rlwh.warehouse import derive
 
 # A batch holds at most BATCH_FILES files and BATCH_BYTES bytes of input: its temp tables
@@ -121,8 +123,8 @@ def _set_batch_keys(con, run: str, files: list[Planned]) -> None:
     lists = [list(range(len(files))), [run] * len(files), [p.source.role for p in files],
              [p.source.rank_id for p in files], [p.source.capture for p in files], [p.source_id for p in files],
              [p.source.step for p in files]]
-    columns = ", ".join(f"unnest(?::{KEY_TYPES[k]}[]) as {k}" for k in KEY_COLUMNS)
-    con.execute(f"create or replace temp table _batch_keys as select unnest(?::integer[]) as _file, {columns}", lists)
+    types = {"_file": "integer", **{k: KEY_TYPES[k] for k in KEY_COLUMNS}}
+    con.execute(f"create or replace temp table _batch_keys as select {rows_as_lists_sql(types)}", lists)
 
 
 def _staged_view(con, table: str, has_step: bool) -> None:
@@ -171,14 +173,14 @@ def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], secon
     facts = [t for t in job.fills if t in FACT_TABLES]
     rows = _rows_per_file(con, facts)
     results: list[FileResult] = []
-    sources: list[tuple[Planned, str, int, str | None, float, dict]] = []
+    sources: list[SourceEntry] = []
     for i, (p, outcome) in enumerate(zip(files, outcomes)):
         status, message = outcome.status, with_notes(outcome.message, p.source.note)
         if not rows.get(i) and outcome.message is None:
             message = with_notes(nothing_loaded_note(p, facts, 0), message)
         if changed := changed_since_planned(p):
             status, message = "partial", with_notes(changed, message)
-        sources.append((p, status, rows.get(i, 0), message, seconds, {}))
+        sources.append(SourceEntry(p, status, rows.get(i, 0), message, seconds, {}))
         results.append(FileResult(p.source.kind, p.source.rel_path, status, rows.get(i, 0), message, seconds, p.size))
     upsert_sources(con, run, sources)
     for table in job.fills:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from typing import NamedTuple
 
 import duckdb
 
@@ -17,7 +18,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.jobs import FACT_TABLES, RANK_OPTIONAL_TABLES, SHARED_TABLES, jobs
 from rlwh.ingest.parse import ParseResult, failed_result
 from rlwh.ingest.plan import FileResult, Planned, changed_since_planned, utc
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import rows_as_lists_sql, sql_literal
 from rlwh.stacks import RECORD_STACKS, no_stacks_note
 from rlwh.warehouse import derive
 
@@ -63,20 +64,24 @@ SOURCE_COLUMNS = {
 }
 
 
-def upsert_source(con, run: str, p: Planned, status: str, rows: int, message, seconds: float, rank: dict) -> None:
-    """The file's sources row (upsert_sources of one)."""
-    upsert_sources(con, run, [(p, status, rows, message, seconds, rank)])
+class SourceEntry(NamedTuple):
+    """What a file's sources row says of it; `rank`: the facts its reader found (role, rank_id)."""
+    file: Planned
+    status: str
+    rows: int
+    message: str | None
+    seconds: float
+    rank: dict
 
 
-def upsert_sources(con, run: str, files: list[tuple[Planned, str, int, str | None, float, dict]]) -> None:
-    """The sources rows of `files` ((file, status, rows, message, seconds, rank facts)), in
-    one statement: a statement per file was 2 ms of each file of a run. A message names
-    the file (and any other of the profile dir) by its path in the profile dir, as `path`
-    and `rlwh check` name it."""
-    stacked = _stacked_ops(con, [p for p, status, *_ in files
-                                 if p.source.kind in RECORD_STACKS and status in ("ok", "partial")])
+def upsert_sources(con, run: str, entries: list[SourceEntry]) -> None:
+    """The sources rows of `entries`, in one statement: a statement per file was 2-4 ms of
+    each file of a run. A message names the file (and any other of the profile dir) by its
+    path in the profile dir, as `path` and `rlwh check` name it."""
+    stacked = _stacked_ops(con, [e.file for e in entries
+                                 if e.file.source.kind in RECORD_STACKS and e.status in ("ok", "partial")])
     values: dict[str, list] = {column: [] for column in SOURCE_COLUMNS}
-    for p, status, rows, message, seconds, rank in files:
+    for p, status, rows, message, seconds, rank in entries:
         s = p.source
         if p.source_id in stacked:
             message = with_notes(message, _no_stacks_note(p, *stacked[p.source_id]))
@@ -91,12 +96,10 @@ def upsert_sources(con, run: str, files: list[tuple[Planned, str, int, str | Non
                "status": status, "rows": rows, "message": message, "seconds": seconds, "ingested_at": utc()}
         for column, value in row.items():
             values[column].append(value)
-    reloaded = [p.source_id for p, *_ in files if p.loaded_before]
+    reloaded = [e.file.source_id for e in entries if e.file.loaded_before]
     if reloaded:
         con.execute("delete from sources where list_contains(?, source_id)", [reloaded])
-    columns = ", ".join(SOURCE_COLUMNS)
-    lists = ", ".join(f"unnest(?::{t}[])" for t in SOURCE_COLUMNS.values())
-    con.execute(f"insert into sources ({columns}) select {lists}", list(values.values()))
+    con.execute(f"insert into sources by name select {rows_as_lists_sql(SOURCE_COLUMNS)}", list(values.values()))
 
 
 def _stacked_ops(con, files: list[Planned]) -> dict[int, tuple[int, int]]:
@@ -183,7 +186,8 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
     it costs ~4 ms, which thousands of GMM dumps would pay each)."""
     con.execute("begin transaction")
     try:
-        result = _land(con, run, p, parsed, with_step)
+        result, entry = _land(con, run, p, parsed, with_step)
+        upsert_sources(con, run, [entry])
         con.execute("commit")
         return result
     except (duckdb.Error, RlwhError) as exc:
@@ -194,7 +198,7 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: frozens
         message = str(exc) if isinstance(exc, RlwhError) else f"{p.source.rel_path}: loading failed: {exc}"
         con.execute("begin transaction")
         delete_rows_of(con, p)
-        upsert_source(con, run, p, "failed", 0, message, parsed["seconds"], {})
+        upsert_sources(con, run, [SourceEntry(p, "failed", 0, message, parsed["seconds"], {})])
         con.execute("commit")
         return FileResult(p.source.kind, p.source.rel_path, "failed", 0, message, parsed["seconds"], p.size)
 
@@ -209,9 +213,10 @@ def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
         return [load_file(con, run, *files[0], with_step)]
     con.execute("begin transaction")
     try:
-        results = [_land(con, run, p, parsed, with_step) for p, parsed in files]
+        landed = [_land(con, run, p, parsed, with_step) for p, parsed in files]
+        upsert_sources(con, run, [entry for _, entry in landed])
         con.execute("commit")
-        return results
+        return [result for result, _ in landed]
     except (duckdb.Error, RlwhError) as exc:
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")
@@ -220,8 +225,10 @@ def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
         return [load_file(con, run, p, parsed, with_step) for p, parsed in files]
 
 
-def _land(con, run: str, p: Planned, parsed: ParseResult, with_step: frozenset[str] | None) -> FileResult:
-    """The statements that land one parsed file, inside the caller's transaction; raises
+def _land(con, run: str, p: Planned, parsed: ParseResult,
+          with_step: frozenset[str] | None) -> tuple[FileResult, SourceEntry]:
+    """The statements that land one parsed file, inside the caller's transaction, and what
+    its sources row says (the caller writes the rows of its files at once); raises
     duckdb.Error or RlwhError when it cannot land."""
     assert p.source_id is not None  # a target assigns it before loading
     s = p.source
@@ -266,8 +273,8 @@ def _land(con, run: str, p: Planned, parsed: ParseResult, with_step: frozenset[s
             message = with_notes(nothing_loaded_note(p, facts, rows), message)
     if status in ("ok", "partial") and (changed := changed_since_planned(p)):
         status, message = "partial", with_notes(changed, message)
-    upsert_source(con, run, p, status, rows, message, parsed["seconds"], rank)
-    return FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size)
+    return (FileResult(s.kind, s.rel_path, status, rows, message, parsed["seconds"], p.size),
+            SourceEntry(p, status, rows, message, parsed["seconds"], rank))
 
 
 def set_capture_starts(con, run: str, captures: set) -> None:
