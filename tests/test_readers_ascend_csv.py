@@ -67,7 +67,6 @@ SIZES = ["0.5", "-0.5", "1.5", "-1.5", "2.5", "0.00048828125", "-0.00048828125",
          "0.00048828124999999994", "1e3", "1E-05", ".5", "5.", "+1.5", '" 2.5\t"', "0", "-0"]
 
 
-
 def duration_text(t: str) -> str:
     """`t` as a duration, where it fits DECIMAL(18,3) (durations up to 31 years: the job reads
     them in 64 bits); a longer one is test_a_duration_over_31_years_reads_row_by_row's."""
