@@ -91,6 +91,7 @@ class _Group(click.Group):
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)) or interrupts.seen():
                 click.echo("Aborted! (interrupted: nothing half-written is kept; run the command again)", err=True)
+                interrupts.forget_unhandled()
                 raise click.exceptions.Exit(exitcodes.INTERRUPTED) from None
             raise
 

@@ -58,6 +58,15 @@ def seen() -> bool:
     return _seen
 
 
+def forget_unhandled() -> None:
+    """Call once an interrupt is reported: without it `python -m rlwh` can still end killed by
+    SIGINT (status -2 to its parent, not 130). CPython marks a KeyboardInterrupt that ends code
+    run from a string (`eval`, as namedtuple does while a module imports) as unhandled even
+    when it is caught, and for `-m` ends the process by SIGINT at exit; the next string eval
+    clears that mark (CPython 3.10-3.13 alike)."""
+    exec("None", {})
+
+
 def reraise_if_seen() -> None:
     """Raise KeyboardInterrupt when SIGINT came since `arm()`: an error that followed it is
     the interrupt, not a fact about the file being read."""

@@ -1,0 +1,37 @@
+"""Ctrl-C ends `python -m rlwh` with status 130 wherever the KeyboardInterrupt is raised,
+also inside code run from a string: namedtuple builds its class with `eval`, so a Ctrl-C
+while a module imports can land there (CI saw `-2` once in 300 interrupts), and CPython
+then ends a `-m` process by SIGINT even though the CLI caught and reported it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A command of the real CLI group whose Ctrl-C lands inside a string eval, as namedtuple's does.
+_COMMAND = '''
+import os, signal
+from rlwh import interrupts
+from rlwh.cli import cli
+
+@cli.command()
+def interrupted_in_eval():
+    eval("os.kill(os.getpid(), signal.SIGINT) or sum(range(10**7))")
+
+interrupts.defer()
+cli()
+'''
+
+
+def test_ctrl_c_inside_a_string_eval_still_exits_130(tmp_path):
+    (tmp_path / "interrupted_cli.py").write_text(_COMMAND)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    done = subprocess.run([sys.executable, "-m", "interrupted_cli", "interrupted-in-eval"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("Aborted!") and "Traceback" not in done.stderr, done.stderr
