@@ -5,7 +5,7 @@ A grown warehouse is generated: one real ingest of the small run, then its rows 
 under new run names (every table with a run column, source ids shifted) until the file
 holds the size asked for, so building 5 GB takes a minute, not hours of ingests.
 
-Dataset mode grows by files, not bytes (a generation lists, and links, every file it
+Dataset mode grows by files, not bytes (a generation lists every file it
 holds), so its grown dataset is made by real ingests: 8 runs of 256 small ranks (2 roles
 x 128, ~0.2 MB each), the issue's "256 ranks of 8 runs". The same small run then goes into
 an empty dataset and into the grown one, paired, and into an empty normal warehouse (the

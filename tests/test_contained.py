@@ -8,7 +8,7 @@ import os
 import pytest
 
 from rlwh.errors import RlwhError
-from rlwh.parquet.dataset import _inside
+from rlwh.parquet.dataset import _inside, file_path
 from rlwh.safe_files import check_contained
 
 
@@ -43,3 +43,14 @@ def test_a_manifest_path_that_climbs_out_is_refused(tmp_path, rel):
 
 def test_a_manifest_path_inside_is_joined(tmp_path):
     assert _inside(tmp_path, "cpu_ops/run=a%2Fb/g.parquet") == tmp_path / "cpu_ops" / "run=a%2Fb" / "g.parquet"
+
+
+@pytest.mark.parametrize("rel", ["cpu_ops/run=a/g.parquet", "current/cpu_ops/g.parquet", "gen-000001",
+                                 "gen-1/cpu_ops/g.parquet", "gen-000001/../../x", "/gen-000001/x"])
+def test_a_manifest_path_outside_a_generation_is_refused(tmp_path, rel):
+    with pytest.raises(RlwhError, match="dataset refused"):
+        file_path(tmp_path, rel)
+
+
+def test_a_manifest_path_in_a_generation_is_joined(tmp_path):
+    assert file_path(tmp_path, "gen-000007/cpu_ops/g.parquet") == str(tmp_path / "gen-000007" / "cpu_ops" / "g.parquet")

@@ -9,7 +9,6 @@ answer every table and view exactly as the warehouse does.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -182,7 +181,7 @@ def test_thin_file_answers_every_table_and_view_like_the_warehouse(warehouse, pu
         assert thin.execute("select typeof(run), typeof(role), typeof(rank_id) from cpu_ops limit 1").fetchone() \
             == ("VARCHAR", "VARCHAR", "INTEGER")
         # Stacks repeat across groups' files, once in the view.
-        files = [str(published["gen"] / e["path"]) for e in dataset.manifest(published["gen"])["files"]
+        files = [str(published["root"] / e["path"]) for e in dataset.manifest(published["gen"])["files"]
                  if e["table"] == "call_stacks"]
         stored = duckdb.sql(f"select count(*), count(distinct stack_id) from read_parquet({files})").fetchall()[0]
         assert stored[0] > stored[1] == con.execute("select count(*) from call_stacks").fetchone()[0]
@@ -197,14 +196,18 @@ def test_manifest_lists_every_file_and_group(published):
     gen, groups = published["gen"], published["groups"]
     m = dataset.manifest(gen)
     assert m["generation"] == 1 and m["rlwh_version"] and m["created_at"] and set(m["groups"]) == set(groups)
-    on_disk = sorted(str(p.relative_to(gen)) for p in gen.rglob("*.parquet") if p.name != dataset.EMPTY)
+    assert m["format"] == 2  # paths relative to the root
+    root = published["root"]
+    on_disk = sorted(str(p.relative_to(root)) for p in gen.rglob("*.parquet"))
     assert sorted(e["path"] for e in m["files"]) == on_disk
     for entry in m["files"]:
-        rows = duckdb.sql(f"select count(*) from read_parquet('{gen / entry['path']}')").fetchall()[0][0]
-        assert rows == entry["rows"] > 0 and entry["path"].startswith(entry["table"] + "/")
+        rows = duckdb.sql(f"select count(*) from read_parquet('{root / entry['path']}')").fetchall()[0][0]
+        assert rows == entry["rows"] > 0 and entry["path"].startswith(f"{gen.name}/{entry['table']}/")
         assert re.fullmatch(re.escape(entry["group"]) + r"\.[0-9a-f]{12}_\d+\.parquet", Path(entry["path"]).name)
     assert m["tables"]["memory_records"]["rows"] == sum(e["rows"] for e in m["files"] if e["table"] == "memory_records")
-    assert m["tables"]["npu_module_memory"]["rows"] == 0 and (gen / "npu_module_memory" / dataset.EMPTY).is_file()
+    assert m["tables"]["npu_module_memory"]["rows"] == 0 and not (gen / "npu_module_memory").exists()
+    assert [c for c, _ in m["tables"]["npu_module_memory"]["columns"]] == \
+        [c for c, _ in dataset.dataset_tables()["npu_module_memory"]]  # a table with no file: its columns
     assert len(dataset.groups_of(published["root"], RUN)) == len(groups) - 1  # all but the unreferenced stacks
     assert dataset.groups_of(published["root"], "nope") == set()
     assert (published["root"] / "current").resolve() == gen.resolve()
@@ -344,7 +347,12 @@ def _halve_cpu_ops(folder: Path, dest: Path) -> Path:
 
 
 def _inodes(gen: Path) -> dict[str, tuple[str, int]]:
-    return {e["path"]: (e["group"], (gen / e["path"]).stat().st_ino) for e in dataset.manifest(gen)["files"]}
+    return {e["path"]: (e["group"], (gen.parent / e["path"]).stat().st_ino) for e in dataset.manifest(gen)["files"]}
+
+
+def _files_on_disk(root: Path) -> set[str]:
+    """Every file under the root's generations but their manifests, relative to the root."""
+    return {str(p.relative_to(root)) for p in root.glob("gen-*/**/*") if p.is_file() and p.name != dataset.MANIFEST}
 
 
 def test_replacing_one_group_rewrites_only_its_files(warehouse, published, tmp_path):
@@ -362,9 +370,10 @@ def test_replacing_one_group_rewrites_only_its_files(warehouse, published, tmp_p
     assert {g for g, _ in after.values()} == {g for g, _ in before.values()} - {gone}
     for path, (group, inode) in after.items():
         if group == changed:
-            assert path not in before  # written afresh, under a new token
+            assert path not in before and path.startswith(gen.name + "/")  # written afresh, under a new token
         else:
-            assert before[path] == (group, inode), path  # a hard link: the same file
+            assert before[path] == (group, inode), path  # listed where it was: the same file
+    assert {(root / p).stat().st_nlink for p in _files_on_disk(root)} == {1}  # nothing linked or copied
     assert changed in dataset.groups_of(root, RUN) and gone not in dataset.groups_of(root, RUN)
     thin = tmp_path / "thin.duckdb"
     dataset.build_thin_db(root, thin)
@@ -390,19 +399,56 @@ def test_replacing_one_group_rewrites_only_its_files(warehouse, published, tmp_p
                 assert con.execute(f"select count(*) from ({a} except all {b})").fetchone()[0] == 0, view
     finally:
         con.close()
-    # Older generations go beyond keep; current never does.
+    # Older generations go beyond keep, current never does; a retired folder stays only while
+    # it holds files a kept manifest lists, and only those.
     for _ in range(3):
         last = dataset.publish(root, {}, keep=2)
-    assert sorted(p.name for p in root.glob("gen-*")) == ["gen-000004", "gen-000005"]
-    assert dataset.current_generation(root) == last and _inodes(last) == after  # links all along
+    complete = sorted(p.parent.name for p in root.glob(f"gen-*/{dataset.MANIFEST}"))
+    assert complete == ["gen-000004", "gen-000005"]
+    assert sorted(p.name for p in root.glob("gen-*")) == ["gen-000001", "gen-000002", "gen-000004", "gen-000005"]
+    assert dataset.current_generation(root) == last and _inodes(last) == after  # the same files all along
+    assert _files_on_disk(root) == set(after)
     dataset.publish(root, {}, keep=1)
-    assert [p.name for p in root.glob("gen-*")] == ["gen-000006"]
+    assert sorted(p.name for p in root.glob("gen-*")) == ["gen-000001", "gen-000002", "gen-000006"]
+    assert _files_on_disk(root) == set(after)
+    dataset.publish(root, {}, drop=set(groups) - {gone}, keep=1)  # every group gone: so are the files
+    assert sorted(p.name for p in root.glob("gen-*")) == ["gen-000007"] and _files_on_disk(root) == set()
+
+
+def test_a_dataset_of_format_1_is_carried_on_and_its_links_retired(published, tmp_path):
+    """A generation written before format 2 lists paths inside itself and holds a file of
+    every table (an empty one for a table with no rows): the next publish lists its files
+    where they are, and retiring it deletes exactly the files no kept manifest lists."""
+    root = tmp_path / "ds"
+    shutil.copytree(published["root"], root, symlinks=True)
+    before = _cpu_ops_rows(root)
+    old = root / "gen-000001"
+    m = json.loads((old / dataset.MANIFEST).read_text())
+    m["format"] = 1
+    m["files"] = [{**e, "path": e["path"].removeprefix("gen-000001/")} for e in m["files"]]
+    (old / dataset.MANIFEST).write_text(json.dumps(m))
+    (old / "npu_module_memory").mkdir()
+    duckdb.sql(f"copy (select 1 as x where false) to '{old / 'npu_module_memory' / 'empty.parquet'}' (format parquet)")
+    groups = published["groups"]
+    changed = _group_of(groups, "actor_update", 1)
+    gen = dataset.publish(root, {changed: _halve_cpu_ops(groups[changed], tmp_path / "new")}, keep=1)
+    listed = {e["path"] for e in dataset.manifest(gen)["files"]}
+    assert all(p.startswith(("gen-000001/", "gen-000002/")) for p in listed)
+    assert _files_on_disk(root) == listed and not (old / dataset.MANIFEST).exists()
+    assert 0 < _cpu_ops_rows(root) < before
+    thin = tmp_path / "thin.duckdb"
+    dataset.build_thin_db(root, thin)
+    con = duckdb.connect(str(thin), read_only=True)
+    try:
+        assert con.execute("select count(*) from cpu_ops").fetchone()[0] == _cpu_ops_rows(root)
+    finally:
+        con.close()
 
 
 def _cpu_ops_rows(root: Path) -> int:
-    """What a careful direct reader sees: resolve current once, glob that generation."""
-    gen = os.path.realpath(root / "current")
-    files = glob.glob(os.path.join(gen, "cpu_ops", "**", "*.parquet"), recursive=True)
+    """What a direct reader sees by the README's recipe: the current manifest's files, read once."""
+    listed = json.loads((root / "current" / dataset.MANIFEST).read_text())["files"]
+    files = [str(root / e["path"]) for e in listed if e["table"] == "cpu_ops"]
     return duckdb.sql(f"select coalesce(sum(num_rows), 0) from parquet_file_metadata({files})").fetchall()[0][0]
 
 
@@ -477,6 +523,33 @@ def test_a_publish_killed_before_the_swap_is_invisible_and_cleaned(published, tm
     assert sorted(p.name for p in root.iterdir()) == sorted([dataset.MARKER, dataset.LOCK, "current", "gen-000001",
                                                             "gen-000003"])
     assert _cpu_ops_rows(root) < before
+
+
+def test_a_publish_killed_while_it_retires_a_generation_is_finished_by_the_next(published, tmp_path):
+    """Killed after deleting some of a retired generation's files, before its manifest: the
+    new generation is published whole, and the next publish deletes the rest."""
+    root = tmp_path / "ds"
+    shutil.copytree(published["root"], root, symlinks=True)
+    groups = published["groups"]
+    gid = _group_of(groups, "actor_update", 0)
+    half = _halve_cpu_ops(groups[gid], tmp_path / "half")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
+    env.update(PYTHONPATH=str(REPO), RLWH_TEST_PAUSE_AT="dataset-prune")
+    code = ("import sys; from pathlib import Path; from rlwh.parquet.dataset import publish; "
+            "publish(Path(sys.argv[1]), {sys.argv[2]: Path(sys.argv[3])}, keep=1)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root), gid, str(half)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_stopped(proc, "dataset-prune")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    gen = dataset.current_generation(root)
+    assert gen.name == "gen-000002" and (root / "gen-000001" / dataset.MANIFEST).exists()
+    listed = {e["path"] for e in dataset.manifest(gen)["files"]}
+    assert listed <= _files_on_disk(root)  # the published generation is whole
+    dataset.publish(root, {}, keep=1)
+    assert _files_on_disk(root) == listed and not (root / "gen-000001" / dataset.MANIFEST).exists()
 
 
 # --- safety ------------------------------------------------------------------------------
@@ -567,9 +640,11 @@ def test_a_generation_has_the_layout_of_an_export(warehouse, published, tmp_path
     exported = json.loads((out / "_rlwh_export.json").read_text())
     m = dataset.manifest(gen)
     for table in exported["rows"]:
+        if m["tables"][table]["rows"] == 0:  # the export writes an empty file, a generation lists none
+            assert not (gen / table).exists() and (out / table / "empty.parquet").exists(), table
+            continue
         assert folders(out / table) == folders(gen / table), table
         assert exported["partition_by"][table] == m["tables"][table]["partition_by"], table
-        assert (out / table / "empty.parquet").exists() == (gen / table / "empty.parquet").exists(), table
         depth = {len(p.relative_to(out / table).parts) for p in (out / table).rglob("*.parquet")}
         assert depth == {len(p.relative_to(gen / table).parts) for p in (gen / table).rglob("*.parquet")}, table
     assert f"run={RUN}/role=__HIVE_DEFAULT_PARTITION__/rank_id=__HIVE_DEFAULT_PARTITION__" in folders(out / "sources")

@@ -7,7 +7,7 @@ over it. No warehouse is copied: the scratch database holds only what changed.
 
 A capture is the unit: a changed file rebuilds its whole capture (its derived tables
 need all of its rows, and the dataset holds no warehouse to derive against); unchanged
-captures are carried over by hard link.
+captures are carried over by their manifest entries (no file is touched).
 """
 
 from __future__ import annotations
