@@ -37,7 +37,8 @@ may hold the same key in several groups (each rank's group carries the stacks it
 the thin file's views keep one row per primary key, so rows sharing a key must be equal
 (a stack id is never reused; give a run's `runs` row to one group of the run).
 
-Publication. A generation is written under its final name and is complete when its
+Publication. A generation is written under its final name, made durable at once (one
+syncfs of its file system, not an fsync per file) and is complete when its
 `_manifest.json` is there; then `current` is replaced atomically (a new symlink under a
 temp name, renamed over it). A publish killed at any point leaves `current` on the old
 generation, and the next publish deletes the half one. Generations beyond the newest
@@ -102,7 +103,7 @@ import duckdb
 from rlwh import __version__
 from rlwh.errors import RlwhError
 from rlwh.parquet.export import partition_keys
-from rlwh.safe_files import check_contained, fsync_path, pause_for_test
+from rlwh.safe_files import check_contained, fsync_path, pause_for_test, sync_file_system
 from rlwh.sqltext import one_value, sql_ident, sql_literal, sql_table
 from rlwh.warehouse.schema import PRIVATE_SCHEMA, THIN_MARKER, is_thin, thin_generation
 from rlwh.warehouse.storage import connect_writable
@@ -320,14 +321,16 @@ def _locked(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _write_json(path: Path, data: dict, indent: int | None = 1) -> None:
-    """Write path atomically (a temp file, fsynced, renamed). indent=None for a long list:
-    json's indented output is pure Python (0.26 s for a manifest of 20,000 files)."""
+def _write_json(path: Path, data: dict, indent: int | None = 1, durable: bool = True) -> None:
+    """Write path atomically (a temp file, fsynced unless not `durable`, renamed). indent=None
+    for a long list: json's indented output is pure Python (0.26 s for a manifest of 20,000
+    files). A stage's own files need no fsync: publish makes its generation durable at once."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(data, indent=indent, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 
@@ -490,7 +493,6 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
                     if rows == 0:
                         src.unlink()
                         continue
-                    fsync_path(src)
                     entries.append({"path": str(src.relative_to(stage)), "table": table, "group": gid, "rows": rows})
     if len(runs) > 1:
         raise RlwhError(f"group {gid} holds rows of {len(runs)} runs ({', '.join(sorted(runs)[:3])}...): "
@@ -517,7 +519,7 @@ def stage_group(gid: str, folder: Path, stage: Path) -> Path:
         entries, run = _write_group(con, gid, files, tables, stage, f"{gid}.{uuid.uuid4().hex[:12]}_{{i}}")
     finally:
         con.close()
-    _write_json(stage / STAGED, {"group": gid, "run": run, "files": entries})
+    _write_json(stage / STAGED, {"group": gid, "run": run, "files": entries}, durable=False)
     return stage
 
 
@@ -584,7 +586,6 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.rename(written, dest)
-            fsync_path(dest)
             entries[gid].append({"path": str(dest.relative_to(stage / gid)), "table": table, "group": gid,
                                  "rows": count})
     shutil.rmtree(raw)
@@ -595,7 +596,8 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
     for gid in gids:
         (stage / gid).mkdir(exist_ok=True)
         check_contained(stage / gid, "dataset")
-        _write_json(stage / gid / STAGED, {"group": gid, "run": run_of.get(gid), "files": entries[gid]})
+        _write_json(stage / gid / STAGED, {"group": gid, "run": run_of.get(gid), "files": entries[gid]},
+                    durable=False)
         staged[gid] = stage / gid
     return staged
 
@@ -667,6 +669,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
                 rows[entry["table"]] += entry["rows"]
             shutil.rmtree(gen / ".stage", ignore_errors=True)
             check_contained(gen, "dataset")
+            sync_file_system(gen)  # its files and folders durable before a manifest names them
             pause_for_test("dataset-manifest")
             _write_json(gen / MANIFEST, {
                 "format": FORMAT,
