@@ -526,8 +526,9 @@ def test_a_publish_killed_before_the_swap_is_invisible_and_cleaned(published, tm
 
 
 def test_a_publish_killed_while_it_retires_a_generation_is_finished_by_the_next(published, tmp_path):
-    """Killed after deleting some of a retired generation's files, before its manifest: the
-    new generation is published whole, and the next publish deletes the rest."""
+    """Killed after deleting a retired generation's dead files, before its manifest: the new
+    generation is published whole, and the next publish retires the old one again (nothing
+    left to delete but its manifest)."""
     root = tmp_path / "ds"
     shutil.copytree(published["root"], root, symlinks=True)
     groups = published["groups"]
