@@ -213,6 +213,8 @@ def _expected_ns(text: str) -> int:
     [(str(2**53 + 1), "1"), (f"{2**53 + 3}.999", "2.5"), ("9007199254740993.001", "0.999")],
     # more than 3 decimals, negative times, and an exponent (the event-by-event path)
     [("5138299378382.7119", "3.2251"), ("-0.5", "0.0004"), ("1.5e3", "2E-1")],
+    # exponents and negative times of at most 3 decimals (the bulk path reads them)
+    [("1.5e3", "2E-1"), ("12345e-3", "1E+2"), ("-0.5", "0.25"), ("-12.345", "0.0"), ("-7.0", "1.000")],
 ])
 def test_times_are_exact_ns_on_every_path(tmp_path, monkeypatch, times):
     trace = tmp_path / "prof_rank-0.pt.trace.json"

@@ -3,11 +3,11 @@
 Why: building rows one event at a time in Python cost more than decoding the events.
 Here a run of FastEvents (rlwh.readers.kineto_events) becomes columns with one list
 comprehension per field and Arrow compute for the rest: the route of each event from its
-category, the times as exact integer ns straight from their text (sign, integral digits,
-the first three decimals: what int(Decimal(text) * 1000) gives, with no float or Decimal
-in between), ids and counts as int64. A run that holds anything else (Events of the
-general shape, None for a malformed event, a time written with an exponent, a value
-beyond BIGINT) is built by the event-by-event path below, the reader's earlier rules.
+category, the times as exact integer ns straight from their text (Arrow's decimal parse:
+what int(Decimal(text) * 1000) gives, with no float in between), ids and counts as int64.
+A run that holds anything else (Events of the general shape, None for a malformed event,
+a time with more than three decimals, a value beyond BIGINT) is built by the
+event-by-event path below, the reader's earlier rules.
 
 Rows are local to their run: an op's seq counts from 1 and a memory event's idx from 0
 within the run, names are text; the reader (rlwh.readers.torch_trace) offsets and interns
@@ -71,8 +71,6 @@ _CODE = {route: i for i, route in enumerate(_CODES)}
 _NONE = len(_CODES)  # no route (or no category)
 # What a malformed event raises in the event-by-event path: it counts as malformed.
 _MALFORMED = (TypeError, ValueError, ArithmeticError, AttributeError, KeyError)
-# A time as Kineto writes it: sign, integral digits, decimals (only the first 3 count).
-_TIME_TEXT = r"^(?P<sign>-?)(?P<whole>[0-9]+)(?:\.(?P<frac>[0-9]*))?$"
 
 
 class _Slow(Exception):
@@ -159,24 +157,18 @@ def _ints(values: list) -> pa.Array:
     return pa.array([kineto_int(v) for v in values], _I)  # OverflowError: a value beyond BIGINT
 
 
-def _ns(values: list) -> tuple[pa.Array, bool]:
-    """Kineto µs (ints, or texts of decimal numbers) as exact integer ns; and whether every
-    one had at most 3 decimals (so that sums of ns are exact too)."""
+def _ns(values: list) -> pa.Array:
+    """Kineto µs (ints, or texts of decimal numbers) as exact integer ns. A text with more
+    than 3 decimals (its ns would not be whole, and sums of ns not exact) raises
+    ArrowInvalid, as does one beyond BIGINT ns: the run is built event by event."""
     arr = pa.array(values)
     if arr.type == _I or arr.type == pa.null():
-        return pc.multiply_checked(arr.cast(_I), 1000), True
+        return pc.multiply_checked(arr.cast(_I), 1000)
     if arr.type != _S:
         raise _Slow()
-    parts = pc.extract_regex(arr, _TIME_TEXT)
-    if parts.null_count != arr.null_count:
-        raise _Slow()  # an exponent, or a text that is no number
-    sign, whole, frac = parts.flatten()  # a null time: null in each
-    frac = pc.coalesce(frac, "")
-    short = pc.max(pc.utf8_length(frac)).as_py()
-    digits = pc.cast(pc.utf8_rpad(pc.utf8_slice_codeunits(frac, 0, 3), 3, "0"), _I)
-    us = pc.add_checked(pc.multiply_checked(pc.cast(whole, _I), 1000), digits)
-    ns = pc.if_else(pc.equal(sign, "-"), pc.negate_checked(us), us)
-    return ns, short is None or short <= 3
+    # Arrow parses the text as a decimal, exactly; 33 digits leave room for the product.
+    us = pc.cast(arr, pa.decimal128(33, 3))
+    return pc.cast(pc.multiply(us, pa.scalar(1000, pa.decimal128(4, 0))), _I)
 
 
 def _take(values: list, idx: pa.Array) -> list:
@@ -192,10 +184,8 @@ def _bulk(events: list[FastEvent]) -> Rows:
     ph = _texts([e.ph for e in events])
     cat = _texts([e.cat for e in events])
     name = _texts([e.name for e in events])
-    ts, exact_ts = _ns([e.ts for e in events])
-    dur, exact_dur = _ns([e.dur for e in events])
-    if not (exact_ts and exact_dur):
-        raise _Slow()  # the 'recorded' end is ts + dur before truncating: event by event
+    ts = _ns([e.ts for e in events])
+    dur = _ns([e.dur for e in events])
     timed = pc.is_valid(ts)
     # Categories to routes: each distinct category looked up once.
     enc = pc.dictionary_encode(cat).combine_chunks() if isinstance(cat, pa.ChunkedArray) else pc.dictionary_encode(cat)
