@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from rlwh.arrow_start import skip_pandas_probe
 from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest.discover import RoleRules, discover, nothing_found, profile_root, repeated_capture_lines
@@ -124,6 +125,7 @@ def ingest(
                 summary.results = [plan.unchanged_result(p) for p in files if not p.source.ignored]
             else:
                 start_decoding(plan, config)
+                skip_pandas_probe()
                 _target(config).write(summary, plan, config, progress)
         summary.warnings += repeated_capture_lines(_repeated_captures(config, run))
     summary.results.sort(key=lambda r: r.rel_path)

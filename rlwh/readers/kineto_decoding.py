@@ -18,11 +18,11 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from rlwh.arrow_start import skip_pandas_probe
 from rlwh.child_process import end_with_parent, sigint_blocked
 from rlwh.clean_main import main_left_out
 from rlwh.readers import kineto_events
@@ -63,11 +63,7 @@ def prestart(workers: int, path: Path) -> None:
 
 def _ready() -> None:
     """A worker's first task: what decoding imports, loaded before the first piece comes."""
-    import pyarrow as pa
-
     import rlwh.readers.kineto_rows  # noqa: F401
-
-    pa.array([0])  # pyarrow's first array looks for pandas: done here, once
 
 
 def _here(body: kineto_events.Body) -> Callable[[], tuple]:
@@ -86,21 +82,11 @@ def _here(body: kineto_events.Body) -> Callable[[], tuple]:
     return lambda: result
 
 
-class _NoPandas:
-    """An import finder that says pandas is not installed: pyarrow's first array imports
-    pandas where it is (0.3-0.7 s a process), and a decoding process never uses it."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ImportError(f"{name}: not imported in a Kineto decoding process")
-        return None
-
-
 def _start_worker(parent_pid: int) -> None:
-    """Pool initializer: end with the parent (rlwh.child_process), and no pandas."""
+    """Pool initializer: end with the parent (rlwh.child_process); pyarrow's first array
+    made without pandas (rlwh.arrow_start)."""
     end_with_parent(parent_pid, "rlwh-decode-watch")
-    sys.meta_path.insert(0, _NoPandas())
+    skip_pandas_probe()
 
 
 def _get_pool(workers: int) -> ProcessPoolExecutor:
