@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -40,21 +39,6 @@ def test_spans_are_the_array_cut_between_events(tmp_path, monkeypatch):
         assert data[span.end - 1:span.end] == b"}" and data[after.start:after.start + 1] == b"{"
         assert re.fullmatch(rb"\s*,\s*", data[span.end:after.start])
     assert re.fullmatch(rb"\s*,\s*", data[cut[-1].end:len(data) - len(rest.data)])
-
-
-# Run in a decoding process: builds arrays from lists, says whether pandas got imported.
-BUILDS_ARRAYS = "[__import__('pyarrow').array(v) for v in (['x'], [1])] and 'pandas' in __import__('sys').modules"
-
-
-def test_no_pandas_in_a_decoding_process():
-    """pyarrow's first array would import pandas where it is installed; a decoding process's does not."""
-    if importlib.util.find_spec("pandas") is None:
-        pytest.fail("pandas is a test dependency: the test needs it installed")
-    pool = kineto_decoding._get_pool(2)
-    try:
-        assert pool.submit(eval, BUILDS_ARRAYS).result() is False
-    finally:
-        kineto_decoding.forget_pool()
 
 
 def _rows(db: Path, run: str) -> dict[str, list]:

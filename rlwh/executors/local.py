@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import multiprocessing
 
+from rlwh.arrow_start import skip_pandas_probe
 from rlwh.child_process import end_with_parent
 from rlwh.safe_files import pause_for_test
 
 
 def die_with_parent(parent_pid: int) -> None:
     """Pool initializer: end this worker when process `parent_pid` ends (rlwh.child_process);
-    leave Ctrl-C to it."""
+    leave Ctrl-C to it; pyarrow's first array made without pandas (rlwh.arrow_start)."""
     end_with_parent(parent_pid)
+    skip_pandas_probe()
     pause_for_test("worker_started")
 
 
