@@ -4,7 +4,7 @@ Why: the reader once walked every event in Python, keeping each thread's open
 python_function frames and open ops on two stacks. The same answers come from a few
 column-wide passes over the events in their sweep order (per thread, by start; at one
 instant frames before ops before [memory] events, longer first), which DuckDB sorts and
-Arrow compute works on, a batch of events at a time:
+Arrow compute (numpy for the pointer jumping) works on, a batch of events at a time:
 
 - The row a row finds open is the nearest earlier candidate of its thread that ends at
   or after the row's own end (a frame for a frame, an op for an op) or start (a frame
@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -226,23 +227,27 @@ def nearest_open(starts: pa.Array, reach: pa.Array, is_candidate: pa.Array, clos
     reaches is replaced by its parent (every candidate between them was closed when it
     opened).
     """
-    guess = _last_candidate_before(starts, is_candidate)
-    active = pc.greater_equal(guess, 0)
-    rows = pc.indices_nonzero(active)
-    g = guess.take(rows)
+    # In numpy: a pass writes the new guesses of the rows still moving in place, where
+    # Arrow would copy the whole run's guesses each pass (37 passes for 240,000 rows).
+    guess = _last_candidate_before(starts, is_candidate).to_numpy().copy()
+    far = reach.to_numpy()
+    rows = np.flatnonzero(guess >= 0)
+    g = guess[rows]
+    if closed is not None and parent is not None:
+        closed_at = pc.fill_null(closed, np.iinfo(np.int64).max).to_numpy()
+        under = parent.to_numpy()
     while len(rows):
-        reaches = pc.greater_equal(reach.take(g), reach.take(rows))
+        reaches = far[g] >= far[rows]
         if closed is None or parent is None:
-            found, jump = reaches, guess.take(g)
+            found, jump = reaches, guess[g]
         else:
-            found = pc.and_(reaches, pc.fill_null(pc.greater_equal(closed.take(g), rows.cast(_I)), True))
-            jump = pc.if_else(reaches, parent.take(g), guess.take(g))
-        new_guess = pc.if_else(found, g, jump)
-        still = pc.and_(pc.invert(found), pc.greater_equal(jump, 0))
-        guess = pc.replace_with_mask(guess, active, new_guess)
-        active = pc.replace_with_mask(active, active, still)
-        rows, g = rows.filter(still), new_guess.filter(still)
-    return guess
+            found = reaches & (closed_at[g] >= rows)
+            jump = np.where(reaches, under[g], guess[g])
+        new_guess = np.where(found, g, jump)
+        still = ~found & (jump >= 0)
+        guess[rows] = new_guess
+        rows, g = rows[still], new_guess[still]
+    return pa.array(guess)
 
 
 def _last_candidate_before(starts: pa.Array, is_candidate: pa.Array) -> pa.Array:
