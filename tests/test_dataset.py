@@ -415,6 +415,29 @@ def test_replacing_one_group_rewrites_only_its_files(warehouse, published, tmp_p
     assert sorted(p.name for p in root.glob("gen-*")) == ["gen-000007"] and _files_on_disk(root) == set()
 
 
+def test_the_manifest_knows_the_next_source_id_only_where_it_is_told(published, tmp_path):
+    """Groups given without next_source_id hold ids publish cannot see: unknown (readers
+    count); told, the larger of it and the previous one's; a publish that only drops keeps it."""
+    root = tmp_path / "ds"
+    shutil.copytree(published["root"], root, symlinks=True)
+    groups = published["groups"]
+    one, two, three = (_group_of(groups, "actor_update", 1), _group_of(groups, "rollout", 0),
+                       _group_of(groups, "actor_update", 0))
+
+    def next_id() -> int | None:
+        return dataset.manifest(dataset.current_generation(root))["next_source_id"]
+
+    assert next_id() is None  # the fixture's groups came without one
+    dataset.publish(root, {one: _halve_cpu_ops(groups[one], tmp_path / "a")}, next_source_id=50)
+    assert next_id() == 50
+    dataset.publish(root, {three: _halve_cpu_ops(groups[three], tmp_path / "b")}, next_source_id=7)
+    assert next_id() == 50
+    dataset.publish(root, {}, drop={two})
+    assert next_id() == 50
+    dataset.publish(root, {one: _halve_cpu_ops(groups[one], tmp_path / "c")})
+    assert next_id() is None
+
+
 def test_a_dataset_of_format_1_is_carried_on_and_its_links_retired(published, tmp_path):
     """A generation written before format 2 lists paths inside itself and holds a file of
     every table (an empty one for a table with no rows): the next publish lists its files

@@ -21,6 +21,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.discover import SourceFile
 from rlwh.ingest.fingerprint import fingerprint
 from rlwh.sqltext import one_value
+from rlwh.warehouse.schema import thin_next_source_id
 
 # progress(files_done, files_total, bytes_done, bytes_total, current file or step)
 Progress = Callable[[int, int, int, int, str], None]
@@ -194,13 +195,22 @@ def read_plan(con: duckdb.DuckDBPyConnection | None, run: str, profile_dir: Path
     that still needs migrating is read the same way."""
     if con is None:
         return Plan(run, profile_dir, files, {})
-    next_id = one_value(con.execute("select coalesce(max(source_id), 0) + 1 from sources"))
+    next_id = _next_source_id(con)
     first = con.execute("select first_ingested_at, profile_dir from runs where run = ?", [run]).fetchall()
     known = known_sources(con, run)
     if first and first[0][1]:
         _refuse_another_folders_files(run, Path(first[0][1]), profile_dir, files, known)
     return Plan(run, profile_dir, files, known, next_id, first[0][0] if first else None, schema_behind,
                 Path(first[0][1]) if first and first[0][1] else None)
+
+
+def _next_source_id(con: duckdb.DuckDBPyConnection) -> int:
+    """The first id no source of the warehouse uses. A dataset's thin file has it from the
+    manifest: its sources are thousands of Parquet files, counted in 0.3 s."""
+    recorded = thin_next_source_id(con)
+    if recorded is not None:
+        return recorded
+    return one_value(con.execute("select coalesce(max(source_id), 0) + 1 from sources"))
 
 
 def _refuse_another_folders_files(run: str, recorded: Path, profile_dir: Path, files: list[Planned],

@@ -59,5 +59,7 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
         # Each lands whole or raises. A failed publish leaves the dataset as it was; a thin
         # file that failed after it leaves the old one, whose sources make the next ingest
         # rebuild these captures.
-        dataset.publish(config.dataset, staged)
-        dataset.build_thin_db(config.dataset, config.db_path, config.view_settings())
+        next_free = max([plan.next_source_id, *(i + 1 for i in changed.group_of)])
+        dataset.publish(config.dataset, staged, next_source_id=next_free)
+        # The runner found db_path a thin file or absent, under the writer lock it holds.
+        dataset.build_thin_db(config.dataset, config.db_path, config.view_settings(), checked=True)

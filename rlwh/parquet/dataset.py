@@ -6,7 +6,8 @@ Layout of a dataset ROOT:
     ROOT/_rlwh_dataset.json                        marker: this folder is an rlwh dataset
     ROOT/current -> gen-000007                     symlink to the newest complete generation
     ROOT/gen-000007/_manifest.json                 written last: every file of the generation
-                                                   (paths relative to ROOT), its table, group, rows
+                                                   (paths relative to ROOT), its table, group, rows;
+                                                   the first source id no group uses
     ROOT/gen-000007/<table>/run=<run>/role=<role>/rank_id=<rank>/<group>.<token>_0.parquet
     ROOT/gen-000007/runs/run=<run>/<group>.<token>_0.parquet    (the token of the staging that wrote it)
     ROOT/gen-000007/call_stacks/<group>.<token>_0.parquet       tables without run: not partitioned
@@ -295,21 +296,12 @@ def ingest_lock(root: Path, timeout: float) -> Iterator[None]:
         yield
 
 
-def thin_file_current(db_path: Path, root: Path) -> bool:
-    """Whether db_path is a thin file built over ROOT's current generation. A thin file is a
-    snapshot: after the dataset was deleted, or another thin file over it published and
-    the old generation was pruned, its views name files that are gone."""
+def stands_over_current(con, root: Path) -> bool:
+    """Whether the thin file open on `con` was built over ROOT's current generation. A thin
+    file is a snapshot: after the dataset was deleted, or another thin file over it
+    published and the old generation was pruned, its views name files that are gone."""
     gen = current_generation(root)
-    if gen is None or not Path(db_path).is_file():
-        return False
-    try:
-        con = duckdb.connect(str(db_path), read_only=True)
-    except duckdb.Error:
-        return False
-    try:
-        return thin_generation(con) == (str(Path(root).absolute()), gen.name)
-    finally:
-        con.close()
+    return gen is not None and thin_generation(con) == (str(Path(root).absolute()), gen.name)
 
 
 @contextlib.contextmanager
@@ -630,10 +622,12 @@ def _adopt(gid: str, stage: Path, gen: Path) -> tuple[list[dict], str | None]:
 
 
 def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str] = frozenset(),
-            keep: int = 3) -> Path:
+            keep: int = 3, next_source_id: int | None = None) -> Path:
     """Publish a new generation: the previous one's groups, with `groups` (id -> folder of
     `<table>.parquet`) written afresh (replacing a group of the same id) and `drop`'s
-    removed. Returns the new generation's folder, which `current` then names."""
+    removed. Returns the new generation's folder, which `current` then names.
+    next_source_id: an id above every source id of the groups after this publish (an
+    ingest's plan read them all); the manifest keeps the larger of it and the previous one's."""
     root = Path(root).absolute()
     if keep < 1:
         raise RlwhError("keep must be at least 1: the current generation is always kept")
@@ -692,6 +686,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
                 "tables": {t: {"rows": rows[t], "partition_by": tables[t]["keys"],
                                "columns": [list(c) for c in tables[t]["columns"]]} for t in tables},
                 "groups": group_info,
+                "next_source_id": _next_source_id(old.get("next_source_id"), next_source_id, bool(groups)),
                 "files": sorted(files, key=lambda e: e["path"]),
             }, indent=None)
             fsync_path(gen)
@@ -709,6 +704,17 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
         listed = {gen.name: files} if prev is None else {gen.name: files, prev.name: prev_files}
         _prune(root, gen, keep, listed)
     return gen
+
+
+def _next_source_id(before: int | None, given: int | None, adds_groups: bool) -> int | None:
+    """The manifest's next_source_id: the larger of the previous generation's and the
+    caller's. None (unknown: readers count the sources) where groups come without one
+    (their ids are not known here), or where neither is known (a manifest written before
+    rlwh recorded it)."""
+    if adds_groups and given is None:
+        return None
+    known = [n for n in (before, given) if n is not None]
+    return max(known) if known else None
 
 
 # --- the thin DuckDB file --------------------------------------------------------------------
@@ -765,7 +771,7 @@ def _write_thin_schema(con, schema: dict[str, dict]) -> None:
         con.execute(schema[table]["ddl"])
     con.executemany("insert into internal.migrations values (?, ?, ?)", schema["internal.migrations"]["rows"])
     con.execute(f"create table {THIN_MARKER} (root varchar not null, generation varchar not null, "
-                "built_at timestamp not null)")
+                "built_at timestamp not null, next_source_id bigint)")
     for table, spec in schema.items():
         if table not in THIN_TABLES:
             con.execute(_view_sql(table, spec, []))
@@ -773,7 +779,7 @@ def _write_thin_schema(con, schema: dict[str, dict]) -> None:
     install_views(con)
 
 
-THIN_TEMPLATE_FORMAT = 1  # bump when _write_thin_schema changes
+THIN_TEMPLATE_FORMAT = 2  # bump when _write_thin_schema changes
 
 
 def _thin_template(schema: dict[str, dict]) -> Path:
@@ -802,9 +808,11 @@ def _start_thin_file(tmp: Path, schema: dict[str, dict]):
     return connect_writable(tmp)
 
 
-def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None) -> Path:
+def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = None, checked: bool = False) -> Path:
     """Write db_path: views over the current generation, the sql/ views over them, and
-    `settings` (default: those of the default Config) in internal.settings. Atomic."""
+    `settings` (default: those of the default Config) in internal.settings. Atomic.
+    checked: the caller found db_path no normal warehouse (check_thin_target) under the
+    writer lock it still holds (an ingest): not opened again to see."""
     from rlwh.config import Config
 
     root = Path(root).absolute()
@@ -814,9 +822,11 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
     gen = current_generation(root)
     if gen is None:
         raise RlwhError(f"{root} has no published generation yet")
-    files = manifest_files(gen)
+    listed = manifest(gen)
+    files = manifest_files(gen, listed)
     settings = settings if settings is not None else Config().view_settings()
-    check_thin_target(db_path)
+    if not checked:
+        check_thin_target(db_path)
     schema = _schema()
     unknown = sorted({e["table"] for e in files} - set(schema))
     if unknown:  # its rows would vanish from the views: never answer without them
@@ -832,8 +842,9 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         con = _start_thin_file(tmp, schema)
         try:
             con.executemany("insert or replace into internal.settings values (?, ?)", sorted(settings.items()))
-            con.execute(f"insert into {THIN_MARKER} values (?, ?, ?)",
-                        [str(root), gen.name, datetime.now(timezone.utc).replace(tzinfo=None)])
+            con.execute(f"insert into {THIN_MARKER} values (?, ?, ?, ?)",
+                        [str(root), gen.name, datetime.now(timezone.utc).replace(tzinfo=None),
+                         listed.get("next_source_id")])
             paths: dict[str, list[str]] = {}
             for entry in files:
                 paths.setdefault(entry["table"], []).append(file_path(root, entry["path"]))

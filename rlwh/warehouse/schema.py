@@ -108,6 +108,18 @@ def thin_generation(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
     return (row[0], row[1]) if row else None
 
 
+def thin_next_source_id(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The first source id no group of a thin file's dataset uses, as its manifest records
+    it; None on a warehouse, or where the manifest (or a thin file built before) does not say."""
+    if not is_thin(con):
+        return None
+    try:
+        row = con.execute(f"select next_source_id from {THIN_MARKER}").fetchone()
+    except duckdb.BinderException:  # a thin file built before the column
+        return None
+    return row[0] if row else None
+
+
 def applied_migrations(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
     table = migrations_table(con)
     if table is None:
