@@ -186,15 +186,23 @@ def _ids_by_run(root: Path) -> dict[str, list[int]]:
 
 
 def _set_next_source_id(thin, value) -> None:
-    """Rewrite the current manifest's next_source_id (None: remove it, as a manifest written
-    before it was recorded) and drop the thin file, which is built again from it."""
+    """Rewrite the current manifest's next_source_id and drop the thin file, which is built
+    again from it; None: as rlwh wrote both before it recorded one (the manifest without the
+    field, the thin file's marker without the column)."""
     path = dataset.current_generation(thin.dataset) / "_manifest.json"
     listed = json.loads(path.read_text())
     listed.pop("next_source_id")
     if value is not None:
         listed["next_source_id"] = value
     path.write_text(json.dumps(listed))
-    thin.db_path.unlink()
+    if value is not None:
+        thin.db_path.unlink()
+        return
+    con = duckdb.connect(str(thin.db_path))
+    try:
+        con.execute("alter table internal.dataset drop column next_source_id")
+    finally:
+        con.close()
 
 
 def test_source_ids_planned_from_the_manifest_and_counted_where_it_does_not_say(tmp_path, config, small_warehouse):
@@ -207,7 +215,7 @@ def test_source_ids_planned_from_the_manifest_and_counted_where_it_does_not_say(
     ids = _ids_by_run(thin.dataset)
     assert dataset.manifest(dataset.current_generation(thin.dataset))["next_source_id"] == max(ids["r1"]) + 1
 
-    _set_next_source_id(thin, None)  # an older dataset: counted
+    _set_next_source_id(thin, None)  # an older dataset and thin file: counted
     _ok(ingest(profile, thin, run="r2"))
     ids = _ids_by_run(thin.dataset)
     assert min(ids["r2"]) == max(ids["r1"]) + 1

@@ -45,6 +45,8 @@ def _read_plan(config: Config, run: str, root: Path, files: list[Planned]) -> Pl
 
 
 def _open_published(config: Config) -> duckdb.DuckDBPyConnection | None:
+    """A read-only connection to the published warehouse (or thin file); None where there is
+    none, or it cannot be opened."""
     try:
         return connect_read(config, require_current=False) if config.db_path.exists() else None
     except RlwhError:
