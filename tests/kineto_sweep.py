@@ -15,7 +15,7 @@ import duckdb
 
 from rlwh.readers import torch_trace
 from rlwh.readers.base import call_stack_row, normalize_stack
-from rlwh.readers.torch_device import kineto_int
+from rlwh.readers.kineto_rows import kineto_int
 
 _SORTED = """
     select 0 as kind, pid, tid, ts, "end" - ts as dur, pyid as id, parent, name,

@@ -12,15 +12,11 @@ and dtype in args. Rows keep Kineto's field names; ingest/torch_trace.sql maps t
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import pyarrow as pa
 
 from rlwh.readers.base import TableSink
 from rlwh.readers.device_names import collective_sql, is_communication_sql
 
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
-LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "mtia_runtime")
 _I, _S = pa.int64(), pa.string()
 DEVICE_SPILL = pa.schema([("cat", _S), ("name", _I), ("ts", _I), ("dur", _I), ("pid", _I), ("tid", _I),
                           ("device", _I), ("stream", _I), ("correlation", _I), ("collective_name", _S),
@@ -31,18 +27,6 @@ STAGED = pa.schema([("name", _S), ("ts_ns", _I), ("dur_ns", _I), ("cat", _S), ("
                     ("correlation", _I), ("Collective name", _S), ("Process Group Name", _S),
                     ("In msg nelems", _I), ("dtype", _S), ("Seq", _I), ("kind", _S), ("collective", _S),
                     ("launch_op", _S), ("launch_ts_ns", _I), ("launch_tid", _I), ("step", pa.int32())])
-
-
-def kineto_int(v) -> int | None:
-    """An id or count as int; None for Kineto's non-numeric ones ("Spans", "")."""
-    if v.__class__ is int or v is None:
-        return v
-    if isinstance(v, (Decimal, float)):
-        return int(v) if v == int(v) else None
-    if isinstance(v, str):
-        s = v.strip()
-        return int(s) if s.lstrip("-").isdigit() else None
-    return None
 
 
 def copy_device_ops(con, sink: TableSink, base: int, names: list, dev: str, launch: str, ops: str,

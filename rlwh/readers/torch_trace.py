@@ -52,10 +52,10 @@ from rlwh.readers.base import CALL_STACKS_SCHEMA, ReadOutcome, TableSink, call_s
 from rlwh.readers.inflate import salvage
 from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies, pieces, spans
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
-from rlwh.readers.kineto_rows import FirstBad, Rows, build, rows_of
+from rlwh.readers.kineto_rows import FirstBad, Rows, build, kineto_int, rows_of
 from rlwh.readers.kineto_stream import EventsNotAList, TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
 from rlwh.readers.text_encoding import UTF8_BOM
-from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops, kineto_int
+from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops
 
 BATCH_ROWS = 65536
 READ_BYTES = 256 << 10
