@@ -686,7 +686,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
                 "tables": {t: {"rows": rows[t], "partition_by": tables[t]["keys"],
                                "columns": [list(c) for c in tables[t]["columns"]]} for t in tables},
                 "groups": group_info,
-                "next_source_id": _next_source_id(old.get("next_source_id"), next_source_id, bool(groups)),
+                "next_source_id": _recorded_next_source_id(old.get("next_source_id"), next_source_id, bool(groups)),
                 "files": sorted(files, key=lambda e: e["path"]),
             }, indent=None)
             fsync_path(gen)
@@ -706,7 +706,7 @@ def publish(root: Path, groups: dict[str, Path], drop: set[str] | frozenset[str]
     return gen
 
 
-def _next_source_id(before: int | None, given: int | None, adds_groups: bool) -> int | None:
+def _recorded_next_source_id(before: int | None, given: int | None, adds_groups: bool) -> int | None:
     """The manifest's next_source_id: the larger of the previous generation's and the
     caller's. None (unknown: readers count the sources) where groups come without one
     (their ids are not known here), or where neither is known (a manifest written before
