@@ -213,6 +213,39 @@ def test_manifest_lists_every_file_and_group(published):
     assert (published["root"] / "current").resolve() == gen.resolve()
 
 
+def test_thin_views_carry_the_warehouses_comments(warehouse, published):
+    """Each table's view in the thin file has the table's comment and column comments: kept
+    from the template where the table has files (only the macro naming them changes), given
+    again where its view is replaced by one of no rows."""
+    def comments(path):
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            tables = con.execute(
+                """select schema_name, table_name, comment from duckdb_tables() where database_name = current_database()
+                   union all select schema_name, view_name, comment from duckdb_views()
+                   where database_name = current_database() and not internal""").fetchall()
+            columns = con.execute(
+                """select schema_name, table_name, column_name, comment from duckdb_columns()
+                   where database_name = current_database()""").fetchall()
+            return {(s, t): c for s, t, c in tables}, {(s, t, c): text for s, t, c, text in columns}
+        finally:
+            con.close()
+
+    normal_tables, normal_columns = comments(warehouse)
+    thin_tables, thin_columns = comments(published["thin"])
+    gen = published["gen"]
+    with_files = {e["table"] for e in dataset.manifest_files(gen, dataset.manifest(gen))}
+    qualified = {(s, t): t if s == "main" else f"{s}.{t}" for s, t in normal_tables}
+    kept = [k for k, name in qualified.items() if name not in dataset.THIN_TABLES]
+    assert {qualified[k] for k in kept} & with_files and {qualified[k] for k in kept} - with_files  # both kinds
+    for key in kept:
+        assert thin_tables[key] == normal_tables[key], key
+        assert normal_tables[key], key
+    for (s, t, c), text in normal_columns.items():
+        if (s, t) in kept:
+            assert thin_columns[(s, t, c)] == text, (s, t, c)
+
+
 def test_the_duckdb_shell_opens_the_thin_file(warehouse, published):
     sql = "select role, rank_id, peak_live_bytes from memory_peak order by all"
     version = subprocess.run([str(SHELL), "-version"], capture_output=True, text=True, check=True).stdout
@@ -247,8 +280,14 @@ def test_thin_file_main_holds_only_public_objects(warehouse, published):
         main = _objects(thin, "main")
         assert main == _objects(con, "main") and not [n for n in main if n.startswith("_")]
         assert thin.execute("select count(*) from duckdb_tables() where schema_name = 'main'").fetchone()[0] == 0
-        # The warehouse's sequence has no use in a thin file; its marker table is its own.
-        assert set(_objects(thin, "internal")) == set(_objects(con, "internal")) - {"source_ids"} | {"dataset"}
+        # The warehouse's sequence has no use in a thin file; its marker table is its own, and
+        # so are the macros naming the files of each table that has some.
+        internal = set(_objects(thin, "internal"))
+        macros = {n for n in internal if n.startswith("files_of_")}
+        assert internal - macros == set(_objects(con, "internal")) - {"source_ids"} | {"dataset"}
+        gen = dataset.current_generation(published["root"])
+        with_files = {e["table"] for e in dataset.manifest_files(gen, dataset.manifest(gen))}
+        assert macros == {"files_of_" + t.replace(".", "_") for t in with_files} and "files_of_cpu_ops" in macros
     finally:
         con.close()
         thin.close()
@@ -275,6 +314,16 @@ def test_export_of_the_thin_file_is_the_export_of_the_warehouse(warehouse, publi
         for x, y in ((a, b), (b, a)):
             extra = duckdb.sql(f"select count(*) from (select * from {x} except all select * from {y})").fetchall()[0]
             assert extra == (0,), table
+
+
+@pytest.mark.parametrize("paths", [
+    ["/d/gen-000001/cpu_ops/run=a/role=b/g.0.parquet", "/d/it's/x.parquet", "/d/é|,[]/y.parquet"],
+    ["/d/run=a\nb/x.parquet", "/d/y.parquet"],  # a newline in a folder name: the list literal
+    ["/d/only.parquet"],
+])
+def test_a_views_path_list_is_the_paths(paths):
+    expression = dataset._path_list_sql(paths)
+    assert duckdb.sql(f"select {expression}").fetchall() == [(paths,)]
 
 
 def test_build_thin_db_replaces_a_thin_file_never_a_warehouse(warehouse, published, tmp_path):
