@@ -285,7 +285,7 @@ def test_thin_file_main_holds_only_public_objects(warehouse, published):
         internal = set(_objects(thin, "internal"))
         macros = {n for n in internal if n.startswith("files_of_")}
         assert internal - macros == set(_objects(con, "internal")) - {"source_ids"} | {"dataset"}
-        gen = dataset.current_generation(published["root"])
+        gen = published["gen"]
         with_files = {e["table"] for e in dataset.manifest_files(gen, dataset.manifest(gen))}
         assert macros == {"files_of_" + t.replace(".", "_") for t in with_files} and "files_of_cpu_ops" in macros
     finally:
@@ -320,6 +320,7 @@ def test_export_of_the_thin_file_is_the_export_of_the_warehouse(warehouse, publi
     ["/d/gen-000001/cpu_ops/run=a/role=b/g.0.parquet", "/d/it's/x.parquet", "/d/é|,[]/y.parquet"],
     ["/d/run=a\nb/x.parquet", "/d/y.parquet"],  # a newline in a folder name: the list literal
     ["/d/only.parquet"],
+    [],
 ])
 def test_a_views_path_list_is_the_paths(paths):
     expression = dataset._path_list_sql(paths)

@@ -731,7 +731,7 @@ def _path_list_sql(paths: list[str]) -> str:
     path holds the separator. DuckDB binds a list literal element by element, and binds a
     view again for every query through it: 2,056 paths took 69 ms a view, one split string
     35 ms (the rest is read_parquet's own binding)."""
-    if any(_PATH_SEPARATOR in p for p in paths):
+    if not paths or any(_PATH_SEPARATOR in p for p in paths):  # string_split('') would give ['']
         return "[" + ", ".join(sql_literal(p) for p in paths) + "]"
     return f"string_split({sql_literal(_PATH_SEPARATOR.join(paths))}, chr({ord(_PATH_SEPARATOR)}))"
 
