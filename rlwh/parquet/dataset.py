@@ -742,6 +742,11 @@ def _files_macro(table: str) -> str:
     return f"{PRIVATE_SCHEMA}.{sql_ident('files_of_' + table.replace('.', '_'))}"
 
 
+def _files_macro_sql(table: str, paths: list[str]) -> str:
+    """The statement that makes the table's files macro name `paths`."""
+    return f"create or replace macro {_files_macro(table)}() as {_path_list_sql(paths)}"
+
+
 def _view_sql(table: str, spec: dict, listing: str | None) -> str:
     """The table's view over the files `listing` (a list expression) names; of no rows where
     it is None."""
@@ -809,7 +814,7 @@ def _write_thin_schema(con, schema: dict[str, dict]) -> None:
         for table, spec in schema.items():
             if table not in THIN_TABLES:
                 placeholder = _placeholder(con, Path(empty), table, spec)
-                con.execute(f"create macro {_files_macro(table)}() as {_path_list_sql([placeholder])}")
+                con.execute(_files_macro_sql(table, [placeholder]))
                 con.execute(_view_sql(table, spec, f"{_files_macro(table)}()"))
                 _comment_table(con, table, spec)
         install_views(con)  # bound over the placeholders, which every thin file replaces
@@ -889,7 +894,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
                 if table in THIN_TABLES:
                     continue
                 if table in paths:  # the view stays, with its comments: only its file list changes
-                    con.execute(f"create or replace macro {_files_macro(table)}() as {_path_list_sql(paths[table])}")
+                    con.execute(_files_macro_sql(table, paths[table]))
                 else:
                     con.execute(_view_sql(table, spec, None))
                     _comment_table(con, table, spec)  # a replaced view keeps no comment
