@@ -6,7 +6,6 @@ started from anywhere finds the same warehouse.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -109,21 +108,14 @@ def _memory_size(raw) -> str:
 
     if not isinstance(raw, str):
         raise ValueError("expected text such as \"768MB\"")
+    con = duckdb.connect()
     try:
-        _size_checker(os.getpid()).execute("set memory_limit = ?", [raw])
+        con.execute("set memory_limit = ?", [raw])
     except duckdb.Error as exc:
         raise ValueError(str(exc)) from exc
+    finally:
+        con.close()
     return raw
-
-
-@functools.lru_cache(maxsize=1)
-def _size_checker(pid: int):
-    """One in-memory connection per process (`pid`: a forked child makes its own) for every
-    memory size a config names: a connection each cost ~30 ms of every command
-    (warehouse.toml names three sizes)."""
-    import duckdb
-
-    return duckdb.connect()
 
 
 _memory_size.__name__ = 'memory size (a number and a unit, e.g. "768MB" or "2GB")'
