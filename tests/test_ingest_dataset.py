@@ -163,6 +163,44 @@ def test_cli_ingest_with_dataset_flag(tmp_path, demo):
     assert con.execute("select count(*) from cpu_ops").fetchone()[0] > 0
 
 
+@pytest.mark.parametrize("role", ["NULL", "__HIVE_DEFAULT_PARTITION__"])
+def test_a_role_a_hive_path_reads_as_null_is_refused_and_nothing_is_published(tmp_path, config, demo, role):
+    """Staging checks every row's run and role inside its COPY (both COPY sides: the rows of
+    several tables carry the role); the message names the table and the value, and the
+    dataset gets no generation."""
+    _, thin = _modes(config, tmp_path)
+    with pytest.raises(RlwhError, match=f"has role '{role}', which a hive path reads back as NULL"):
+        ingest(demo / "ascend" / "actor_update", thin, run="demo", role=role)
+    assert not (thin.dataset / "current").exists()
+    published = list(thin.dataset.rglob("*.parquet")) if thin.dataset.exists() else []
+    assert published == []
+
+
+def test_ctrl_c_while_staging_stops_both_copies_and_leaves_nothing(tmp_path, demo):
+    """The staging COPYs run on two connections (rlwh.parquet.dataset._run_two_at_a_time);
+    Ctrl-C there stops both: one line, exit 130, no generation, no scratch folder left."""
+    profile = _small_profile(demo, tmp_path / "small")
+    root, db = tmp_path / "wh.dataset", tmp_path / "thin.duckdb"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), RLWH_TEST_PAUSE_AT="dataset-stage")
+    proc = subprocess.Popen([sys.executable, "-m", "rlwh", "ingest", str(profile), "--run", "r", "--dataset",
+                             str(root), "--db", str(db), "-q"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_stopped(proc, "dataset-stage")
+        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGCONT)
+        output = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output[-3000:]
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Aborted!") and "Traceback" not in output, output[-3000:]
+    assert not (root / "current").exists() and not list(root.rglob("*.parquet"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small", "thin.duckdb.lock", "wh.dataset"]
+
+
 def test_a_small_profile_in_dataset_mode_equals_the_warehouse(tmp_path, config, small_warehouse):
     """The fast loop's check of dataset mode and of export: one real Ascend capture, against
     the session's normal warehouse of it."""

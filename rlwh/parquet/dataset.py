@@ -97,6 +97,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -531,11 +532,12 @@ def stage_group(gid: str, folder: Path, stage: Path) -> Path:
 def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]:
     """Partition the rows `con`'s warehouse tables hold into one staged folder per group
     (`group_of`: source_id -> group id; every row is its source's), as stage_group does
-    for one group's files, with one COPY per table on DuckDB's threads: the dataset target
-    lands a plan's changed captures in a scratch database (rlwh.ingest.landing) and stages
-    them all at once, a thousand groups in some twenty statements. A group with no rows in
-    a table has no file of it; call_stacks and internal.stack_user_frames go to every group
-    whose rows use the stack. Returns group id -> staged folder, for publish()."""
+    for one group's files, with one COPY per table that holds rows, two at a time on DuckDB's
+    threads: the dataset target lands a plan's changed captures in a scratch database
+    (rlwh.ingest.landing) and stages them all at once, a thousand groups in some twenty
+    statements. A group with no rows in a table has no file of it; call_stacks and
+    internal.stack_user_frames go to every group whose rows use the stack. Returns group id
+    -> staged folder, for publish()."""
     tables = {t: s for t, s in _schema().items() if t not in THIN_TABLES}
     gids = sorted(set(group_of.values()))
     bad = [g for g in gids if not GROUP_ID.match(g)]
@@ -544,42 +546,14 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
     stage = Path(stage)
     raw = stage / ".raw"
     raw.mkdir(parents=True)
-    con.execute("create or replace temp table _stage_groups as select unnest($ids)::bigint as source_id, "
-                "unnest($gids)::varchar as _group", {"ids": list(group_of), "gids": list(group_of.values())})
+    groups_table = ("create or replace temp table _stage_groups as select unnest($ids)::bigint as source_id, "
+                    "unnest($gids)::varchar as _group", {"ids": list(group_of), "gids": list(group_of.values())})
+    con.execute(*groups_table)
     token = uuid.uuid4().hex[:12]
+    copies = _staging_copies(con, tables, raw, token)
     entries: dict[str, list[dict]] = {g: [] for g in gids}
-    of_rows = {t for t, s in tables.items() if {"source_id", "stack_id"} <= {c for c, _ in s["columns"]}}
-    for table, spec in tables.items():
-        names = {c for c, _ in spec["columns"]}
-        if "source_id" in names:
-            rows = f"{sql_table(table)} as t join _stage_groups as g on t.source_id = g.source_id"
-        elif "stack_id" in names:
-            used = " union ".join(
-                f"select g._group, x.stack_id from {sql_table(u)} as x join _stage_groups as g "
-                "on x.source_id = g.source_id" for u in sorted(of_rows))
-            rows = f"{sql_table(table)} as t join ({used}) as g on t.stack_id = g.stack_id"
-        elif one_value(con.execute(f"select count(*) from {sql_table(table)}")):
-            raise RlwhError(f"{table} holds rows that belong to no group: stage them with stage_group")
-        else:
-            continue
-        for key in ("run", "role"):
-            if key in spec["keys"]:
-                found = con.execute(f"select distinct {key} from {sql_table(table)} "
-                                    f"where lower({key}) in {tuple(_HIVE_NULLS)}").fetchall()
-                if found:
-                    raise RlwhError(f"{table} has {key} {found[0][0]!r}, which a hive path reads back as NULL; "
-                                    "rename it")
-        columns = ", ".join(f"cast(t.{sql_ident(c)} as {ty}) as {sql_ident(c)}" for c, ty in spec["columns"])
-        options = (f"format parquet, partition_by ({', '.join([*spec['keys'], '_group'])}), "
-                   f"filename_pattern {sql_literal(token + '_{i}')}, return_stats true")
-        try:
-            stats = con.execute(f"copy (select {columns}, g._group from {rows}) to "
-                                f"{sql_literal(str(raw / table))} ({options})").fetchall()
-        except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0]
-            if "too long" in first.lower():
-                first += " (a run or role value too long for a folder name)"
-            raise RlwhError(f"staging {table} failed: {first}") from exc
+    made: set[Path] = set()
+    for table, stats in _run_two_at_a_time(con, copies, groups_table):
         for written, count in ((Path(os.path.realpath(s[0])), int(s[1])) for s in stats):
             *keys, folder, name = written.relative_to(raw.resolve()).parts
             gid = folder.removeprefix("_group=")
@@ -589,7 +563,9 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
             if count == 0:
                 written.unlink()
                 continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.parent not in made:  # a mkdir of a folder that exists costs ~1 ms here
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                made.add(dest.parent)
             os.rename(written, dest)
             entries[gid].append({"path": str(dest.relative_to(stage / gid)), "table": table, "group": gid,
                                  "rows": count})
@@ -605,6 +581,97 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
                     durable=False)
         staged[gid] = stage / gid
     return staged
+
+
+def _staging_copies(con, tables: dict[str, dict], raw: Path, token: str) -> list[tuple[str, int, str]]:
+    """(table, rows, COPY statement) for each table with rows, partitioning them by the
+    table's keys and the group (_stage_groups) into raw/<table>. A run or role that a hive
+    path would read back as NULL stops the COPY with a message that names it (the check
+    rides along the scan that writes the rows)."""
+    stack_users = sorted(t for t, s in tables.items() if {"source_id", "stack_id"} <= {c for c, _ in s["columns"]})
+    counted = " union all ".join(f"select {sql_literal(t)}, count(*) from {sql_table(t)}" for t in tables)
+    rows_of = dict(con.execute(counted).fetchall())
+    copies = []
+    for table, spec in tables.items():
+        if not rows_of[table]:
+            continue
+        names = {c for c, _ in spec["columns"]}
+        if "source_id" in names:
+            rows = f"{sql_table(table)} as t join _stage_groups as g on t.source_id = g.source_id"
+        elif "stack_id" in names:
+            used = " union ".join(
+                f"select g._group, x.stack_id from {sql_table(u)} as x join _stage_groups as g "
+                "on x.source_id = g.source_id" for u in stack_users)
+            rows = f"{sql_table(table)} as t join ({used}) as g on t.stack_id = g.stack_id"
+        else:
+            raise RlwhError(f"{table} holds rows that belong to no group: stage them with stage_group")
+        columns = ", ".join(f"cast({_staged_value(table, spec, c)} as {ty}) as {sql_ident(c)}"
+                            for c, ty in spec["columns"])
+        options = (f"format parquet, partition_by ({', '.join([*spec['keys'], '_group'])}), "
+                   f"filename_pattern {sql_literal(token + '_{i}')}, return_stats true")
+        copies.append((table, rows_of[table],
+                       f"copy (select {columns}, g._group from {rows}) to {sql_literal(str(raw / table))} ({options})"))
+    return copies
+
+
+def _staged_value(table: str, spec: dict, column: str) -> str:
+    """t's column; a run or role key that a hive path would read back as NULL raises, naming it."""
+    value = f"t.{sql_ident(column)}"
+    if column not in ("run", "role") or column not in spec["keys"]:
+        return value
+    message = (sql_literal(f"{table} has {column} '") + f" || {value} || "
+               + sql_literal("', which a hive path reads back as NULL; rename it"))
+    return f"case when lower({value}) in {tuple(_HIVE_NULLS)} then error({message}) else {value} end"
+
+
+def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) -> list[tuple[str, list]]:
+    """Run the COPYs on two connections at once, `con` and a cursor of it given its own
+    `groups_table` (the small tables' COPYs are one thread each and mostly fixed cost: two
+    at a time use both cores); the larger tables go first, each to the less loaded side.
+    Returns (table, DuckDB's stats) in the order of `copies`; the first failure raises."""
+    sides: list[list[tuple[str, int, str]]] = [[], []]
+    load = [0, 0]
+    for copy in sorted(copies, key=lambda c: -c[1]):
+        side = load.index(min(load))
+        sides[side].append(copy)
+        load[side] += copy[1] + 10_000  # a COPY's fixed cost, in rows
+    results: dict[str, list] = {}
+    failures: list[tuple[str, duckdb.Error]] = []  # in the order they happened: the first is the cause
+
+    def run(connection, todo) -> None:
+        for table, _, statement in todo:
+            if failures:
+                return
+            try:
+                results[table] = connection.execute(statement).fetchall()
+            except duckdb.Error as exc:
+                failures.append((table, exc))
+                return
+
+    cursor = con.cursor()
+    helper = None
+    try:
+        cursor.execute(*groups_table)
+        helper = threading.Thread(target=run, args=(cursor, sides[1]), name="rlwh-stage", daemon=True)
+        helper.start()
+        pause_for_test("dataset-stage")
+        run(con, sides[0])
+        if failures:
+            cursor.interrupt()
+    except BaseException:  # Ctrl-C: the other side stops too, before its files' folder goes
+        cursor.interrupt()
+        raise
+    finally:
+        if helper is not None:
+            helper.join()
+        cursor.close()
+    if failures:
+        table, exc = failures[0]
+        first = str(exc).strip().splitlines()[0]
+        if "too long" in first.lower():
+            first += " (a run or role value too long for a folder name)"
+        raise RlwhError(f"staging {table} failed: {first}") from exc
+    return [(table, results[table]) for table, _, _ in copies]
 
 
 def _adopt(gid: str, stage: Path, gen: Path) -> tuple[list[dict], str | None]:
