@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -185,6 +186,44 @@ def test_a_cut_trace_in_a_batch_is_salvaged_and_the_others_land(profile, config,
     for trace in traces[1:]:
         assert sources[trace.relative_to(profile).as_posix()] == ("ok", None)
         assert ops[_capture_of(trace, profile)] == _cpu_ops_in(trace)
+
+
+def test_csvs_land_beside_the_traces_and_every_rank_is_derived(profile, config, tmp_path, monkeypatch):
+    """CSV batches land on a second connection while the trace batches land on the
+    warehouse's (rlwh.ingest.in_place._SecondLane). A rank with a CSV and no trace is
+    derived all the same (the CSVs' ranks are marked on the warehouse's connection, where
+    derive reads its marks): its timeline has an event per allocation and per recorded
+    release of its CSV, and the warehouse equals one whose batches all ran on one
+    connection."""
+    traces = _traces(profile)
+    memory_csv = traces[1].with_name("operator_memory.csv")
+    traces[1].unlink()
+    lanes: list[tuple[str, str]] = []
+    real = in_place._batch
+
+    def spy(con, run, files, config, parts):
+        lanes.append((files[0].source.kind, threading.current_thread().name))
+        return real(con, run, files, config, parts)
+
+    monkeypatch.setattr(in_place, "_batch", spy)
+    ingest(profile, config)
+    assert sorted(set(lanes)) == [("ascend_memory_csv", "rlwh-second-lane"), ("ascend_trace", "MainThread")]
+    alone = _capture_of(traces[1], profile)
+    with open(memory_csv, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    con = read_db(config)
+    try:
+        assert _rows_by_capture(config, "memory_records")[alone] == len(rows)
+        derived = con.execute("select count(*) from memory_timeline where capture = ?", [alone]).fetchone()[0]
+        assert derived == sum(1 + bool(row["Release Time(us)"].strip()) for row in rows)
+    finally:
+        con.close()
+    monkeypatch.setattr(in_place, "SHARED_TABLES", ())  # no batch adds shared rows: every batch on one connection
+    one = replace(config, db_path=tmp_path / "one" / "warehouse.duckdb")
+    lanes.clear()
+    ingest(profile, one)
+    assert {lane for _, lane in lanes} == {"MainThread"}
+    assert differences(config.db_path, one.db_path) == {}
 
 
 @pytest.mark.slow

@@ -18,7 +18,9 @@ complete event) and landed by rlwh.ingest.load, as the worker-parsed formats are
 from __future__ import annotations
 
 import contextlib
+import queue
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -78,13 +80,81 @@ def batches(files: list[Planned]) -> list[list[Planned]]:
 def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
                   landed: Callable[[list[Planned]], None]) -> list[FileResult]:
     """Read and land every file of `files` (kinds that read in place), batch by batch;
-    `landed(files)` after each commit."""
-    results: list[FileResult] = []
-    for batch in batches(files):
-        results += _batch(con, run, batch, config, parts)
-        pause_for_test("between_files")
-        landed(batch)
-    return results
+    `landed(files)` after each commit. Batches that add rows every run shares (a trace's
+    call stacks) land one after another on `con`; the others (the CSVs) at the same time,
+    on a second connection (_SecondLane): a trace batch's Python work on its stack texts
+    and a CSV batch's scan, which keeps its records' order on one thread, then use both
+    cores (64 ranks: 11.9 -> 10.0 s)."""
+    todo = batches(files)
+    shared = [b for b in todo if set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
+    apart = [b for b in todo if not set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
+    if not shared or not apart:
+        shared, apart = todo, []
+    lane = _SecondLane(con, run, apart, config, _fresh(parts / "second-lane"))
+    results: dict[int, list[FileResult]] = {}  # by batch (id), returned in the batches' order
+    try:
+        lane.start()
+        for batch in shared:
+            results[id(batch)] = _batch(con, run, batch, config, parts)
+            pause_for_test("between_files")
+            landed(batch)
+            lane.report(landed)
+        while lane.is_alive():
+            lane.join(0.2)  # a timeout, so Ctrl-C reaches this thread
+            lane.report(landed)
+    except BaseException:
+        lane.stop()
+        raise
+    finally:
+        lane.close()
+    lane.report(landed)
+    if lane.error is not None:
+        raise lane.error
+    # The second connection's marks are its own (a temp table): mark its files' keys here.
+    derive.mark_sources(con, [p.source_id for batch in apart for p in batch if p.source_id is not None])
+    results.update(lane.results)
+    return [r for batch in todo for r in results[id(batch)]]
+
+
+class _SecondLane(threading.Thread):
+    """Batches read and landed on a cursor of the warehouse connection (its own
+    transactions, temp tables and marks), beside the caller's; `report` hands the caller
+    the batches landed so far, for its progress."""
+
+    def __init__(self, con, run: str, todo: list[list[Planned]], config, parts: Path):
+        super().__init__(name="rlwh-second-lane", daemon=True)
+        self.cursor = con.cursor() if todo else None
+        self.todo, self.run_name, self.config, self.parts = todo, run, config, parts
+        self.results: dict[int, list[FileResult]] = {}
+        self.error: BaseException | None = None
+        self.finished: queue.SimpleQueue[list[Planned]] = queue.SimpleQueue()
+        self.stopping = False
+
+    def run(self) -> None:
+        try:
+            for batch in self.todo:
+                if self.stopping:
+                    return
+                self.results[id(batch)] = _batch(self.cursor, self.run_name, batch, self.config, self.parts)
+                self.finished.put(batch)
+        except BaseException as exc:  # raised in the caller's thread, after the join
+            self.error = exc
+
+    def report(self, landed: Callable[[list[Planned]], None]) -> None:
+        while not self.finished.empty():
+            landed(self.finished.get())
+
+    def stop(self) -> None:
+        """Interrupt its statement (its batch rolls back), start no other, wait for it."""
+        self.stopping = True
+        while self.is_alive():
+            if self.cursor is not None:
+                self.cursor.interrupt()
+            self.join(0.05)
+
+    def close(self) -> None:
+        if self.cursor is not None:
+            self.cursor.close()
 
 
 def _batch(con, run: str, files: list[Planned], config, parts: Path) -> list[FileResult]:
@@ -102,6 +172,8 @@ def _batch(con, run: str, files: list[Planned], config, parts: Path) -> list[Fil
         with contextlib.suppress(duckdb.Error):
             con.execute("rollback")
         interrupts.reraise_if_seen()  # DuckDB's "query interrupted" is Ctrl-C, no fact about a file
+        if isinstance(exc, duckdb.InterruptException):
+            raise  # stopped by the other lane (_SecondLane.stop): no fact about a file either
         if storage_failed(exc):
             raise  # the warehouse could not be written (a full disk): no file is to blame
     finally:
