@@ -949,7 +949,9 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
     try:
         con = _start_thin_file(tmp, schema)
         try:
-            con.executemany("insert or replace into internal.settings values (?, ?)", sorted(settings.items()))
+            names = sorted(settings)
+            con.execute("insert or replace into internal.settings select unnest(?::varchar[]), unnest(?::varchar[])",
+                        [names, [settings[n] for n in names]])  # executemany: ~6 ms a row
             con.execute(f"insert into {THIN_MARKER} values (?, ?, ?, ?)",
                         [str(root), gen.name, datetime.now(timezone.utc).replace(tzinfo=None),
                          listed.get("next_source_id")])

@@ -18,7 +18,7 @@ import duckdb
 
 from rlwh import stacks
 from rlwh.assets import asset_dir
-from rlwh.sqltext import one_value, sql_literal
+from rlwh.sqltext import one_value, rows_as_lists_sql, sql_literal
 
 # The tables whose rows feed ingest/derived/memory.sql; cpu_ops only beside the others.
 SOURCE_TABLES = ("memory_records", "cpu_ops", "torch_memory_events", "snapshot_trace_blocks")
@@ -179,8 +179,10 @@ def _set_group(con: duckdb.DuckDBPyConnection, group: list[tuple]) -> None:
     """The group's keys as the temp table the refresh statements join, each with a key_id."""
     con.execute("create or replace temp table _derive_keys "
                 "(key_id integer, run varchar, role varchar, rank_id integer, capture varchar)")
-    con.executemany("insert into _derive_keys values (?, ?, ?, ?, ?)",
-                    [(i, *key) for i, key in enumerate(group)])
+    columns = {"key_id": "integer", "run": "varchar", "role": "varchar", "rank_id": "integer", "capture": "varchar"}
+    rows = [(i, *key) for i, key in enumerate(group)]
+    con.execute(f"insert into _derive_keys select {rows_as_lists_sql(columns)}",
+                [[row[j] for row in rows] for j in range(len(columns))])
 
 
 def _user_frame_rule(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:

@@ -224,7 +224,8 @@ def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     if current == wanted:
         return False
     con.execute("delete from internal.settings where name <> ?", [VIEWS_DIGEST])
-    con.executemany("insert into internal.settings values (?, ?)", list(wanted.items()))
+    con.execute("insert into internal.settings select unnest(?::varchar[]), unnest(?::varchar[])",
+                [list(wanted), list(wanted.values())])  # executemany: ~6 ms a row
     return True
 
 
