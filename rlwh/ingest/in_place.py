@@ -110,8 +110,8 @@ def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
     lane.report(landed)
     if lane.error is not None:
         raise lane.error
-    # The second connection's marks are its own (a temp table): mark its files' keys here.
-    derive.mark_sources(con, [p.source_id for batch in apart for p in batch if p.source_id is not None])
+    if apart:  # the second connection's marks are its own (a temp table): mark its files' keys here
+        derive.mark_sources(con, [p.source_id for batch in apart for p in batch if p.source_id is not None])
     results.update(lane.results)
     return [r for batch in todo for r in results[id(batch)]]
 

@@ -105,7 +105,7 @@ from typing import Iterator
 
 import duckdb
 
-from rlwh import __version__
+from rlwh import __version__, interrupts
 from rlwh.errors import RlwhError
 from rlwh.parquet.export import partition_keys
 from rlwh.safe_files import check_contained, fsync_path, pause_for_test, sync_file_system
@@ -666,6 +666,7 @@ def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) ->
             helper.join()
         cursor.close()
     if failures:
+        interrupts.reraise_if_seen()  # DuckDB's "query interrupted" is Ctrl-C, no fact about a table
         table, exc = failures[0]
         first = str(exc).strip().splitlines()[0]
         if "too long" in first.lower():
