@@ -198,16 +198,17 @@ def test_csvs_land_beside_the_traces_and_every_rank_is_derived(profile, config, 
     traces = _traces(profile)
     memory_csv = traces[1].with_name("operator_memory.csv")
     traces[1].unlink()
-    lanes: list[tuple[str, str]] = []
+    lanes: list[tuple[str, str, int]] = []  # every batch (a file that fell back alone too): kind, thread, files
     real = in_place._batch
 
     def spy(con, run, files, config, parts):
-        lanes.append((files[0].source.kind, threading.current_thread().name))
+        lanes.append((files[0].source.kind, threading.current_thread().name, len(files)))
         return real(con, run, files, config, parts)
 
     monkeypatch.setattr(in_place, "_batch", spy)
     ingest(profile, config)
-    assert sorted(set(lanes)) == [("ascend_memory_csv", "rlwh-second-lane"), ("ascend_trace", "MainThread")]
+    assert sorted(lanes) == [("ascend_memory_csv", "rlwh-second-lane", RANKS),
+                             ("ascend_trace", "MainThread", RANKS - 1)]
     alone = _capture_of(traces[1], profile)
     with open(memory_csv, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
@@ -218,11 +219,11 @@ def test_csvs_land_beside_the_traces_and_every_rank_is_derived(profile, config, 
         assert derived == sum(1 + bool(row["Release Time(us)"].strip()) for row in rows)
     finally:
         con.close()
-    monkeypatch.setattr(in_place, "SHARED_TABLES", ())  # no batch adds shared rows: every batch on one connection
+    monkeypatch.setattr(in_place, "lanes", lambda todo: (todo, []))  # every batch on the warehouse's connection
     one = replace(config, db_path=tmp_path / "one" / "warehouse.duckdb")
     lanes.clear()
     ingest(profile, one)
-    assert {lane for _, lane in lanes} == {"MainThread"}
+    assert sorted(lanes) == [("ascend_memory_csv", "MainThread", RANKS), ("ascend_trace", "MainThread", RANKS - 1)]
     assert differences(config.db_path, one.db_path) == {}
 
 

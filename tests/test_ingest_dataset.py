@@ -177,8 +177,10 @@ def test_a_role_a_hive_path_reads_as_null_is_refused_and_nothing_is_published(tm
 
 
 def test_ctrl_c_while_staging_stops_both_copies_and_leaves_nothing(tmp_path, demo):
-    """The staging COPYs run on two connections (rlwh.parquet.dataset._run_two_at_a_time);
-    Ctrl-C there stops both: one line, exit 130, no generation, no scratch folder left."""
+    """Ctrl-C while the staging COPYs run on two connections (rlwh.parquet.dataset.
+    _run_two_at_a_time, stopped by the test hook right after the second starts): one line,
+    exit 130, no generation, no scratch folder left. (The small profile's COPYs end in
+    milliseconds, so this holds the outcome, not that the second COPY was interrupted.)"""
     profile = _small_profile(demo, tmp_path / "small")
     root, db = tmp_path / "wh.dataset", tmp_path / "thin.duckdb"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}

@@ -86,10 +86,7 @@ def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
     and a CSV batch's scan, which keeps its records' order on one thread, then use both
     cores (64 ranks: 11.9 -> 10.0 s)."""
     todo = batches(files)
-    shared = [b for b in todo if set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
-    apart = [b for b in todo if not set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
-    if not shared or not apart:
-        shared, apart = todo, []
+    shared, apart = lanes(todo)
     lane = _SecondLane(con, run, apart, config, _fresh(parts / "second-lane"))
     results: dict[int, list[FileResult]] = {}  # by batch (id), returned in the batches' order
     try:
@@ -99,6 +96,8 @@ def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
             pause_for_test("between_files")
             landed(batch)
             lane.report(landed)
+            if lane.error is not None:
+                break  # raised below, once the lane has ended
         while lane.is_alive():
             lane.join(0.2)  # a timeout, so Ctrl-C reaches this thread
             lane.report(landed)
@@ -114,6 +113,14 @@ def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
         derive.mark_sources(con, [p.source_id for batch in apart for p in batch if p.source_id is not None])
     results.update(lane.results)
     return [r for batch in todo for r in results[id(batch)]]
+
+
+def lanes(todo: list[list[Planned]]) -> tuple[list[list[Planned]], list[list[Planned]]]:
+    """(the batches for the warehouse's connection, those for the second lane): the batches
+    that add rows every run shares stay on the first; all on it when either list is empty."""
+    shared = [b for b in todo if set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
+    apart = [b for b in todo if not set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
+    return (shared, apart) if shared and apart else (todo, [])
 
 
 class _SecondLane(threading.Thread):
@@ -153,8 +160,8 @@ class _SecondLane(threading.Thread):
             self.join(0.05)
 
     def close(self) -> None:
-        if self.cursor is not None:
-            self.cursor.close()
+        if self.cursor is not None and not self.is_alive():  # a second Ctrl-C may leave it running: never
+            self.cursor.close()                                # close a connection under its statement
 
 
 def _batch(con, run: str, files: list[Planned], config, parts: Path) -> list[FileResult]:

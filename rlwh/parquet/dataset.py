@@ -637,10 +637,11 @@ def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) ->
         load[side] += copy[1] + 10_000  # a COPY's fixed cost, in rows
     results: dict[str, list] = {}
     failures: list[tuple[str, duckdb.Error]] = []  # in the order they happened: the first is the cause
+    stop = threading.Event()
 
     def run(connection, todo) -> None:
         for table, _, statement in todo:
-            if failures:
+            if failures or stop.is_set():
                 return
             try:
                 results[table] = connection.execute(statement).fetchall()
@@ -649,21 +650,22 @@ def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) ->
                 return
 
     cursor = con.cursor()
-    helper = None
+    helper = threading.Thread(target=run, args=(cursor, sides[1]), name="rlwh-stage", daemon=True)
     try:
         cursor.execute(*groups_table)
-        helper = threading.Thread(target=run, args=(cursor, sides[1]), name="rlwh-stage", daemon=True)
         helper.start()
         pause_for_test("dataset-stage")
         run(con, sides[0])
         if failures:
-            cursor.interrupt()
+            stop.set()
     except BaseException:  # Ctrl-C: the other side stops too, before its files' folder goes
-        cursor.interrupt()
+        stop.set()
         raise
-    finally:
-        if helper is not None:
-            helper.join()
+    finally:  # stopped: its COPY interrupted, no other started
+        while helper.is_alive():
+            if stop.is_set():
+                cursor.interrupt()
+            helper.join(0.05)
         cursor.close()
     if failures:
         interrupts.reraise_if_seen()  # DuckDB's "query interrupted" is Ctrl-C, no fact about a table
