@@ -89,6 +89,7 @@ def grow(db: Path, target_bytes: int) -> None:
 
 def _ingest(rlwh, profile: Path, db: Path, run: str, dataset: Path | None = None) -> tuple[Measured, int]:
     extra = ("--dataset", str(dataset)) if dataset else ()
+    os.sync()  # the previous command's writeback (its files written or deleted) must not land in this one
     with DiskPeak(db.parent) as disk:
         m = measure(rlwh("ingest", str(profile), "-q", "--run", run, *extra, db=db))
     if m.returncode != 0:
