@@ -1,13 +1,15 @@
 """The writer reads the files itself: the formats DuckDB reads (Ascend trace_view.json and
 CSVs) go from disk straight into the warehouse, no worker process and no staging file.
 
-A batch of changed files of one kind is one transaction of the warehouse's own connection:
-the reader's `read_in_place(con, paths, context, scratch)` reads all of them in one statement per
-table on DuckDB's threads into temp tables `_rows_<table>` (each row with `_file`, its
-file's index in the batch), and `land` runs the job's landing SQL once over the batch,
-every row under its own file's keys, with a `sources` row per file. A run is many modest
-files, so per-file work (a process, a connection, a staging file, a statement, a commit)
-was the cost of the pipeline this replaces (DESIGN.md, BENCHMARKS.md 2026-12-03).
+A batch of changed files of one kind is one transaction, of the warehouse's own connection
+or, for the kinds that add no rows every run shares (the CSVs), of a second connection
+beside it (read_and_land's two lanes): the reader's `read_in_place(con, paths, context,
+scratch)` reads all of them in one statement per table on DuckDB's threads into temp
+tables `_rows_<table>` (each row with `_file`, its file's index in the batch), and `land`
+runs the job's landing SQL once over the batch, every row under its own file's keys, with
+a `sources` row per file. A run is many modest files, so per-file work (a process, a
+connection, a staging file, a statement, a commit) was the cost of the pipeline this
+replaces (DESIGN.md, BENCHMARKS.md 2026-12-03).
 
 Each file still lands whole or not at all: if anything in a batch fails, the batch rolls
 back and each file is read alone the same way; a file that fails alone too is read by its
