@@ -72,3 +72,12 @@ def reraise_if_seen() -> None:
     the interrupt, not a fact about the file being read."""
     if _seen:
         raise KeyboardInterrupt
+
+
+def stop_statement(cursor, thread: threading.Thread) -> None:
+    """Stop `thread`'s DuckDB statement on `cursor` (a connection of its own) and wait for the
+    thread: interrupted until it ends, since an interrupt that lands between two of its
+    statements is lost."""
+    while thread.is_alive():
+        cursor.interrupt()
+        thread.join(0.05)

@@ -156,10 +156,9 @@ class _SecondLane(threading.Thread):
     def stop(self) -> None:
         """Interrupt its statement (its batch rolls back), start no other, wait for it."""
         self.stopping = True
-        while self.is_alive():
-            if self.cursor is not None:
-                self.cursor.interrupt()
-            self.join(0.05)
+        if self.cursor is not None:
+            interrupts.stop_statement(self.cursor, self)
+        self.join()
 
     def close(self) -> None:
         if self.cursor is not None and not self.is_alive():  # a second Ctrl-C may leave it running: never

@@ -109,8 +109,8 @@ from rlwh import __version__, interrupts
 from rlwh.errors import RlwhError
 from rlwh.parquet.export import partition_keys
 from rlwh.safe_files import check_contained, fsync_path, pause_for_test, sync_file_system
-from rlwh.sqltext import one_value, sql_ident, sql_literal, sql_table
-from rlwh.warehouse.schema import PRIVATE_SCHEMA, THIN_MARKER, is_thin, thin_generation
+from rlwh.sqltext import one_value, rows_as_lists_sql, sql_ident, sql_literal, sql_table
+from rlwh.warehouse.schema import PRIVATE_SCHEMA, SETTINGS_COLUMNS, THIN_MARKER, is_thin, thin_generation
 from rlwh.warehouse.storage import connect_writable
 
 MARKER = "_rlwh_dataset.json"
@@ -430,8 +430,22 @@ def _check_group_folder(gid: str, folder: Path, tables: dict[str, dict]) -> dict
 def _select(spec: dict, source: str, distinct: str = "") -> str:
     """The table's columns, in order and cast to its types, from `source` (distinct: a
     `distinct ` or `distinct on (...) ` clause)."""
-    columns = ", ".join(f"cast({sql_ident(c)} as {t}) as {sql_ident(c)}" for c, t in spec["columns"])
-    return f"select {distinct}{columns} from {source}"
+    return f"select {distinct}{_typed_columns(spec)} from {source}"
+
+
+def _typed_columns(spec: dict, prefix: str = "", table: str | None = None) -> str:
+    """The table's columns, in order, each `prefix` + its name cast to its type. Given the
+    `table`'s name, a run or role key that a hive path would read back as NULL raises,
+    naming it: the check rides along the scan that writes the rows."""
+    def value(column: str) -> str:
+        read = prefix + sql_ident(column)
+        if table is None or column not in ("run", "role") or column not in spec["keys"]:
+            return read
+        message = (sql_literal(f"{table} has {column} '") + f" || {read} || "
+                   + sql_literal("', which a hive path reads back as NULL; rename it"))
+        return f"case when lower({read}) in {tuple(_HIVE_NULLS)} then error({message}) else {read} end"
+
+    return ", ".join(f"cast({value(c)} as {t}) as {sql_ident(c)}" for c, t in spec["columns"])
 
 
 def _no_rows(spec: dict) -> str:
@@ -458,17 +472,11 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
             raise RlwhError(f"group {gid}: cannot read {path}: {str(exc).strip().splitlines()[0]}") from exc
         if have != want:
             raise RlwhError(f"group {gid}: {path.name} has columns {have}, the warehouse's {table} has {want}")
-        select = _select(spec, f"read_parquet({sql_literal(path)})")
+        source = f"read_parquet({sql_literal(path)})"
+        select = f"select {_typed_columns(spec, table=table)} from {source}"
         if "run" in want:
-            values = con.execute(f"select distinct run from ({select})").fetchall()
+            values = con.execute(f"select distinct run from ({_select(spec, source)})").fetchall()
             runs |= {v[0] for v in values}
-        for key in ("run", "role"):
-            if key in spec["keys"]:
-                bad = con.execute(
-                    f"select distinct {key} from ({select}) where lower({key}) in {tuple(_HIVE_NULLS)}").fetchall()
-                if bad:
-                    raise RlwhError(f"group {gid}: {table} has {key} {bad[0][0]!r}, which a hive path reads back "
-                                    "as NULL; rename it")
         target = stage / table
         try:
             if spec["keys"]:
@@ -553,9 +561,10 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
     copies = _staging_copies(con, tables, raw, token)
     entries: dict[str, list[dict]] = {g: [] for g in gids}
     made: set[Path] = set()
+    raw_real = raw.resolve()
     for table, stats in _run_two_at_a_time(con, copies, groups_table):
         for written, count in ((Path(os.path.realpath(s[0])), int(s[1])) for s in stats):
-            *keys, folder, name = written.relative_to(raw.resolve()).parts
+            *keys, folder, name = written.relative_to(raw_real).parts
             gid = folder.removeprefix("_group=")
             if gid not in entries or not folder.startswith("_group="):
                 raise RlwhError(f"staging {table}: DuckDB wrote {written}, no group's file")
@@ -605,23 +614,12 @@ def _staging_copies(con, tables: dict[str, dict], raw: Path, token: str) -> list
             rows = f"{sql_table(table)} as t join ({used}) as g on t.stack_id = g.stack_id"
         else:
             raise RlwhError(f"{table} holds rows that belong to no group: stage them with stage_group")
-        columns = ", ".join(f"cast({_staged_value(table, spec, c)} as {ty}) as {sql_ident(c)}"
-                            for c, ty in spec["columns"])
+        columns = _typed_columns(spec, "t.", table)
         options = (f"format parquet, partition_by ({', '.join([*spec['keys'], '_group'])}), "
                    f"filename_pattern {sql_literal(token + '_{i}')}, return_stats true")
         copies.append((table, rows_of[table],
                        f"copy (select {columns}, g._group from {rows}) to {sql_literal(str(raw / table))} ({options})"))
     return copies
-
-
-def _staged_value(table: str, spec: dict, column: str) -> str:
-    """t's column; a run or role key that a hive path would read back as NULL raises, naming it."""
-    value = f"t.{sql_ident(column)}"
-    if column not in ("run", "role") or column not in spec["keys"]:
-        return value
-    message = (sql_literal(f"{table} has {column} '") + f" || {value} || "
-               + sql_literal("', which a hive path reads back as NULL; rename it"))
-    return f"case when lower({value}) in {tuple(_HIVE_NULLS)} then error({message}) else {value} end"
 
 
 def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) -> list[tuple[str, list]]:
@@ -661,11 +659,10 @@ def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) ->
     except BaseException:  # Ctrl-C: the other side stops too, before its files' folder goes
         stop.set()
         raise
-    finally:  # stopped: its COPY interrupted, no other started
-        while helper.is_alive():
-            if stop.is_set():
-                cursor.interrupt()
-            helper.join(0.05)
+    finally:
+        if stop.is_set():  # its COPY interrupted, no other started
+            interrupts.stop_statement(cursor, helper)
+        helper.join()
         cursor.close()
     if failures:
         interrupts.reraise_if_seen()  # DuckDB's "query interrupted" is Ctrl-C, no fact about a table
@@ -953,7 +950,7 @@ def build_thin_db(root: Path, db_path: Path, settings: dict[str, str] | None = N
         con = _start_thin_file(tmp, schema)
         try:
             names = sorted(settings)
-            con.execute("insert or replace into internal.settings select unnest(?::varchar[]), unnest(?::varchar[])",
+            con.execute(f"insert or replace into internal.settings select {rows_as_lists_sql(SETTINGS_COLUMNS)}",
                         [names, [settings[n] for n in names]])  # executemany: ~6 ms a row
             con.execute(f"insert into {THIN_MARKER} values (?, ?, ?, ?)",
                         [str(root), gen.name, datetime.now(timezone.utc).replace(tzinfo=None),

@@ -34,6 +34,7 @@ from rlwh.sqltext import one_value, sql_ident, sql_literal
 PRIVATE_SCHEMA = "internal"
 MIGRATIONS_TABLE = f"{PRIVATE_SCHEMA}.migrations"
 SETTINGS_TABLE = f"{PRIVATE_SCHEMA}.settings"  # name -> value; created by migration 0010
+SETTINGS_COLUMNS = {"name": "varchar", "value": "varchar"}
 # Where a warehouse written before migration 0010 records its migrations.
 LEGACY_MIGRATIONS_TABLE = "_rlwh_migrations"  # its name before 0010, in main
 # The table that makes a DuckDB file a Parquet dataset's thin file (rlwh.parquet.dataset).

@@ -25,9 +25,17 @@ import duckdb
 from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
-from rlwh.sqltext import sql_literal
+from rlwh.sqltext import rows_as_lists_sql, sql_literal
 from rlwh.warehouse import template
-from rlwh.warehouse.schema import VIEWS_DIGEST, adds_derived_tables, is_current, is_thin, migrate, thin_generation
+from rlwh.warehouse.schema import (
+    SETTINGS_COLUMNS,
+    VIEWS_DIGEST,
+    adds_derived_tables,
+    is_current,
+    is_thin,
+    migrate,
+    thin_generation,
+)
 from rlwh.warehouse.storage import connect_writable
 
 WRITER_CHECKPOINT = "1GB"
@@ -224,7 +232,7 @@ def store_settings(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     if current == wanted:
         return False
     con.execute("delete from internal.settings where name <> ?", [VIEWS_DIGEST])
-    con.execute("insert into internal.settings select unnest(?::varchar[]), unnest(?::varchar[])",
+    con.execute(f"insert into internal.settings select {rows_as_lists_sql(SETTINGS_COLUMNS)}",
                 [list(wanted), list(wanted.values())])  # executemany: ~6 ms a row
     return True
 
