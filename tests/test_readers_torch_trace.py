@@ -113,6 +113,23 @@ def reference(path: Path):
     by_id = {f[3]: f for f in frames if f[3] is not None}
     ops = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["tid"], e["name"])
            for e in events if e.get("cat") == "cpu_op"]
+    # The frames in one order, for every op (it depends on no op).
+    order = sorted(frames, key=lambda f: (f[2], f[0], f[0] - f[1], f[3] if f[3] is not None else -1))
+    rank = {id(f): i for i, f in enumerate(order)}
+    parents: dict = {}  # a frame's parent depends on the frame alone: found once per frame
+
+    def parent(f):
+        if id(f) not in parents:
+            named = by_id.get(f[4])
+            outer = [g for g in frames if g[2] == f[2] and rank[id(g)] < rank[id(f)]
+                     and g[0] <= f[0] and g[1] >= f[1]]
+            between = [g for g in outer if named is not None and rank[id(g)] > rank.get(id(named), 1 << 60)]
+            if named in outer and all(g[1] == f[0] or (g[0], g[1]) == (f[0], f[1]) for g in between):
+                parents[id(f)] = named
+            else:
+                parents[id(f)] = max(outer, key=lambda g: rank[id(g)]) if outer else None
+        return parents[id(f)]
+
     stacks: dict = {}
     for start, _, tid, name in ops:
         around = [f for f in frames if f[2] == tid and f[0] <= start <= f[1]]
@@ -121,20 +138,11 @@ def reference(path: Path):
             # Innermost frame first. A frame's parent: the innermost frame that encloses it
             # in time; its "Python parent id" frame only when every frame between them merely
             # touches it (ends as it starts, or has its very span).
-            order = sorted(frames, key=lambda f: (f[2], f[0], f[0] - f[1], f[3] if f[3] is not None else -1))
-            rank = {id(f): i for i, f in enumerate(order)}
             f = max(around, key=lambda f: (f[0], f[0] - f[1], f[3] if f[3] is not None else -1))
             chain = []
             while f is not None:
                 chain.append(f[5])
-                named = by_id.get(f[4])
-                outer = [g for g in frames if g[2] == f[2] and rank[id(g)] < rank[id(f)]
-                         and g[0] <= f[0] and g[1] >= f[1]]
-                between = [g for g in outer if named is not None and rank[id(g)] > rank.get(id(named), 1 << 60)]
-                if named in outer and all(g[1] == f[0] or (g[0], g[1]) == (f[0], f[1]) for g in between):
-                    f = named
-                else:
-                    f = max(outer, key=lambda g: rank[id(g)]) if outer else None
+                f = parent(f)
             text = "\n".join(chain)
         stacks.setdefault((name, base + start, tid), []).append(text)
     memory = []
@@ -206,7 +214,7 @@ def test_real_trace_values(tmp_path):
 
 
 @pytest.mark.parametrize("name", [
-    # The oracle (reference()) takes ~10 s on this trace's memory events: make test's, not make check's.
+    # The oracle (reference()) takes seconds on this trace: make test's, not make check's.
     pytest.param("actor_update/prof_rank-1.pt.trace.json.gz", marks=pytest.mark.slow),
     "actor_compute_log_prob/prof_rank-0.pt.trace.json.gz"])
 def test_real_traces_match_oracle(tmp_path, name):
