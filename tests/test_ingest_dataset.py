@@ -51,6 +51,14 @@ def _small_profile(demo: Path, dest: Path) -> Path:
     return dest
 
 
+def _ascend_profile(demo: Path, dest: Path) -> Path:
+    """The demo's Ascend ranks alone (two roles, two ranks each, 20 files): enough captures
+    and partitions for the tests of planning and generations, in half the ingest time of
+    _small_profile (its PyTorch traces took most of it)."""
+    shutil.copytree(demo / "ascend", dest / "ascend")
+    return dest
+
+
 def _modes(config, tmp_path: Path, name: str = "wh"):
     """(normal warehouse config, dataset-mode config) in tmp_path."""
     normal = dataclasses.replace(config, db_path=tmp_path / f"{name}.duckdb")
@@ -181,7 +189,7 @@ def test_ctrl_c_while_staging_stops_both_copies_and_leaves_nothing(tmp_path, dem
     _run_two_at_a_time, stopped by the test hook right after the second starts): one line,
     exit 130, no generation, no scratch folder left. (The small profile's COPYs end in
     milliseconds, so this holds the outcome, not that the second COPY was interrupted.)"""
-    profile = _small_profile(demo, tmp_path / "small")
+    profile = _ascend_profile(demo, tmp_path / "small")
     root, db = tmp_path / "wh.dataset", tmp_path / "thin.duckdb"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
     env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), RLWH_TEST_PAUSE_AT="dataset-stage")
@@ -281,7 +289,7 @@ def test_a_thin_file_over_a_deleted_dataset_is_built_again(tmp_path, config, dem
     """The dataset deleted and the thin file kept: a reader is told so, and the next ingest
     reads every file afresh into a new dataset that the thin file then stands over (both
     raised an IOException naming a Parquet file of the deleted generation)."""
-    profile = _small_profile(demo, tmp_path / "small")
+    profile = _ascend_profile(demo, tmp_path / "small")
     _, thin = _modes(config, tmp_path)
     first = _ok(ingest(profile, thin, run="r"))
     shutil.rmtree(thin.dataset)
@@ -297,7 +305,7 @@ def test_a_thin_file_behind_the_dataset_is_built_again(tmp_path, config, demo):
     """Two thin files over one dataset: the other's publishes prune the generation this
     one stands over. Its next ingest plans from the current generation: the run it holds
     is unchanged, and it sees the other's runs too."""
-    profile = _small_profile(demo, tmp_path / "small")
+    profile = _ascend_profile(demo, tmp_path / "small")
     _, mine = _modes(config, tmp_path)
     other = dataclasses.replace(mine, db_path=tmp_path / "other-thin.duckdb")
     _ok(ingest(profile, mine, run="mine"))
@@ -336,7 +344,7 @@ def test_thin_files_over_one_dataset_plan_from_it(tmp_path, config, demo):
 def test_two_ingests_into_one_dataset_through_two_thin_files_take_turns(tmp_path, config, demo):
     """The second waits for the first (the dataset's ingest lock, saying for whom), then
     plans from the generation the first published: no source id is used twice."""
-    profile = _small_profile(demo, tmp_path / "small")
+    profile = _ascend_profile(demo, tmp_path / "small")
     dataset_root = tmp_path / "wh.dataset"
 
     def start(db: str, run: str, pause: str | None = None) -> subprocess.Popen:
@@ -367,7 +375,7 @@ def test_two_ingests_into_one_dataset_through_two_thin_files_take_turns(tmp_path
 
 def test_a_normal_warehouse_as_the_thin_file_is_refused_before_anything_is_written(tmp_path, config, demo):
     """It published a generation, then refused to replace the warehouse with its thin file."""
-    profile = _small_profile(demo, tmp_path / "small")
+    profile = _ascend_profile(demo, tmp_path / "small")
     normal, thin = _modes(config, tmp_path)
     initialize(normal)
     with pytest.raises(RlwhError, match="is a warehouse with its own tables"):
