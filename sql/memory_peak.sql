@@ -103,40 +103,55 @@ freed_before_recording as (
   group by run, role, rank_id, capture, device
 ),
 
-untraced_snapshots as (
-  -- Snapshot devices whose trace allocated nothing: no timeline rows.
+snapshot_devices as (
   select
-    r.run, r.role, r.rank_id, r.capture, r.device,
-    0::bigint as peak_live_bytes, null::bigint as peak_at_ns,
-    (coalesce(h.held_bytes, 0) + coalesce(f.freed_bytes, 0))::bigint as allocator_peak_bytes,
-    null::bigint as allocator_peak_at_ns,
-    r.reserved_bytes as allocator_reserved_peak_bytes,
-    coalesce(f.clock, 'sequence') as clock,
+    r.run, r.role, r.rank_id, r.capture, r.device, r.reserved_bytes, h.held_bytes, f.freed_bytes, f.clock,
   from snapshot_reserved as r
   left join snapshot_held as h using (run, role, rank_id, capture, device)
   left join freed_before_recording as f using (run, role, rank_id, capture, device)
-  anti join peaks as p using (run, role, rank_id, capture, device)
+),
+
+keyed as (
+  select *, true as traced, null::bigint as reserved_bytes, null::bigint as held_bytes, null::bigint as freed_bytes,
+    null::varchar as freed_clock,
+  from peaks
+  union all
+  select
+    run, role, rank_id, capture, device, null, null, null, null, null, null, false,
+    reserved_bytes, held_bytes, freed_bytes, clock,
+  from snapshot_devices
 ),
 
 all_peaks as (
+  -- A device's peaks row beside its snapshot's, in one group: no anti join, whose second
+  -- scan of the timeline a query's filter (on run, say) would not reach. Keys match as a
+  -- join's do: one with a NULL part is never paired across the two.
   select
-    p.run, p.role, p.rank_id, p.capture, p.device, p.peak_live_bytes, p.peak_at_ns,
-    p.allocator_peak_bytes, p.allocator_peak_at_ns,
-    coalesce(p.allocator_reserved_peak_bytes, r.reserved_bytes) as allocator_reserved_peak_bytes,
-    p.clock,
-  from peaks as p
-  left join snapshot_reserved as r using (run, role, rank_id, capture, device)
-  union all
-  select * from untraced_snapshots
+    run, role, rank_id, capture, device,
+    bool_or(traced) as traced,
+    any_value(peak_live_bytes) as peak_live_bytes, any_value(peak_at_ns) as peak_at_ns,
+    any_value(allocator_peak_bytes) as allocator_peak_bytes, any_value(allocator_peak_at_ns) as allocator_peak_at_ns,
+    any_value(allocator_reserved_peak_bytes) as traced_reserved_bytes, any_value(clock) as traced_clock,
+    any_value(reserved_bytes) as reserved_bytes, any_value(held_bytes) as held_bytes,
+    any_value(freed_bytes) as freed_bytes, any_value(freed_clock) as freed_clock,
+  from keyed
+  group by run, role, rank_id, capture, device,
+    if(run is null or role is null or rank_id is null or capture is null or device is null, traced, null)
 ),
 
 final as (
+  -- A snapshot device whose trace allocated nothing (no timeline rows): from its segments.
   select
-    run, role, rank_id, capture, device, peak_live_bytes, peak_at_ns,
-    allocator_peak_bytes, allocator_peak_at_ns, allocator_reserved_peak_bytes,
-    round(peak_live_bytes / 1048576.0, 3) as peak_live_mb,
-    round(allocator_peak_bytes / 1048576.0, 3) as allocator_peak_mb,
-    clock,
+    run, role, rank_id, capture, device,
+    if(traced, peak_live_bytes, 0) as peak_live_bytes,
+    peak_at_ns,
+    if(traced, allocator_peak_bytes, (coalesce(held_bytes, 0) + coalesce(freed_bytes, 0))::bigint) as allocator_peak_bytes,
+    allocator_peak_at_ns,
+    if(traced, coalesce(traced_reserved_bytes, reserved_bytes), reserved_bytes) as allocator_reserved_peak_bytes,
+    round(if(traced, peak_live_bytes, 0) / 1048576.0, 3) as peak_live_mb,
+    round(if(traced, allocator_peak_bytes, coalesce(held_bytes, 0) + coalesce(freed_bytes, 0)) / 1048576.0, 3)
+      as allocator_peak_mb,
+    if(traced, traced_clock, coalesce(freed_clock, 'sequence')) as clock,
   from all_peaks
 )
 

@@ -97,7 +97,7 @@ step_spans as (
   group by run, role, rank_id
 ),
 
-rank_spans as (
+rank_spans as not materialized (
   select run, role, rank_id, span_source, clock, sum(dur_ns)::bigint as span_ns
   from typed_spans
   group by run, role, rank_id, span_source, clock
@@ -105,29 +105,26 @@ rank_spans as (
   select * from step_spans where span_ns is not null
 ),
 
-role_choice as (
-  select run, role, span_source, clock
+spans as (
+  -- The role's kind of span: the one most of its ranks have (ties: nvtx, mstx, step_times,
+  -- windows, then the clock), picked by windows rather than a join, so that a query's
+  -- filter on run reaches the tables below.
+  select run, role, rank_id, span_ns, span_source, clock
   from (
     select
-      run, role, span_source, clock,
-      row_number() over (
-        partition by run, role
-        order by count(*) desc,
-          case span_source when 'nvtx' then 0 when 'mstx' then 1 when 'step_times' then 2
-            when 'window:ascend' then 3 when 'window:torch' then 4 when 'window:nvtx' then 5 else 6 end,
-          clock
-      ) as pick,
-    from rank_spans
-    group by run, role, span_source, clock
+      *,
+      first_value(span_source) over by_preference as role_source,
+      first_value(clock) over by_preference as role_clock,
+    from (select *, count(*) over (partition by run, role, span_source, clock) as kind_ranks from rank_spans)
+    window by_preference as (
+      partition by run, role
+      order by kind_ranks desc,
+        case span_source when 'nvtx' then 0 when 'mstx' then 1 when 'step_times' then 2
+          when 'window:ascend' then 3 when 'window:torch' then 4 when 'window:nvtx' then 5 else 6 end,
+        clock
+    )
   )
-  where pick = 1
-),
-
-spans as (
-  select s.run, s.role, s.rank_id, s.span_ns, s.span_source, s.clock
-  from rank_spans as s
-  semi join role_choice as c
-    on s.run = c.run and s.role = c.role and s.span_source = c.span_source and coalesce(s.clock, '') = coalesce(c.clock, '')
+  where role is not null and span_source = role_source and coalesce(clock, '') = coalesce(role_clock, '')
 ),
 
 snapshot_captures as (
@@ -148,20 +145,34 @@ peaks as (
   group by p.run, p.role, p.rank_id
 ),
 
-rank_keys as (
-  select distinct run, role, rank_id from rank_spans
-  union
-  select run, role, rank_id from peaks
+rank_rows as (
+  -- Every rank with spans of any kind or a peak: its span of the role's kind, its peak.
+  select run, role, rank_id, null::bigint as span_ns, null::bigint as peak_live_bytes, null::varchar as span_source,
+    null::varchar as clock,
+  from rank_spans
+  union all
+  select run, role, rank_id, span_ns, null, span_source, clock from spans
+  union all
+  select run, role, rank_id, null, peak_live_bytes, null, null from peaks
 ),
 
 per_rank as (
+  -- One group per rank, and no outer join: a query's filter on run reaches every table
+  -- scan below (through a join it would reach one side only). A rank whose role or rank_id
+  -- is NULL matches nothing, as a join's key would not: no span, no peak.
   select
-    k.run, k.role, k.rank_id, s.span_ns, p.peak_live_bytes,
-    c.span_source, c.clock as span_clock,
-  from rank_keys as k
-  left join spans as s using (run, role, rank_id)
-  left join peaks as p using (run, role, rank_id)
-  left join role_choice as c using (run, role)
+    run, role, rank_id, span_ns, peak_live_bytes,
+    any_value(span_source) over (partition by run, role) as span_source,
+    any_value(clock) over (partition by run, role) as span_clock,
+  from (
+    select
+      run, role, rank_id,
+      if(role is null or rank_id is null, null, max(span_ns)) as span_ns,
+      if(role is null or rank_id is null, null, max(peak_live_bytes)) as peak_live_bytes,
+      max(span_source) as span_source, max(clock) as clock,
+    from rank_rows
+    group by run, role, rank_id
+  )
 ),
 
 with_medians as (
@@ -174,23 +185,32 @@ with_medians as (
   window role_ranks as (partition by run, role)
 ),
 
-waited_for as (
+waited_for as materialized (
   select run, role, rank_id, bool_or(is_straggler) as is_straggler
   from stragglers
   group by run, role, rank_id
 ),
 
--- A capture that names no role (an NVTX export: each range is its own role) is left out on every role of its rank.
-left_out as (
-  select m.run, m.role, m.rank_id, string_agg(c.capture, ', ' order by c.capture) as left_out_captures
-  from per_rank as m
-  join internal.rank_captures as c
-    on c.run = m.run and c.rank_id = m.rank_id and (c.role = m.role or c.role is null) and not c.counted
-  group by m.run, m.role, m.rank_id
+-- The captures each rank leaves out, from internal.rank_captures alone: a join back to
+-- per_rank would be a second use of it, computed for every run whatever a query's filter.
+left_out_by_role as (
+  select run, role, rank_id, list(capture) as captures
+  from internal.rank_captures
+  where not counted and role is not null and capture is not null
+  group by run, role, rank_id
+),
+
+-- A capture that names no role (an NVTX export: each range is its own role) is left out on
+-- every role of its rank.
+left_out_on_every_role as (
+  select run, rank_id, list(capture) as captures
+  from internal.rank_captures
+  where not counted and role is null and capture is not null
+  group by run, rank_id
 ),
 
 roles_with_collectives as (
-  select distinct run, role, true as has_collectives from stragglers
+  select distinct run, role, true as has_collectives from waited_for
 ),
 
 final as (
@@ -209,11 +229,14 @@ final as (
     coalesce(abs(m.peak_live_bytes / nullif(m.median_peak_live_bytes, 0) - 1) > 0.1, false) as is_memory_outlier,
     m.span_source,
     m.span_clock,
-    o.left_out_captures,
+    if(m.role is null, null,
+      nullif(array_to_string(list_sort(coalesce(o.captures, []) || coalesce(a.captures, [])), ', '), ''))
+      as left_out_captures,
   from with_medians as m
   left join roles_with_collectives as c on m.run = c.run and m.role = c.role
   left join waited_for as w on m.run = w.run and m.role = w.role and m.rank_id = w.rank_id
-  left join left_out as o on m.run = o.run and m.role = o.role and m.rank_id = o.rank_id
+  left join left_out_by_role as o on m.run = o.run and m.role = o.role and m.rank_id = o.rank_id
+  left join left_out_on_every_role as a on m.run = a.run and m.rank_id = a.rank_id
 )
 
 select * from final

@@ -41,7 +41,8 @@ create or replace view role_timeline (
   -- Training step the capture's path names; NULL when none.
   step
 ) as
-with role_ranges as (
+with role_ranges as not materialized (
+  -- Not materialized (nor below): a query's filter on run reaches the tables' scans.
   select run, role, rank_id, capture, source, name, domain, start_ns, end_ns, clock, step
   from ranges
   where source in ('nvtx', 'mstx') and name = role
@@ -52,45 +53,48 @@ ranged_captures as (
 ),
 
 recorded as (
-  select run, role, rank_id, capture, step, ts_ns as start_ns, ts_ns + coalesce(dur_ns, 0) as end_ns, 'epoch' as clock
+  select run, role, rank_id, capture, step, ts_ns as start_ns, ts_ns + coalesce(dur_ns, 0) as end_ns, 'epoch' as clock,
+    false as declared,
   from cpu_ops
   union all
-  select run, role, rank_id, capture, step, alloc_ns, coalesce(release_ns, alloc_ns), 'epoch' from memory_records
+  select run, role, rank_id, capture, step, alloc_ns, coalesce(release_ns, alloc_ns), 'epoch', false from memory_records
   union all
   -- An NVTX export's phases on their own clock (an nsys session clock stays its own window).
-  select run, role, rank_id, capture, step, start_ns, end_ns, coalesce(clock, 'epoch')
+  select run, role, rank_id, capture, step, start_ns, end_ns, coalesce(clock, 'epoch'), false
   from ranges where source = 'nvtx' or (source not in ('mstx', 'profiler') and clock = 'epoch')
   union all
-  select run, role, rank_id, capture, step, ts_ns, ts_ns, 'epoch' from torch_memory_events
+  select run, role, rank_id, capture, step, ts_ns, ts_ns, 'epoch', false from torch_memory_events
   union all
-  select run, role, rank_id, capture, null, alloc_ns, coalesce(release_ns, alloc_ns), 'epoch'
+  select run, role, rank_id, capture, null, alloc_ns, coalesce(release_ns, alloc_ns), 'epoch', false
   from snapshot_trace_blocks where clock = 'epoch' and alloc_ns is not null
+  union all
+  -- The profiler's declared window: the span only of a capture that recorded no events.
+  select run, role, rank_id, capture, step, start_ns, end_ns, 'epoch', true
+  from ranges where source = 'profiler' and clock = 'epoch'
 ),
 
-event_windows as (
-  select run, role, rank_id, capture, min(start_ns) as start_ns, max(end_ns) as end_ns, any_value(step) as step,
-    clock,
+capture_windows as (
+  select
+    run, role, rank_id, capture, min(start_ns) as start_ns, max(end_ns) as end_ns, any_value(step) as step, clock,
+    declared,
   from recorded
-  where start_ns is not null
-  group by run, role, rank_id, capture, clock
+  where declared or start_ns is not null
+  group by run, role, rank_id, capture, clock, declared
 ),
 
-declared_windows as (
-  -- The profiler's declared window, for a capture that recorded no events.
-  select p.run, p.role, p.rank_id, p.capture, min(p.start_ns) as start_ns, max(p.end_ns) as end_ns,
-    any_value(p.step) as step, 'epoch' as clock,
-  from ranges as p
-  anti join event_windows as e using (run, rank_id, capture)
-  where p.source = 'profiler' and p.clock = 'epoch'
-  group by p.run, p.role, p.rank_id, p.capture
+event_or_declared as (
+  -- One pass over the events: a declared window is dropped where its capture (run, rank, capture) recorded events.
+  select *, bool_or(not declared) over (partition by run, rank_id, capture) as has_events,
+  from capture_windows
 ),
 
 windows as (
   select
     w.run, w.role, w.rank_id, w.capture, 'window' as source, w.role as name, 'default' as domain,
     w.start_ns, w.end_ns, w.clock, w.step,
-  from (select * from event_windows union all select * from declared_windows) as w
+  from event_or_declared as w
   anti join ranged_captures as c using (run, rank_id, capture)
+  where not w.declared or not coalesce(w.has_events and w.rank_id is not null and w.capture is not null, false)
 ),
 
 spans as (

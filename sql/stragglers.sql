@@ -41,14 +41,18 @@ create or replace view stragglers (
   -- True when waited_for_ns is above the threshold ([thresholds] straggler_wait_ms, default 1 ms).
   is_straggler
 ) as
-with every_instance as (
+with collective_rows as materialized (
+  select * from collectives
+),
+
+every_instance as (
   select
     run, role, step, "group", name, seq, seq_is_global,
     sum(wait_ns) as waited_ns,
     arg_min(rank_id, struct_pack(neg := -arrive_ns, r := rank_id)) filter (where arrive_ns is not null) as last_rank,
     min(arrive_ns) as first_arrive_ns,
     bool_or(mismatched) or bool_or(coalesce(wait_capped, false)) as is_left_out,
-  from collectives
+  from collective_rows
   group by run, role, step, "group", name, seq, seq_is_global
 ),
 
@@ -85,7 +89,7 @@ first_instance as (
 
 first_arrivals as (
   select c.run, c.role, c.step, c.rank_id, c.arrive_ns - min(c.arrive_ns) over (partition by c.run, c.role, c.step) as late_ns
-  from collectives as c
+  from collective_rows as c
   join first_instance as f
     on c.run = f.run and c.role = f.role and (c.step = f.step or (c.step is null and f.step is null))
     and (c."group" = f.first.g or (c."group" is null and f.first.g is null)) and c.name = f.first.n and c.seq = f.first.s
@@ -94,7 +98,7 @@ first_arrivals as (
 
 step_ranks as (
   select run, role, step, count(distinct rank_id) as ranks
-  from collectives
+  from collective_rows
   group by run, role, step
 ),
 
