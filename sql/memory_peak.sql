@@ -136,22 +136,25 @@ all_peaks as (
     any_value(freed_bytes) as freed_bytes, any_value(freed_clock) as freed_clock,
   from keyed
   group by run, role, rank_id, capture, device,
-    if(run is null or role is null or rank_id is null or capture is null or device is null, traced, null)
+    case when run is null or role is null or rank_id is null or capture is null or device is null then traced end
 ),
 
 final as (
   -- A snapshot device whose trace allocated nothing (no timeline rows): from its segments.
   select
     run, role, rank_id, capture, device,
-    if(traced, peak_live_bytes, 0) as peak_live_bytes,
+    case when traced then peak_live_bytes else 0 end as peak_live_bytes,
     peak_at_ns,
-    if(traced, allocator_peak_bytes, (coalesce(held_bytes, 0) + coalesce(freed_bytes, 0))::bigint) as allocator_peak_bytes,
+    case when traced then allocator_peak_bytes else (coalesce(held_bytes, 0) + coalesce(freed_bytes, 0))::bigint end
+      as allocator_peak_bytes,
     allocator_peak_at_ns,
-    if(traced, coalesce(traced_reserved_bytes, reserved_bytes), reserved_bytes) as allocator_reserved_peak_bytes,
-    round(if(traced, peak_live_bytes, 0) / 1048576.0, 3) as peak_live_mb,
-    round(if(traced, allocator_peak_bytes, coalesce(held_bytes, 0) + coalesce(freed_bytes, 0)) / 1048576.0, 3)
+    case when traced then coalesce(traced_reserved_bytes, reserved_bytes) else reserved_bytes end
+      as allocator_reserved_peak_bytes,
+    round(case when traced then peak_live_bytes else 0 end / 1048576.0, 3) as peak_live_mb,
+    round(case when traced then allocator_peak_bytes else coalesce(held_bytes, 0) + coalesce(freed_bytes, 0) end
+      / 1048576.0, 3)
       as allocator_peak_mb,
-    if(traced, traced_clock, coalesce(freed_clock, 'sequence')) as clock,
+    case when traced then traced_clock else coalesce(freed_clock, 'sequence') end as clock,
   from all_peaks
 )
 

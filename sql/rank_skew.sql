@@ -167,8 +167,8 @@ per_rank as (
   from (
     select
       run, role, rank_id,
-      if(role is null or rank_id is null, null, max(span_ns)) as span_ns,
-      if(role is null or rank_id is null, null, max(peak_live_bytes)) as peak_live_bytes,
+      case when role is not null and rank_id is not null then max(span_ns) end as span_ns,
+      case when role is not null and rank_id is not null then max(peak_live_bytes) end as peak_live_bytes,
       max(span_source) as span_source, max(clock) as clock,
     from rank_rows
     group by run, role, rank_id
@@ -229,9 +229,9 @@ final as (
     coalesce(abs(m.peak_live_bytes / nullif(m.median_peak_live_bytes, 0) - 1) > 0.1, false) as is_memory_outlier,
     m.span_source,
     m.span_clock,
-    if(m.role is null, null,
-      nullif(array_to_string(list_sort(coalesce(o.captures, []) || coalesce(a.captures, [])), ', '), ''))
-      as left_out_captures,
+    case when m.role is not null
+      then nullif(array_to_string(list_sort(coalesce(o.captures, []) || coalesce(a.captures, [])), ', '), '')
+    end as left_out_captures,
   from with_medians as m
   left join roles_with_collectives as c on m.run = c.run and m.role = c.role
   left join waited_for as w on m.run = w.run and m.role = w.role and m.rank_id = w.rank_id
