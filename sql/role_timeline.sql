@@ -42,7 +42,8 @@ create or replace view role_timeline (
   step
 ) as
 with role_ranges as not materialized (
-  -- Not materialized (nor below): a query's filter on run reaches the tables' scans.
+  -- Used twice (spans, ranged_captures) and not materialized: a query's filter on run
+  -- reaches the scan of ranges in both uses.
   select run, role, rank_id, capture, source, name, domain, start_ns, end_ns, clock, step
   from ranges
   where source in ('nvtx', 'mstx') and name = role
@@ -83,7 +84,8 @@ capture_windows as (
 ),
 
 event_or_declared as (
-  -- One pass over the events: a declared window is dropped where its capture (run, rank, capture) recorded events.
+  -- One pass over the events, no anti join (whose right side a query's filter on run would not
+  -- reach): a declared window is dropped where its capture (run, rank_id, capture) recorded events.
   select *, bool_or(not declared) over (partition by run, rank_id, capture) as has_events,
   from capture_windows
 ),

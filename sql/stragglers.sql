@@ -42,6 +42,7 @@ create or replace view stragglers (
   is_straggler
 ) as
 with collective_rows as materialized (
+  -- collectives, a deep view, used three times below: planned and computed once.
   select * from collectives
 ),
 
