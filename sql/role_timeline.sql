@@ -96,7 +96,7 @@ windows as (
     w.start_ns, w.end_ns, w.clock, w.step,
   from event_or_declared as w
   anti join ranged_captures as c using (run, rank_id, capture)
-  where not w.declared or not coalesce(w.has_events and w.rank_id is not null and w.capture is not null, false)
+  where not (w.declared and w.has_events and w.rank_id is not null and w.capture is not null)
 ),
 
 spans as (

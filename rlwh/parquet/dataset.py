@@ -427,10 +427,10 @@ def _check_group_folder(gid: str, folder: Path, tables: dict[str, dict]) -> dict
     return files
 
 
-def _select(spec: dict, source: str, distinct: str = "") -> str:
+def _select(spec: dict, source: str, distinct: str = "", table: str | None = None) -> str:
     """The table's columns, in order and cast to its types, from `source` (distinct: a
-    `distinct ` or `distinct on (...) ` clause)."""
-    return f"select {distinct}{_typed_columns(spec)} from {source}"
+    `distinct ` or `distinct on (...) ` clause; table: check its hive keys, _typed_columns)."""
+    return f"select {distinct}{_typed_columns(spec, table=table)} from {source}"
 
 
 def _typed_columns(spec: dict, prefix: str = "", table: str | None = None) -> str:
@@ -473,7 +473,7 @@ def _write_group(con, gid: str, files: dict[str, Path], tables: dict[str, dict],
         if have != want:
             raise RlwhError(f"group {gid}: {path.name} has columns {have}, the warehouse's {table} has {want}")
         source = f"read_parquet({sql_literal(path)})"
-        select = f"select {_typed_columns(spec, table=table)} from {source}"
+        select = _select(spec, source, table=table)
         if "run" in want:
             values = con.execute(f"select distinct run from ({_select(spec, source)})").fetchall()
             runs |= {v[0] for v in values}
