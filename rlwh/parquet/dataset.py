@@ -560,22 +560,29 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
     token = uuid.uuid4().hex[:12]
     copies = _staging_copies(con, tables, raw, token)
     entries: dict[str, list[dict]] = {g: [] for g in gids}
-    made: set[Path] = set()
+    for gid in gids:
+        (stage / gid).mkdir()
     raw_real = raw.resolve()
     for table, stats in _run_two_at_a_time(con, copies, groups_table):
+        # DuckDB wrote raw/<table>/_group=<gid>/<keys' folders>/<file>: each group's folder
+        # of the table becomes <gid>/<table> whole (one rename, where a mkdir per folder and
+        # a rename per file took 0.07-0.1 s of the small run's staging), and its files get
+        # the group's id in their names, which keeps two groups' files apart in a generation.
+        moved: set[str] = set()
         for written, count in ((Path(os.path.realpath(s[0])), int(s[1])) for s in stats):
-            *keys, folder, name = written.relative_to(raw_real).parts
+            path_table, folder, *keys, name = written.relative_to(raw_real).parts
             gid = folder.removeprefix("_group=")
-            if gid not in entries or not folder.startswith("_group="):
+            if gid not in entries or not folder.startswith("_group=") or path_table != table:
                 raise RlwhError(f"staging {table}: DuckDB wrote {written}, no group's file")
-            dest = stage.joinpath(gid, *keys, f"{gid}.{name}")
+            if gid not in moved:
+                os.rename(raw / table / folder, stage / gid / table)
+                moved.add(gid)
+            placed = stage.joinpath(gid, table, *keys, name)
             if count == 0:
-                written.unlink()
+                placed.unlink()
                 continue
-            if dest.parent not in made:  # a mkdir of a folder that exists costs ~1 ms here
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                made.add(dest.parent)
-            os.rename(written, dest)
+            dest = placed.with_name(f"{gid}.{name}")
+            os.rename(placed, dest)
             entries[gid].append({"path": str(dest.relative_to(stage / gid)), "table": table, "group": gid,
                                  "rows": count})
     shutil.rmtree(raw)
@@ -584,7 +591,6 @@ def stage_rows_of(con, group_of: dict[int, str], stage: Path) -> dict[str, Path]
     con.execute("drop table _stage_groups")
     staged = {}
     for gid in gids:
-        (stage / gid).mkdir(exist_ok=True)
         check_contained(stage / gid, "dataset")
         _write_json(stage / gid / STAGED, {"group": gid, "run": run_of.get(gid), "files": entries[gid]},
                     durable=False)
@@ -615,7 +621,7 @@ def _staging_copies(con, tables: dict[str, dict], raw: Path, token: str) -> list
         else:
             raise RlwhError(f"{table} holds rows that belong to no group: stage them with stage_group")
         columns = _typed_columns(spec, "t.", table)
-        options = (f"format parquet, partition_by ({', '.join([*spec['keys'], '_group'])}), "
+        options = (f"format parquet, partition_by ({', '.join(['_group', *spec['keys']])}), "
                    f"filename_pattern {sql_literal(token + '_{i}')}, return_stats true")
         copies.append((table, rows_of[table],
                        f"copy (select {columns}, g._group from {rows}) to {sql_literal(str(raw / table))} ({options})"))
