@@ -213,15 +213,18 @@ def pytest_configure(config):
         config.pluginmanager.register(progress, "progress")
 
 
-# The test files that take longest (test-seconds measured on the 2-core machine), longest
-# first. `make test` hands whole files to the workers (--dist loadfile) in the order they are
-# collected (--no-loadscope-reorder: by default pytest-xdist orders them by their number of
-# tests, which put test_ray, 11 tests and minutes, near the end, where it ran alone); so the
-# long files start first and the many short ones fill in at the end.
-LONGEST_FIRST = ("test_ray.py", "test_kineto_typed.py", "test_ingest_dataset.py", "test_crash.py", "test_dataset.py",
-                 "test_readme.py", "test_nightly.py", "test_build.py", "test_kineto_nesting.py",
-                 "test_same_rows_as_previous_release.py", "test_repeated_captures.py", "test_real_stack_nesting.py",
-                 "test_cli_summary.py", "test_report_browser.py", "test_bad_inputs.py")
+# The test files that take longest (test-seconds measured on the 2-core machine, `make test`
+# of 2026-12-06 session 19, --durations=0 summed per file), longest first. `make test` hands
+# whole files to the workers (--dist loadfile) in the order they are collected
+# (--no-loadscope-reorder: by default pytest-xdist orders them by their number of tests,
+# which put test_ray, 11 tests and minutes, near the end, where it ran alone); so the long
+# files start first and the many short ones fill in at the end.
+LONGEST_FIRST = ("test_ray.py", "test_ingest_dataset.py", "test_kineto_typed.py", "test_crash.py",
+                 "test_same_rows_as_previous_release.py", "test_real_stack_nesting.py", "test_kineto_nesting.py",
+                 "test_readme.py", "test_build.py", "test_report_browser.py", "test_dataset.py",
+                 "test_check_agrees_with_ingest.py", "test_nightly.py", "test_repeated_captures.py",
+                 "test_ingest_batches.py", "test_bad_inputs.py", "test_kineto_deep_nesting.py", "test_cli_summary.py",
+                 "test_device_time.py", "test_device_idle.py", "test_cli_query.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
