@@ -36,9 +36,18 @@ SMALL_RANKS = 8
 PAIRS = 5
 
 
-def _in_turn(i: int, *steps):
-    """The steps of pair i, reversed in every other pair."""
-    return steps if i % 2 == 0 else steps[::-1]
+def _in_turn(pairs: int, **steps) -> dict[str, list[tuple[float, int]]]:
+    """Run each step (i -> (seconds, extra disk)) once a pair, their order reversed in every
+    other pair; each step's figures by its name."""
+    figures: dict[str, list[tuple[float, int]]] = {name: [] for name in steps}
+    for i in range(pairs):
+        for name in (list(steps) if i % 2 == 0 else list(steps)[::-1]):
+            figures[name].append(steps[name](i))
+    return figures
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def _disk_used(folder: Path) -> int:
@@ -108,6 +117,20 @@ def _ingest(rlwh, profile: Path, db: Path, run: str, dataset: Path | None = None
     return m, disk.peak
 
 
+def _timed(ingested: tuple[Measured, int]) -> tuple[float, int]:
+    """An _ingest's wall seconds and extra disk."""
+    measured, disk = ingested
+    return measured.wall_s, disk
+
+
+def _into_new(folder: Path, rlwh, profile: Path, db_name: str, dataset: bool = False) -> tuple[float, int]:
+    """The small run into a new warehouse (or dataset) in `folder`, removed afterwards."""
+    folder.mkdir()
+    figures = _timed(_ingest(rlwh, profile, folder / db_name, "night", folder / "data" if dataset else None))
+    shutil.rmtree(folder)
+    return figures
+
+
 def _small_run(tmp: Path, scale: float) -> tuple[Path, float]:
     """The small run both benches ingest (made once), and its MB."""
     profile = tmp / "growth_small"
@@ -132,37 +155,19 @@ def bench_dataset_growth(tmp: Path, scale: float, runs: int, rlwh, record, pairs
         _ingest(rlwh, big, grown / "thin.duckdb", f"big-{i}", grown / "data")
     files = sum(1 for p in (grown / "data").rglob("*.parquet"))
     os.sync()
-    empty_s, grown_s, normal_s, disk_grown = [], [], [], []
-    def into_empty(i: int) -> None:
-        empty = tmp / f"dataset_empty_{i}"
-        empty.mkdir()
-        m, _ = _ingest(rlwh, profile, empty / "thin.duckdb", "night", empty / "data")
-        empty_s.append(m.wall_s)
-        shutil.rmtree(empty)
-
-    def into_grown(i: int) -> None:
-        m, disk = _ingest(rlwh, profile, grown / "thin.duckdb", f"night-{i}", grown / "data")
-        grown_s.append(m.wall_s)
-        disk_grown.append(disk)
-
-    def into_normal(i: int) -> None:
-        normal = tmp / f"normal_empty_{i}"
-        normal.mkdir()
-        m, _ = _ingest(rlwh, profile, normal / "warehouse.duckdb", "night")
-        normal_s.append(m.wall_s)
-        shutil.rmtree(normal)
-
-    for i in range(pairs):
-        for step in _in_turn(i, into_empty, into_grown, into_normal):
-            step(i)
+    figures = _in_turn(
+        pairs,
+        empty=lambda i: _into_new(tmp / f"dataset_empty_{i}", rlwh, profile, "thin.duckdb", dataset=True),
+        grown=lambda i: _timed(_ingest(rlwh, profile, grown / "thin.duckdb", f"night-{i}", grown / "data")),
+        normal=lambda i: _into_new(tmp / f"normal_empty_{i}", rlwh, profile, "warehouse.duckdb"))
+    empty_s, grown_s, normal_s = ([t for t, _ in figures[k]] for k in ("empty", "grown", "normal"))
     ratios = sorted(g / e for g, e in zip(grown_s, empty_s))
     fixed = sorted(e / n for e, n in zip(empty_s, normal_s))
     record(f"growth, dataset mode: a small ingest ({SMALL_RANKS} ranks, {mb:.0f} MB) into a dataset of 256 ranks x "
            f"{runs} runs ({files} files) against an empty one, and an empty dataset against an empty warehouse",
-           empty_s=sorted(empty_s)[pairs // 2], grown_s=sorted(grown_s)[pairs // 2],
-           grown_vs_empty=ratios[pairs // 2], worst_pair=ratios[-1], normal_warehouse_s=sorted(normal_s)[pairs // 2],
-           dataset_vs_warehouse=fixed[pairs // 2], extra_disk_grown_mb=max(disk_grown) / 1e6,
-           load=os.getloadavg()[0])
+           empty_s=_median(empty_s), grown_s=_median(grown_s), grown_vs_empty=_median(ratios),
+           worst_pair=ratios[-1], normal_warehouse_s=_median(normal_s), dataset_vs_warehouse=_median(fixed),
+           extra_disk_grown_mb=max(d for _, d in figures["grown"]) / 1e6, load=os.getloadavg()[0])
     shutil.rmtree(grown)
     shutil.rmtree(big)
 
@@ -189,26 +194,12 @@ def bench_growth(tmp: Path, scale: float, sizes_gb: tuple[float, ...], rlwh, rec
 
 def _growth_pairs(empty_base: Path, grown: Path, profile: Path, rlwh, record, pairs: int, what: str) -> None:
     """The small run into a new empty warehouse and into `grown`, `pairs` times, in turn."""
-    empty_s, grown_s, disk_empty, disk_grown = [], [], [], []
-
-    def into_empty(i: int) -> None:
-        empty = Path(f"{empty_base}_{i}") / "warehouse.duckdb"
-        empty.parent.mkdir()
-        m, disk = _ingest(rlwh, profile, empty, "night")
-        empty_s.append(m.wall_s)
-        disk_empty.append(disk)
-        shutil.rmtree(empty.parent)
-
-    def into_grown(i: int) -> None:
-        m, disk = _ingest(rlwh, profile, grown, f"night-{i}")
-        grown_s.append(m.wall_s)
-        disk_grown.append(disk)
-
-    for i in range(pairs):
-        for step in _in_turn(i, into_empty, into_grown):
-            step(i)
+    figures = _in_turn(
+        pairs,
+        empty=lambda i: _into_new(Path(f"{empty_base}_{i}"), rlwh, profile, "warehouse.duckdb"),
+        grown=lambda i: _timed(_ingest(rlwh, profile, grown, f"night-{i}")))
+    empty_s, grown_s = ([t for t, _ in figures[k]] for k in ("empty", "grown"))
     ratios = sorted(g / e for g, e in zip(grown_s, empty_s))
-    record(what, empty_s=sorted(empty_s)[pairs // 2], grown_s=sorted(grown_s)[pairs // 2],
-           grown_vs_empty=ratios[pairs // 2], worst_pair=ratios[-1],
-           extra_disk_empty_mb=max(disk_empty) / 1e6, extra_disk_grown_mb=max(disk_grown) / 1e6,
-           load=os.getloadavg()[0])
+    record(what, empty_s=_median(empty_s), grown_s=_median(grown_s), grown_vs_empty=_median(ratios),
+           worst_pair=ratios[-1], extra_disk_empty_mb=max(d for _, d in figures["empty"]) / 1e6,
+           extra_disk_grown_mb=max(d for _, d in figures["grown"]) / 1e6, load=os.getloadavg()[0])
