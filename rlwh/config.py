@@ -6,6 +6,7 @@ started from anywhere finds the same warehouse.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -104,18 +105,28 @@ def _strings(raw) -> tuple[str, ...]:
 def _memory_size(raw) -> str:
     """A memory limit DuckDB accepts ("768MB", "1.5GB", "2GiB"), checked by DuckDB itself: a
     bad one failed only once a connection applied it, with a parser traceback."""
-    import duckdb
-
     if not isinstance(raw, str):
         raise ValueError("expected text such as \"768MB\"")
+    problem = _memory_size_problem(raw)
+    if problem is not None:
+        raise ValueError(problem)
+    return raw
+
+
+@functools.lru_cache(maxsize=64)
+def _memory_size_problem(raw: str) -> str | None:
+    """DuckDB's complaint about a memory limit, or None; asked once per text and process: a
+    new DuckDB costs 14 ms, and every command loads three limits (most often the defaults)."""
+    import duckdb
+
     con = duckdb.connect()
     try:
         con.execute("set memory_limit = ?", [raw])
     except duckdb.Error as exc:
-        raise ValueError(str(exc)) from exc
+        return str(exc)
     finally:
         con.close()
-    return raw
+    return None
 
 
 _memory_size.__name__ = 'memory size (a number and a unit, e.g. "768MB" or "2GB")'
