@@ -214,8 +214,7 @@ def _staged_view(con, table: str, has_step: bool) -> None:
     if table in SHARED_TABLES:
         con.execute(f"create or replace temp view _staged_{table} as select * from _rows_{table}")
         return
-    own = {r[0] for r in con.execute("select column_name from duckdb_columns() where table_name = ?",
-                                     [f"_rows_{table}"]).fetchall()}
+    own = set(con.table(f"_rows_{table}").columns)  # duckdb_columns() would list every table's: 2-14 ms
     keys = [f"coalesce(f.{k}, k.{k}) as {k}" if k in own else f"k.{k}" for k in KEY_COLUMNS
             if k != "step" or has_step or k in own]
     rest = ", ".join(f'f."{c}"' for c in sorted(own - set(KEY_COLUMNS) - {"_file"}))
