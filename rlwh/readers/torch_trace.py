@@ -486,23 +486,39 @@ class _StackIds:
     normalizes to nothing is no stack); .rows keeps one call_stacks row per stack.
 
     Its SQL runs in a DuckDB of its own: the sort the batches stream from holds all of the
-    reader's DuckDB's memory, and a second connection to it would share that budget."""
+    reader's DuckDB's memory, and a second connection to it would share that budget. That
+    DuckDB is made when a batch first has call paths to spell (a new DuckDB costs ~25 ms; a
+    trace recorded without stacks never needs one)."""
 
     def __init__(self, names_table: pa.Table, names: list, tmp: Path):
-        self.con, self.names = duckdb.connect(), names
-        self.con.execute("set memory_limit = ?", [STACKS_MEMORY])
-        self.con.execute("set temp_directory = ?", [str(tmp / "duckdb-stacks")])
-        self.con.execute("set threads = 1")
-        self.con.execute("set enable_progress_bar = false")
-        self.con.register("_names", names_table)
+        self.names, self._names_table, self._tmp = names, names_table, tmp
+        self._con: duckdb.DuckDBPyConnection | None = None
         self.rows: dict[int, dict] = {}
         self._ids: dict[str, int | None] = {}
 
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            self._con = duckdb.connect()
+            self._con.execute("set memory_limit = ?", [STACKS_MEMORY])
+            self._con.execute("set temp_directory = ?", [str(self._tmp / "duckdb-stacks")])
+            self._con.execute("set threads = 1")
+            self._con.execute("set enable_progress_bar = false")
+            self._con.register("_names", self._names_table)
+        return self._con
+
+    def _path_texts(self, nesting: Nesting) -> list[tuple[int, str]]:
+        """(node, text) of each call path the batch's ops without a stack of their own stand in."""
+        frames = nesting.op_frames
+        if not pc.any(pc.and_(pc.is_null(frames["own_stack"]), pc.greater(frames["node"], 0))).as_py():
+            return []
+        con = self._connection()
+        con.register("_op_frames", frames)
+        con.register("_trie", nesting.trie)
+        return con.sql(_PATH_TEXTS).fetchall()
+
     def of_ops(self, nesting: Nesting) -> pa.Table:
         """(seq, stack_id) of a batch's ops."""
-        self.con.register("_op_frames", nesting.op_frames)
-        self.con.register("_trie", nesting.trie)
-        paths = self.con.sql(_PATH_TEXTS).fetchall()
+        paths = self._path_texts(nesting)
         path_ids = pa.array([self._id(text) for _, text in paths], _I)
         own = nesting.op_frames["own_stack"].combine_chunks()
         texts = pc.unique(own.drop_null())
@@ -522,7 +538,8 @@ class _StackIds:
         return self._ids[raw]
 
     def close(self) -> None:
-        self.con.close()
+        if self._con is not None:
+            self._con.close()
 
 
 def _lookup(keys: pa.Array, known: pa.Array, values: pa.Array) -> pa.Array:
