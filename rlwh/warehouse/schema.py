@@ -78,15 +78,16 @@ def migration_files() -> list[tuple[int, Path]]:
 
 
 def _has_table(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
-    """Whether the current database holds `qualified` (schema.table). Looked up, not listed:
-    the first duckdb_tables() of a DuckDB builds every system view (7 ms, paid by each
-    command's each connection), and the lookup of a missing name costs as much only while
-    its error lists "did you mean" names from every schema, switched off here. con.table()
-    raises without aborting an open transaction (migrate asks inside one)."""
+    """Whether the current database holds `qualified` (schema.table; main.table when no schema
+    is named). Looked up, not listed: the first duckdb_tables() of a DuckDB builds every system
+    view (7 ms, paid by each command's each connection), and the lookup of a missing name costs
+    as much only while its error lists "did you mean" names from every schema (switched off
+    here) or searches the search path (a name without its schema: 5 ms). con.table() raises
+    without aborting an open transaction (migrate asks inside one)."""
     saved = one_value(con.execute("select current_setting('catalog_error_max_schemas')"))
     con.execute("set catalog_error_max_schemas = 0")
     try:
-        con.table(qualified)
+        con.table(qualified if "." in qualified else f"main.{qualified}")
         return True
     except duckdb.CatalogException:
         return False
