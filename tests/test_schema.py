@@ -385,3 +385,28 @@ def test_a_new_warehouse_is_made_in_place_when_no_template_can_be_written(tmp_pa
     assert con.execute("select count(*) from duckdb_views() where view_name = 'memory_peak'").fetchone()[0] == 1
     assert con.execute("select value from internal.settings where name = 'installed_views'").fetchone()[0] == \
         wh_schema.views_digest()
+
+
+def test_a_table_is_looked_up_in_the_current_database_without_harm_to_its_transaction():
+    """is_thin and the migrations' checks look a table up by name (rlwh.warehouse.schema
+    _has_table): a name that is not there answers False without aborting the transaction
+    migrate asks in, leaves DuckDB's "did you mean" setting as it was, a name without its
+    schema means main's, and a table of another attached database is not this one's."""
+    con = duckdb.connect()
+    try:
+        con.execute("create schema internal; create table internal.t (a int); create table main.m (a int)")
+        con.execute("attach ':memory:' as other; create schema other.internal; create table other.internal.o (a int)")
+        con.execute("set catalog_error_max_schemas = 7")
+        con.execute("begin transaction")
+        assert wh_schema._has_table(con, "internal.t")
+        assert not wh_schema._has_table(con, "internal.missing")
+        assert not wh_schema._has_table(con, "nowhere.missing")
+        assert wh_schema._has_table(con, "m") and wh_schema._has_table(con, "main.m")
+        assert not wh_schema._has_table(con, "t")  # internal's, not main's
+        assert not wh_schema._has_table(con, "internal.o")  # the other database's
+        con.execute("insert into internal.t values (1)")  # the transaction still takes writes
+        con.execute("commit")
+        assert con.execute("select count(*) from internal.t").fetchone() == (1,)
+        assert con.execute("select current_setting('catalog_error_max_schemas')").fetchone() == (7,)
+    finally:
+        con.close()
