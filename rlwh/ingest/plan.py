@@ -78,6 +78,9 @@ class IngestSummary:
     # `results` so counts and exit statuses are about the files that were read.
     ignored: list[FileResult] = field(default_factory=list)
     seconds: float = 0.0
+    # The run's repeated captures (repeated_captures), when the writer asked in its own
+    # transaction; None: the runner asks the published warehouse.
+    repeated: list[tuple[tuple, list[str]]] | None = None
 
     def count(self, status: str) -> int:
         return sum(1 for r in self.results if r.status == status)
@@ -247,3 +250,17 @@ def file_context(p: Planned, config: Config) -> FileContext:
         # A reader may decode one big file on this many processes (never inside a Ray task).
         "workers": config.workers if config.executor == "local" else 1,
     }
+
+
+# The run's captures that repeat one another, as the views see them (ranks read from the files).
+REPEATED_CAPTURES = """
+select role, rank_id, step, profiler, list(capture order by capture)
+from internal.rank_captures
+where run = ? and repeats > 1
+group by all
+"""
+
+
+def repeated_captures(rows: list[tuple]) -> list[tuple[tuple, list[str]]]:
+    """((role, rank_id, step, profiler), captures) of each group of REPEATED_CAPTURES' `rows`."""
+    return [((role, rank, step, profiler), captures) for role, rank, step, profiler, captures in rows]

@@ -24,7 +24,16 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.ingest.discover import RoleRules, discover, nothing_found, profile_root, repeated_capture_lines
 from rlwh.ingest.early import start_decoding
-from rlwh.ingest.plan import IngestSummary, Plan, Planned, Progress, fingerprint_files, read_plan
+from rlwh.ingest.plan import (
+    REPEATED_CAPTURES,
+    IngestSummary,
+    Plan,
+    Planned,
+    Progress,
+    fingerprint_files,
+    read_plan,
+    repeated_captures,
+)
 from rlwh.warehouse.schema import is_current
 from rlwh.warehouse.session import connect_read, remove_leftovers, writer_lock
 
@@ -140,24 +149,15 @@ def ingest(
                 start_decoding(plan, config)
                 skip_pandas_probe()
                 _target(config).write(summary, plan, config, progress)
-        summary.warnings += repeated_capture_lines(_repeated_captures(config, run))
+        repeated = summary.repeated if summary.repeated is not None else _repeated_captures(config, run)
+        summary.warnings += repeated_capture_lines(repeated)
     summary.results.sort(key=lambda r: r.rel_path)
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-# The run's captures that repeat one another, as the views see them (ranks read from the files).
-REPEATED_CAPTURES = """
-select role, rank_id, step, profiler, list(capture order by capture)
-from internal.rank_captures
-where run = ? and repeats > 1
-group by all
-"""
-
-
 def _repeated_captures(config: Config, run: str) -> list[tuple[tuple, list[str]]]:
-    """((role, rank_id, step, profiler), captures) of each group of repeated captures of `run`."""
+    """The repeated captures of `run`, asked of the published warehouse (or thin file)."""
     from rlwh.warehouse.catalog import query
 
-    return [((role, rank, step, profiler), captures)
-            for role, rank, step, profiler, captures in query(config, REPEATED_CAPTURES, [run]).rows]
+    return repeated_captures(query(config, REPEATED_CAPTURES, [run]).rows)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlwh.config import Config
 from rlwh.ingest import landing
-from rlwh.ingest.plan import IngestSummary, Plan, Progress, utc
+from rlwh.ingest.plan import REPEATED_CAPTURES, IngestSummary, Plan, Progress, repeated_captures, utc
 from rlwh.warehouse import append
 from rlwh.warehouse.session import working_copy
 
@@ -33,7 +33,7 @@ def write(summary: IngestSummary, plan: Plan, config: Config, progress: Progress
             landing.land(con, plan.run, changed.files, config, summary, done)
             done.say("publishing the warehouse")
             con.execute(f"detach {landing.PUBLISHED}")
-            how = append.publish(con, config, reloaded, lambda wh: _record_run(wh, plan.run, plan.profile_dir))
+            how = append.publish(con, config, reloaded, lambda wh: _finish(wh, summary, plan))
             if how == "copied":
                 summary.warnings.append(
                     f"{config.db_path} was open in another process (a reader), so this ingest wrote a copy of it "
@@ -49,8 +49,15 @@ def _create(summary: IngestSummary, plan: Plan, config: Config, files: list, don
     with working_copy(config) as session:
         landing.land(session.con, plan.run, files, config, summary, done)
         done.say("publishing the warehouse")
-        _record_run(session.con, plan.run, plan.profile_dir)
+        _finish(session.con, summary, plan)
         session.changed = True
+
+
+def _finish(con, summary: IngestSummary, plan: Plan) -> None:
+    """In the publishing transaction: the runs row, and the run's repeated captures as the
+    warehouse will hold them (asked here, the runner opens no connection after; 25-30 ms)."""
+    _record_run(con, plan.run, plan.profile_dir)
+    summary.repeated = repeated_captures(con.execute(REPEATED_CAPTURES, [plan.run]).fetchall())
 
 
 def _record_run(con, run: str, profile_dir: Path) -> None:
