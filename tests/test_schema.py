@@ -410,3 +410,22 @@ def test_a_table_is_looked_up_in_the_current_database_without_harm_to_its_transa
         assert con.execute("select current_setting('catalog_error_max_schemas')").fetchone() == (7,)
     finally:
         con.close()
+
+
+def test_view_files_are_read_again_when_one_changes(tmp_path, monkeypatch):
+    """view_files() parses the files once per process while they stay as they are (every
+    migrate asks); a file changed since is read again."""
+    import shutil
+
+    folder = tmp_path / "sql"
+    shutil.copytree(asset_dir("sql"), folder)
+    monkeypatch.setattr(wh_schema, "asset_dir", lambda name: folder if name == "sql" else asset_dir(name))
+    before = {v.name: v.sql for v in view_files()}
+    assert before == {v.name: v.sql for v in view_files()}
+    changed = folder / "memory_peak.sql"
+    changed.write_text(changed.read_text(encoding="utf-8").replace("select", "select /* changed */", 1),
+                       encoding="utf-8")
+    after = {v.name: v.sql for v in view_files()}
+    assert "/* changed */" in after["memory_peak"] and "/* changed */" not in before["memory_peak"]
+    assert {k: v for k, v in after.items() if k != "memory_peak"} == {
+        k: v for k, v in before.items() if k != "memory_peak"}
