@@ -56,6 +56,7 @@ from rlwh.readers.kineto_rows import FirstBad, Rows, build, kineto_int, rows_of
 from rlwh.readers.kineto_stream import EventsNotAList, TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
 from rlwh.readers.text_encoding import UTF8_BOM
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops
+from rlwh.readers.torch_device import STAGED as DEVICE_OPS
 
 BATCH_ROWS = 65536
 READ_BYTES = 256 << 10
@@ -380,17 +381,20 @@ def _spill_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
 
 
 class _Spill:
-    """The rows of each kind, written to one Parquet file per kind as they come."""
+    """The rows of each kind, written to one Parquet file per kind as they come; .rows
+    counts them (a kind with none needs no query: ~40 ms each, most of a small trace)."""
 
     def __init__(self, root: Path):
         self.root = root
         self._writers = {k: _spill_writer(root / f"{k}.parquet", s) for k, s in _SPILLS.items()}
+        self.rows = dict.fromkeys(_SPILLS, 0)
 
     def path(self, kind: str) -> str:
         return str(self.root / f"{kind}.parquet")
 
     def write(self, kind: str, table: pa.Table) -> None:
         self._writers[kind].write_table(table.cast(_SPILLS[kind]), BATCH_ROWS)
+        self.rows[kind] += table.num_rows
 
     def close(self) -> None:
         for writer in self._writers.values():
@@ -431,14 +435,15 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         con.execute("drop table _events")
         stacks.close()
         nested = {"op_stacks": str(tmp / "op_stacks.parquet"), "memory_ops": str(tmp / "memory_ops.parquet")}
-        _copy(con, sink, "cpu_ops", CPU_OPS_SCHEMA, """
+        # Each table's query gives a row per spilled row of its kind: a kind without any is skipped.
+        _copy(con, sink, spill.rows["ops"], "cpu_ops", CPU_OPS_SCHEMA, """
             select n.name, o.ts + $base, o.dur, o.pid, o.tid, s.stack_id, o.seq_no, o.fwd_tid
             from read_parquet($ops) o join read_parquet($op_stacks) s using (seq) join _names n on n.id = o.name""",
               {"base": base, "ops": spill.path("ops"), "op_stacks": nested["op_stacks"]})
         rows = list(stacks.rows.values())
         for i in range(0, len(rows), BATCH_ROWS):
             sink.write("call_stacks", pa.RecordBatch.from_pylist(rows[i:i + BATCH_ROWS], schema=CALL_STACKS_SCHEMA))
-        _copy(con, sink, "torch_memory_events", MEMORY_SCHEMA, """
+        _copy(con, sink, spill.rows["mem"], "torch_memory_events", MEMORY_SCHEMA, """
             select m.idx, m.ts + $base, m.bytes, m.addr, m.alloc, m.reserved, m.dtype, m.did,
                    m.tid, n.name, s.stack_id, o.ts + $base
             from read_parquet($mem) m
@@ -447,16 +452,22 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
             left join read_parquet($op_stacks) s on s.seq = a.op_seq
             left join _names n on n.id = o.name
             order by m.idx""", {"base": base, "mem": spill.path("mem"), "ops": spill.path("ops"), **nested})
-        copy_device_ops(con, sink, base, names, spill.path("dev"), spill.path("launch"), spill.path("ops"),
-                        spill.path("ranges"))
-        _copy(con, sink, "ranges", RANGES_SCHEMA, """
+        if spill.rows["dev"]:
+            copy_device_ops(con, sink, base, names, spill.path("dev"), spill.path("launch"), spill.path("ops"),
+                            spill.path("ranges"))
+        else:
+            sink.ensure("device_ops", DEVICE_OPS)  # a CPU-only trace has none
+        _copy(con, sink, spill.rows["ranges"], "ranges", RANGES_SCHEMA, """
             select source, domain, name, ts + $base, "end" + $base, pid, tid, null
             from read_parquet($ranges)""", {"base": base, "ranges": spill.path("ranges")})
     finally:
         con.close()
 
 
-def _copy(con, sink: TableSink, table: str, schema: pa.Schema, sql: str, params: dict) -> None:
+def _copy(con, sink: TableSink, spilled: int, table: str, schema: pa.Schema, sql: str, params: dict) -> None:
+    """`sql`'s rows into the sink's `table`; nothing to ask when its kind `spilled` no row."""
+    if not spilled:
+        return
     for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
         sink.write(table, pa.RecordBatch.from_arrays(
             [c.cast(t) for c, t in zip(batch.columns, schema.types)], schema=schema))
