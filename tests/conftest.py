@@ -40,13 +40,20 @@ def _schema_cache(tmp_path_factory) -> Iterator[Path]:
         os.environ["RLWH_CACHE_DIR"] = before
 
 
+_DEFAULT_DATABASE: list[duckdb.DuckDBPyConnection] = []
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _fresh_default_duckdb_connection() -> None:
     """Each test file starts with a new default DuckDB connection (duckdb.sql, duckdb.execute):
     under pytest-xdist a worker runs files in another order than one process does, and a
     result one file left unfinished on the shared default connection failed the next file's
-    duckdb.sql ("connection has an unfinished result")."""
-    duckdb.set_default_connection(duckdb.connect())
+    duckdb.sql ("connection has an unfinished result"). A cursor of one in-memory database
+    per process is such a connection (a DuckDB of its own took 15 ms a file); the tests
+    create nothing in it, they only query files."""
+    if not _DEFAULT_DATABASE:
+        _DEFAULT_DATABASE.append(duckdb.connect())
+    duckdb.set_default_connection(_DEFAULT_DATABASE[0].cursor())
 
 
 @pytest.fixture(scope="session")
