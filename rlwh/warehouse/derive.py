@@ -74,14 +74,12 @@ def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
 
 
 def mark_sources(con: duckdb.DuckDBPyConnection, source_ids: list[int]) -> None:
-    """mark_source for several sources at once: one scan of each table, not one per source."""
+    """mark_source for several sources at once: one scan of each table, not one per source,
+    in one statement (each statement costs ~1 ms to plan, and every landed file marks)."""
     _ensure_state(con)
-    for table in SOURCE_TABLES:
-        con.execute(
-            f"insert into _rlwh_dirty select distinct run, role, rank_id, capture from {table} "
-            "where list_contains(?, source_id)",
-            [source_ids],
-        )
+    scans = " union all ".join(f"select run, role, rank_id, capture from {table} where list_contains($ids, source_id)"
+                               for table in SOURCE_TABLES)
+    con.execute(f"insert into _rlwh_dirty select distinct * from ({scans})", {"ids": source_ids})
 
 
 def marked_keys(con: duckdb.DuckDBPyConnection) -> list[tuple]:
