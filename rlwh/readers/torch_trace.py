@@ -465,7 +465,7 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
 
 
 def _copy(con, sink: TableSink, spilled: int, table: str, schema: pa.Schema, sql: str, params: dict) -> None:
-    """`sql`'s rows into the sink's `table`; nothing to ask when its kind `spilled` no row."""
+    """`sql`'s rows into the sink's `table`; not asked when its kind spilled no row (`spilled`: how many)."""
     if not spilled:
         return
     for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
