@@ -103,3 +103,29 @@ def test_python_dash_m_rlwh_runs_the_cli(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "FAIL" in proc.stdout and "empty file" in proc.stdout
+
+
+def test_the_api_in_this_process_gives_what_the_commands_give(tmp_path):
+    """rlwh.ingest (the package called), rlwh.connect and rlwh.check in this process, the
+    fast loop's counterpart of the script above: the summary lists the files check lists,
+    and the read-only connection holds the rows the summary counts."""
+    import duckdb
+
+    import rlwh
+
+    profile = copy_fixture("rl-insight-samples/memory_data", tmp_path)
+    db = tmp_path / "w.duckdb"
+    summary = rlwh.ingest(profile, db=db, run="r1", workers=1)
+    assert summary.failed == 0 and summary.rows > 0
+    verdicts = rlwh.check(profile).verdicts()
+    assert set(verdicts) == {r.rel_path for r in summary.results + summary.ignored}
+    assert {path for path, (status, _) in verdicts.items() if status == "ignored"} == {
+        r.rel_path for r in summary.ignored}
+    con = rlwh.connect(db)
+    try:
+        loaded = con.execute("select sum(rows) from sources where run = 'r1' and status in ('ok', 'partial')")
+        assert loaded.fetchone()[0] == summary.rows
+        with pytest.raises(duckdb.Error):
+            con.execute("create table t (x int)")
+    finally:
+        con.close()

@@ -95,3 +95,21 @@ def test_run_names_are_escaped_once_in_the_change_note(tmp_path):
     note = re.search(r'<p class="note">Per \(role, rank\): how much (.*?) changed against (.*?)\. ',
                      page.read_text())
     assert note is not None and note.groups() == ("x&amp;y", "&lt;b&gt;")
+
+
+def test_a_small_compare_writes_its_page_and_says_its_regressions(tmp_path):
+    """The fast loop's compare: two runs of one small rank, the second doing twice the ops;
+    the page is written where the command says and counts the regressions it printed."""
+    db = tmp_path / "w.duckdb"
+    config = Config(db_path=db, workers=1)
+    for run, ops in (("job-a", 100), ("job-b", 200)):
+        synth.write_ascend_profile(tmp_path / run, roles=("actor_update",), ranks=1, n_ops=ops, n_allocs=50,
+                                   n_stacks=10)
+        ingest(tmp_path / run, config, run=run)
+    out = tmp_path / "reports"
+    result = CliRunner().invoke(cli, ["compare", "job-a", "job-b", "--out", str(out), "--db", str(db)])
+    assert result.exit_code == 3, result.output
+    page = out / "compare-job-b-vs-job-a.html"
+    assert f"page: {page}" in result.output
+    regressions = int(re.search(r"(\d+) regression\(s\) of job-b against job-a", result.output).group(1))
+    assert regressions > 0 and f"{regressions} regression(s) of job-b against job-a" in page.read_text()

@@ -35,3 +35,23 @@ def test_ctrl_c_inside_a_string_eval_still_exits_130(tmp_path):
                           text=True, env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
     assert done.stderr.startswith("Aborted!") and "Traceback" not in done.stderr, done.stderr
+
+
+def test_python_m_rlwh_is_the_cli(monkeypatch, capsys):
+    """rlwh/__main__.py (`python -m rlwh`, the `rlwh` command's start-up) runs the CLI: here,
+    in this process, `--help` prints the usage and exits 0; SIGINT's handler is put back."""
+    import runpy
+    import signal
+
+    import pytest
+
+    monkeypatch.setattr(sys, "argv", ["rlwh", "--help"])
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            runpy.run_module("rlwh", run_name="__main__", alter_sys=True)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: ") and "rlwh: every rank" in out and "ingest" in out
