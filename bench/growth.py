@@ -29,6 +29,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from statistics import median_high
 
 import duckdb
 from measure import Measured, measure
@@ -51,10 +52,6 @@ def _in_turn(pairs: int, **steps) -> dict[str, list[tuple[float, int]]]:
         for name in (list(steps) if i % 2 == 0 else list(steps)[::-1]):
             figures[name].append(steps[name](i))
     return figures
-
-
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
 
 
 def _disk_used(folder: Path) -> int:
@@ -172,8 +169,8 @@ def bench_dataset_growth(tmp: Path, scale: float, runs: int, rlwh, record, pairs
     fixed = sorted(e / n for e, n in zip(empty_s, normal_s))
     record(f"growth, dataset mode: a small ingest ({SMALL_RANKS} ranks, {mb:.0f} MB) into a dataset of 256 ranks x "
            f"{runs} runs ({files} files) against an empty one, and an empty dataset against an empty warehouse",
-           empty_s=_median(empty_s), grown_s=_median(grown_s), grown_vs_empty=_median(ratios),
-           worst_pair=ratios[-1], normal_warehouse_s=_median(normal_s), dataset_vs_warehouse=_median(fixed),
+           empty_s=median_high(empty_s), grown_s=median_high(grown_s), grown_vs_empty=median_high(ratios),
+           worst_pair=ratios[-1], normal_warehouse_s=median_high(normal_s), dataset_vs_warehouse=median_high(fixed),
            extra_disk_grown_mb=max(d for _, d in figures["grown"]) / 1e6, load=os.getloadavg()[0])
     shutil.rmtree(grown)
     shutil.rmtree(big)
@@ -209,6 +206,6 @@ def _growth_pairs(empty_base: Path, grown: Path, profile: Path, rlwh, record, pa
         grown=lambda i: _timed(_ingest(rlwh, profile, grown, f"night-{i}")))
     empty_s, grown_s = ([t for t, _ in figures[k]] for k in ("empty", "grown"))
     ratios = sorted(g / e for g, e in zip(grown_s, empty_s))
-    record(what, empty_s=_median(empty_s), grown_s=_median(grown_s), grown_vs_empty=_median(ratios),
+    record(what, empty_s=median_high(empty_s), grown_s=median_high(grown_s), grown_vs_empty=median_high(ratios),
            worst_pair=ratios[-1], extra_disk_empty_mb=max(d for _, d in figures["empty"]) / 1e6,
            extra_disk_grown_mb=max(d for _, d in figures["grown"]) / 1e6, load=os.getloadavg()[0])

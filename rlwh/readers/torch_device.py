@@ -29,9 +29,13 @@ STAGED = pa.schema([("name", _S), ("ts_ns", _I), ("dur_ns", _I), ("cat", _S), ("
                     ("launch_op", _S), ("launch_ts_ns", _I), ("launch_tid", _I), ("step", pa.int32())])
 
 
-def copy_device_ops(con, sink: TableSink, base: int, names: list, dev: str, launch: str, ops: str,
+def copy_device_ops(con, sink: TableSink, spilled: int, base: int, names: list, dev: str, launch: str, ops: str,
                     ranges: str) -> None:
-    """Resolve launches, launching ops and steps of the spilled device rows; write device_ops."""
+    """Resolve launches, launching ops and steps of the spilled device rows; write device_ops.
+    `spilled`: how many device rows there are; with none the query (~40 ms to plan) is not asked."""
+    if not spilled:
+        sink.ensure("device_ops", STAGED)  # a CPU-only trace has none
+        return
     con.register("_names", pa.table({"id": pa.array(range(len(names)), _I), "name": pa.array(names, _S)}))
     kind = f"""case cat
           when 'gpu_memcpy' then 'memcpy'

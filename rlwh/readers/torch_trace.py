@@ -56,7 +56,6 @@ from rlwh.readers.kineto_rows import FirstBad, Rows, build, kineto_int, rows_of
 from rlwh.readers.kineto_stream import EventsNotAList, TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
 from rlwh.readers.text_encoding import UTF8_BOM
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops
-from rlwh.readers.torch_device import STAGED as DEVICE_OPS
 
 BATCH_ROWS = 65536
 READ_BYTES = 256 << 10
@@ -452,11 +451,8 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
             left join read_parquet($op_stacks) s on s.seq = a.op_seq
             left join _names n on n.id = o.name
             order by m.idx""", {"base": base, "mem": spill.path("mem"), "ops": spill.path("ops"), **nested})
-        if spill.rows["dev"]:
-            copy_device_ops(con, sink, base, names, spill.path("dev"), spill.path("launch"), spill.path("ops"),
-                            spill.path("ranges"))
-        else:
-            sink.ensure("device_ops", DEVICE_OPS)  # a CPU-only trace has none
+        copy_device_ops(con, sink, spill.rows["dev"], base, names, spill.path("dev"), spill.path("launch"),
+                        spill.path("ops"), spill.path("ranges"))
         _copy(con, sink, spill.rows["ranges"], "ranges", RANGES_SCHEMA, """
             select source, domain, name, ts + $base, "end" + $base, pid, tid, null
             from read_parquet($ranges)""", {"base": base, "ranges": spill.path("ranges")})

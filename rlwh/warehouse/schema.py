@@ -295,7 +295,7 @@ def view_files() -> list[ViewFile]:
     """Every sql/ and sql/internal/ file, ordered so each view comes after what it depends on."""
     folder = asset_dir("sql")
     paths = sorted(folder.glob("*.sql")) + sorted((folder / PRIVATE_SCHEMA).glob("*.sql"))
-    return list(_ordered_views(tuple((p, p.stat().st_mtime_ns, p.stat().st_size) for p in paths)))
+    return list(_ordered_views(tuple((p, st.st_mtime_ns, st.st_size) for p in paths for st in [p.stat()])))
 
 
 @functools.lru_cache(maxsize=8)
