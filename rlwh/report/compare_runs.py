@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from rlwh.config import Config
 from rlwh.errors import RlwhError
-from rlwh.warehouse.catalog import QueryResult, query
+from rlwh.warehouse.catalog import QueryResult, Reader, reading
 
 
 @dataclass(frozen=True)
@@ -199,16 +199,21 @@ def _metrics(rows: list[dict], side: str) -> dict[tuple[str, int], RankMetrics]:
 
 
 def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
-    """Run B against run A (the baseline), per (role, rank) present in either."""
-    known = {r[0] for r in query(config, "select run from runs where run in (?, ?)", [run_a, run_b]).rows}
+    """Run B against run A (the baseline), per (role, rank) present in either, asked on one connection."""
+    with reading(config) as reader:
+        return _compare(reader, config, run_a, run_b)
+
+
+def _compare(reader: Reader, config: Config, run_a: str, run_b: str) -> Comparison:
+    known = {r[0] for r in reader.query("select run from runs where run in (?, ?)", [run_a, run_b]).rows}
     for run in (run_a, run_b):
         if run not in known:
             raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
-    result = query(config, SIDE_BY_SIDE, {"a": run_a, "b": run_b})
+    result = reader.query(SIDE_BY_SIDE, {"a": run_a, "b": run_b})
     rows = _rows(result)
     regressions = find_regressions(_metrics(rows, "b"), _metrics(rows, "a"), config.peak_memory_pct,
                                    config.role_span_pct)
-    logs = {run: train_figures(_rows(query(config, TRAIN_FIGURES, {"run": run})), config.train_metrics)
+    logs = {run: train_figures(_rows(reader.query(TRAIN_FIGURES, {"run": run})), config.train_metrics)
             for run in (run_a, run_b)}
     flagged: dict[tuple[str, int], list[str]] = {}
     for g in regressions:
@@ -218,9 +223,9 @@ def compare_runs(config: Config, run_a: str, run_b: str) -> Comparison:
         tuple(r[c] for c in shown) + (", ".join(flagged.get((r["role"], r["rank_id"]), [])) or None,)
         for r in rows
     ])
-    stacks = _rows(query(config, STACKS_GREW, {"a": run_a, "b": run_b, "top": TOP_STACKS}))
+    stacks = _rows(reader.query(STACKS_GREW, {"a": run_a, "b": run_b, "top": TOP_STACKS}))
     notes = [f"run {run} role {role} rank {rank_id}: compared on its latest capture, leaving out {left_out}"
-             for run, role, rank_id, left_out in query(config, LEFT_OUT, {"a": run_a, "b": run_b}).rows]
+             for run, role, rank_id, left_out in reader.query(LEFT_OUT, {"a": run_a, "b": run_b}).rows]
     return Comparison(run_a, run_b, table, regressions + find_train_regressions(logs[run_b], logs[run_a], config),
                       stacks, {"peak_change_pct": config.peak_memory_pct, "time_change_pct": config.role_span_pct},
                       notes)

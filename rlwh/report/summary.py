@@ -19,7 +19,7 @@ from rlwh.config import Config
 from rlwh.errors import RlwhError
 from rlwh.report import queries as Q
 from rlwh.stacks import record_stacks_params
-from rlwh.warehouse.catalog import QueryResult, query
+from rlwh.warehouse.catalog import QueryResult, Reader, reading
 
 TOP_STACKS_PER_RANK = 3
 TOP_RATES_PER_ROLE = 5
@@ -208,59 +208,64 @@ class RunSummary:
 
 
 def summarize(config: Config, run: str | None = None) -> RunSummary:
-    """The summary of `run`, or of the run ingested last when None."""
+    """The summary of `run`, or of the run ingested last when None, asked on one connection."""
+    with reading(config) as reader:
+        return _summarize(reader, config, run)
+
+
+def _summarize(reader: Reader, config: Config, run: str | None) -> RunSummary:
     if run is None:
-        latest = query(config, LATEST_RUN).rows
+        latest = reader.query(LATEST_RUN).rows
         if not latest:
             raise RlwhError(f"{config.db_path} holds no run yet: run `rlwh ingest PROFILE_DIR` first")
         run = latest[0][0]
-    facts = query(config, RUN_FACTS, {"run": run})
+    facts = reader.query(RUN_FACTS, {"run": run})
     if not facts.rows:
         raise RlwhError(f"no run {run!r} in {config.db_path}: see `rlwh runs`")
     name, profile_dir, ingested_at, files, failed, partial, ignored = facts.rows[0]
     header = (f"run {name}: {files} files read ({failed} failed, {partial} partial; {ignored} ignored), "
               f"last ingested {str(ingested_at)[:19]} UTC from {profile_dir}")
-    for role, rank_id, capture, counted in query(config, LEFT_OUT, {"run": run}).rows:
+    for role, rank_id, capture, counted in reader.query(LEFT_OUT, {"run": run}).rows:
         header += (f"\n{'role ' + role + ' ' if role else ''}rank {rank_id}: {capture} is left out, a repeat of "
                    f"{counted} (the same profiler, rank and step); every figure below counts {counted} only")
     params = {"run": run}
     return RunSummary(run, header, [
         Section("Roles: the ranks, captures, steps and files of each (as `rlwh check` lists them; NVTX and MSTX "
-                "ranges are phases inside a role, below)", query(config, ROLES, params), "no file read"),
+                "ranges are phases inside a role, below)", reader.query(ROLES, params), "no file read"),
         Section("Per role and rank: peak live memory and time in role, against the role's median",
-                query(config, PER_RANK, params), "no memory or role spans for this run"),
+                reader.query(PER_RANK, params), "no memory or role spans for this run"),
         Section("Stragglers (the rank the others waited for at collectives; where a role ran none, "
                 "time > 1.1 x median) and memory outliers (peak outside 0.9-1.1 x median)",
-                query(config, f"select * from ({PER_RANK}) where flags is not null", params), "none"),
+                reader.query(f"select * from ({PER_RANK}) where flags is not null", params), "none"),
         Section("Who waits for whom: per step, the rank the others waited for at the collectives "
                 "(each collective's waiting charged to its last arriver; left_out: instances charged to "
                 "nobody, mismatched or a wait longer than the rank's stay: clocks that disagree)",
-                query(config, WAITS, params), "no collectives recorded for this run"),
+                reader.query(WAITS, params), "no collectives recorded for this run"),
         Section("Clocks across ranks: each rank's offset from its role's reference rank, from the collectives' "
                 "end times (clock_offsets; aligned: the waits above are on the reference clock)",
-                query(config, CLOCKS, params), "no collectives recorded for this run"),
+                reader.query(CLOCKS, params), "no collectives recorded for this run"),
         Section("Where the device time went, per rank (summed over steps; device_time)",
-                query(config, DEVICE_TIME, params), "no device activity recorded for this run"),
+                reader.query(DEVICE_TIME, params), "no device activity recorded for this run"),
         Section("Device time per phase range (the work launched inside each NVTX, MSTX or user-annotation "
                 "range; phase_device_time)",
-                query(config, PHASES, params), "no phase range launched device work in this run"),
+                reader.query(PHASES, params), "no phase range launched device work in this run"),
         Section(f"How fast the collectives moved their bytes: the {TOP_RATES_PER_ROLE} slowest per role, slowest "
                 "transfer first (collective_bandwidth: bytes = elements x type size; algbw over a rank's whole "
                 "stay, transfer after the last rank arrived)",
-                query(config, RATES, {**params, "max_rows": TOP_RATES_PER_ROLE}),
+                reader.query(RATES, {**params, "max_rows": TOP_RATES_PER_ROLE}),
                 "no collective records its size in this run"),
         Section(f"The {TOP_LINKS_PER_STEP} slowest links between ranks per step (slowest_links: the Ascend "
                 "communication matrix; of_transport_median below 1: slower than the step's links of its transport)",
-                query(config, LINKS, {**params, "max_links": TOP_LINKS_PER_STEP}),
+                reader.query(LINKS, {**params, "max_links": TOP_LINKS_PER_STEP}),
                 "no communication matrix in this run"),
         Section(f"Call stacks holding the most memory at each rank's peak (top {TOP_STACKS_PER_RANK}, "
                 "user_frame first)",
-                query(config, TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),
+                reader.query(TOP_STACKS.format(top=TOP_STACKS_PER_RANK), params),
                 "no memory records for this run"),
         Section("Captures without call stacks (profiled without with_stack: user_frame and call_stack_top are "
                 "NULL for their ops and the memory they allocated; record_stacks_with says how to record them)",
-                query(config, Q.NO_STACK_CAPTURES, {**params, **record_stacks_params()}),
+                reader.query(Q.NO_STACK_CAPTURES, {**params, **record_stacks_params()}),
                 "none: every capture with ops holds call stacks"),
-        Section("Files that failed or loaded only in part", query(config, BAD_FILES, params),
+        Section("Files that failed or loaded only in part", reader.query(BAD_FILES, params),
                 "none: every file loaded whole"),
     ])
