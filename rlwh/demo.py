@@ -14,7 +14,7 @@ from pathlib import Path
 from rlwh.config import load_config
 from rlwh.ingest.runner import ingest
 from rlwh.report.terminal import as_table
-from rlwh.warehouse.catalog import query
+from rlwh.warehouse.catalog import Reader, reading
 
 ROLES = ("actor_update", "rollout")
 CAPTURE_TIME = "20260526_085155"  # when the demo job's first Ascend capture starts (UTC)
@@ -134,12 +134,12 @@ from step_metrics order by step
 """
 
 
-def _show(config, title: str, sql: str) -> None:
+def _show(reader: Reader, title: str, sql: str) -> None:
     """A table with the query that made it above it: some columns are computed (MB, a
     clock time), so a reader copies the query, not the column names."""
     print(f"\n{title}:")
     print("  " + "\n  ".join(line for line in sql.strip().splitlines()))
-    print(as_table(query(config, sql)))
+    print(as_table(reader.query(sql)))
 
 
 def run_demo(out: Path) -> int:
@@ -153,12 +153,13 @@ def run_demo(out: Path) -> int:
     summary = ingest(profile, config)
     print(f"ingested {profile}: {len(summary.results)} files, {summary.rows:,} rows, "
           f"{summary.failed} failed, {summary.seconds:.1f} s -> {config.db_path}")
-    for title, sql in (("Peak memory per rank (memory_peak)", PEAKS_SQL),
-                       ("Top call stacks live at each rank's peak (memory_peak_breakdown)", TOP_STACKS_SQL),
-                       ("Each rank's clock against rank 0's, from the collectives' end times (clock_offsets)",
-                        CLOCKS_SQL),
-                       ("The training log's steps beside the profile's (step_metrics)", STEPS_SQL)):
-        _show(config, title, sql)
+    with reading(config) as reader:
+        for title, sql in (("Peak memory per rank (memory_peak)", PEAKS_SQL),
+                           ("Top call stacks live at each rank's peak (memory_peak_breakdown)", TOP_STACKS_SQL),
+                           ("Each rank's clock against rank 0's, from the collectives' end times (clock_offsets)",
+                            CLOCKS_SQL),
+                           ("The training log's steps beside the profile's (step_metrics)", STEPS_SQL)):
+            _show(reader, title, sql)
     try:
         from rlwh.report import build_report
     except ImportError:
