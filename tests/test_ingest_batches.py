@@ -304,3 +304,16 @@ def test_read_in_place_refuses_what_it_cannot_read_whole(tmp_path):
     got = con.execute("select _file, count(*), min(ts_ns), max(name) from _rows_cpu_ops group by _file "
                       "order by _file").fetchall()
     assert got == [(0, 1, 1000, "x"), (1, 2, 2500, "y")]
+
+
+def test_tables_with_step_are_the_base_tables_the_catalog_lists_with_a_step_column():
+    """Looked up a table at a time (load.TablesWithStep), the answer is the catalog's: every base
+    table of the schema, with and without a step column, a view's step column not counted."""
+    con = migrated_memory()
+    tables = [r[0] for r in con.execute("select table_name from duckdb_tables() where schema_name = 'main'").fetchall()]
+    listed = {r[0] for r in con.execute(
+        "select table_name from duckdb_columns() join duckdb_tables() using (database_name, schema_name, table_name) "
+        "where schema_name = 'main' and column_name = 'step'").fetchall()}
+    with_step = load.tables_with_step(con)
+    assert {t for t in tables if t in with_step} == listed
+    assert listed and set(tables) - listed  # both kinds are asked
