@@ -23,7 +23,11 @@ STAMP := $(VENV)/.installed
 # still left 0.7 GB: its workers' module and session folders). TEST_TMPDIR= (empty) leaves TMPDIR and
 # pytest's retention as they are; TEST_TMPDIR=DIR puts the temp files in DIR.
 TEST_TMPDIR ?= $(shell df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 && $$4 > 4194304 {print "/dev/shm"}')
-TEST_ENV := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
+# The tests keep Python's bytecode (__pycache__, git-ignored) where the environment says not
+# to (PYTHONDONTWRITEBYTECODE=1): without it each test process compiles every test module and
+# its assertions' rewrite again (collection: 4.5 s -> 1.9 s a process), as does every rlwh
+# process a test starts.
+TEST_ENV := PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 TEST_KEEP := $(if $(TEST_TMPDIR),-o tmp_path_retention_policy=failed -o tmp_path_retention_count=1)
 DEMO_DIR ?= demo
 
