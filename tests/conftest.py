@@ -209,7 +209,7 @@ def real_corpus(tmp_path_factory) -> tuple[Path, Path]:
 # ---------------------------------------------------------------- CPU time per test
 # On a shared 2-core machine wall times swing with the load; `--cpu-durations=N` also lists
 # the N tests that used the most CPU (this process and its reaped children, setup included),
-# which is what decides the `slow` mark: over 5 s is slow.
+# which is what decides the `slow` mark (when a test is slow: pyproject.toml's markers).
 
 def pytest_configure(config):
     """The path guard (tests/path_guard.py) and the progress line (tests/progress.py) as
