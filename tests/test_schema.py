@@ -388,22 +388,27 @@ def test_a_new_warehouse_is_made_in_place_when_no_template_can_be_written(tmp_pa
 
 
 def test_a_table_is_looked_up_in_the_current_database_without_harm_to_its_transaction():
-    """is_thin and the migrations' checks look a table up by name (rlwh.warehouse.schema
-    _has_table): a name that is not there answers False without aborting the transaction
-    migrate asks in, leaves DuckDB's "did you mean" setting as it was, a name without its
-    schema means main's, and a table of another attached database is not this one's."""
+    """is_thin, the migrations' checks and the readers' temp tables look a table or view up by
+    name (rlwh.sqltext.has_relation): a name that is not there answers False without aborting
+    the transaction migrate asks in, leaves DuckDB's "did you mean" setting as it was, a name
+    without its schema means main's, and a table of another attached database is not this one's."""
+    from rlwh.sqltext import has_relation
+
     con = duckdb.connect()
     try:
         con.execute("create schema internal; create table internal.t (a int); create table main.m (a int)")
+        con.execute("create temp table tt (a int); create temp view tv as select 1")
         con.execute("attach ':memory:' as other; create schema other.internal; create table other.internal.o (a int)")
         con.execute("set catalog_error_max_schemas = 7")
         con.execute("begin transaction")
-        assert wh_schema._has_table(con, "internal.t")
-        assert not wh_schema._has_table(con, "internal.missing")
-        assert not wh_schema._has_table(con, "nowhere.missing")
-        assert wh_schema._has_table(con, "m") and wh_schema._has_table(con, "main.m")
-        assert not wh_schema._has_table(con, "t")  # internal's, not main's
-        assert not wh_schema._has_table(con, "internal.o")  # the other database's
+        assert has_relation(con, "internal.t")
+        assert not has_relation(con, "internal.missing")
+        assert not has_relation(con, "nowhere.missing")
+        assert has_relation(con, "m") and has_relation(con, "main.m")
+        assert not has_relation(con, "t")  # internal's, not main's
+        assert not has_relation(con, "internal.o")  # the other database's
+        assert has_relation(con, "temp.tt") and has_relation(con, "temp.tv")
+        assert not has_relation(con, "temp.m")  # main's table is no temp one
         con.execute("insert into internal.t values (1)")  # the transaction still takes writes
         con.execute("commit")
         assert con.execute("select count(*) from internal.t").fetchone() == (1,)

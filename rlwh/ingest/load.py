@@ -18,7 +18,7 @@ from rlwh.errors import RlwhError
 from rlwh.ingest.jobs import FACT_TABLES, RANK_OPTIONAL_TABLES, SHARED_TABLES, jobs
 from rlwh.ingest.parse import ParseResult, failed_result
 from rlwh.ingest.plan import FileResult, Planned, changed_since_planned, utc
-from rlwh.sqltext import rows_as_lists_sql, sql_literal
+from rlwh.sqltext import has_relation, rows_as_lists_sql, sql_literal
 from rlwh.stacks import RECORD_STACKS, no_stacks_note
 from rlwh.warehouse import derive
 
@@ -298,8 +298,7 @@ def set_capture_starts(con, run: str, captures: set) -> None:
     names = sorted(c for c in captures if c)
     if not names:
         return
-    tables = con.execute("select table_name from duckdb_tables() where schema_name = 'main'").fetchall()
-    present = {r[0] for r in tables}
+    present = {table for table, _ in _EVENT_TIMES if has_relation(con, table)}
     epoch_only = {"ranges": "and clock = 'epoch' "}
     firsts = " union all ".join(
         f"select capture, min({column}) as first_ns from {table} where run = $run and capture in "

@@ -27,7 +27,7 @@ from rlwh.readers.ascend_device import device_ops_sql, list_kernels
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.readers.json_tokens import MAX_DEPTH, TOO_DEEP, array_items, tokens
 from rlwh.readers.text_encoding import UTF8_BOM, wide_text_said, wide_unicode
-from rlwh.sqltext import one_value, sql_literal
+from rlwh.sqltext import has_relation, one_value, sql_literal
 from rlwh.stacks import top_frame_sql
 
 CUT = "the JSON does not end with its closing ']' (cut while being written)"  # check's words too
@@ -189,8 +189,7 @@ def _make_stacks(con: duckdb.DuckDBPyConnection, texts: str, known: bool = False
     regexes into each of the four uses (2.4x the time: 2.3 s against 0.95 s for 30,000
     stacks of 1.5 KB)."""
     if known:
-        if not one_value(con.execute("select count(*) from duckdb_views() where temporary and view_name = ?",
-                                     [KNOWN_STACK_TEXTS])):
+        if not has_relation(con, f"temp.{KNOWN_STACK_TEXTS}"):
             con.execute(f"create temp view {KNOWN_STACK_TEXTS} as {known_stack_texts_sql()}")
         lookup = f""", found as (
             select t.stack_hash, k.stack_id from texts as t join {KNOWN_STACK_TEXTS} as k on t.text_md5 = k.text_md5)"""

@@ -25,7 +25,7 @@ import duckdb
 
 from rlwh.assets import asset_dir
 from rlwh.readers.base import trimmed_sql
-from rlwh.sqltext import job_sections, one_value, sql_ident, sql_literal
+from rlwh.sqltext import has_relation, job_sections, sql_ident, sql_literal
 
 # read_csv's longest line; a longer one goes to the row-by-row read (whose csv module names it).
 MAX_LINE_BYTES = 2_000_000
@@ -86,8 +86,7 @@ def read_into(con: duckdb.DuckDBPyConnection, job: str, table: str, files: list[
     _define_macros(con)
     con.execute(_csv_view(files, header, dict(field_types(job))))
     rows = sections(job)["read " + table]
-    exists = one_value(con.execute("select count(*) from duckdb_tables() where temporary and table_name = ?",
-                                   [f"_rows_{table}"]))
+    exists = has_relation(con, f"temp._rows_{table}")
     con.execute(f"insert into _rows_{table} {rows}" if exists else f"create temp table _rows_{table} as {rows}")
     con.execute("drop view _csv")
 

@@ -29,7 +29,7 @@ import duckdb
 
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
-from rlwh.sqltext import one_value, sql_ident, sql_literal
+from rlwh.sqltext import has_relation, one_value, sql_ident, sql_literal
 
 # rlwh's private objects: everything a BI user should not have to list.
 PRIVATE_SCHEMA = "internal"
@@ -78,37 +78,19 @@ def migration_files() -> list[tuple[int, Path]]:
     return files
 
 
-def _has_table(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
-    """Whether the current database holds `qualified` (schema.table; main.table when no schema
-    is named). Looked up, not listed: the first duckdb_tables() of a DuckDB builds every system
-    view (7 ms, paid by each command's each connection), and the lookup of a missing name costs
-    as much only while its error lists "did you mean" names from every schema (switched off
-    here) or searches the search path (a name without its schema: 5 ms). con.table() raises
-    without aborting an open transaction (migrate asks inside one)."""
-    saved = one_value(con.execute("select current_setting('catalog_error_max_schemas')"))
-    con.execute("set catalog_error_max_schemas = 0")
-    try:
-        con.table(qualified if "." in qualified else f"main.{qualified}")
-        return True
-    except duckdb.CatalogException:
-        return False
-    finally:
-        con.execute(f"set catalog_error_max_schemas = {int(saved)}")
-
-
 def migrations_table(con: duckdb.DuckDBPyConnection) -> str | None:
     """The table that records this warehouse's migrations: internal.migrations, or in a
     warehouse not yet migrated past 0009 main's legacy one (a read-only connection cannot
     move it); None in an empty file."""
     for table in (MIGRATIONS_TABLE, LEGACY_MIGRATIONS_TABLE):
-        if _has_table(con, table):
+        if has_relation(con, table):
             return table
     return None
 
 
 def is_thin(con: duckdb.DuckDBPyConnection) -> bool:
     """True on a dataset's thin file (rlwh.parquet.dataset): its tables are views over Parquet."""
-    return _has_table(con, THIN_MARKER)
+    return has_relation(con, THIN_MARKER)
 
 
 def thin_generation(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
@@ -180,7 +162,7 @@ def _create_migrations_table(con: duckdb.DuckDBPyConnection) -> None:
     """Create the private schema and internal.migrations (in the caller's transaction); a
     warehouse written before 0010 has main's legacy table, whose rows move here first
     (0010 moves the other objects)."""
-    if _has_table(con, MIGRATIONS_TABLE) and not _has_table(con, LEGACY_MIGRATIONS_TABLE):
+    if has_relation(con, MIGRATIONS_TABLE) and not has_relation(con, LEGACY_MIGRATIONS_TABLE):
         return
     try:
         con.execute(f"create schema if not exists {PRIVATE_SCHEMA}")
@@ -190,7 +172,7 @@ def _create_migrations_table(con: duckdb.DuckDBPyConnection) -> None:
         )
         con.execute(f"comment on table {MIGRATIONS_TABLE} is "
                     "'The migrations (migrations/*.sql) this warehouse has, and when each was applied.'")
-        if _has_table(con, LEGACY_MIGRATIONS_TABLE):
+        if has_relation(con, LEGACY_MIGRATIONS_TABLE):
             con.execute(f"insert or ignore into {MIGRATIONS_TABLE} select * from main.{LEGACY_MIGRATIONS_TABLE}")
             con.execute(f"drop table main.{LEGACY_MIGRATIONS_TABLE}")
     except duckdb.Error as exc:
@@ -369,7 +351,7 @@ def views_digest(views: list[ViewFile] | None = None) -> str:
 def installed_views_digest(con: duckdb.DuckDBPyConnection) -> str | None:
     """The digest of the views install_views last installed here; None before any (or in a
     warehouse from before the digest was kept)."""
-    if not _has_table(con, SETTINGS_TABLE):
+    if not has_relation(con, SETTINGS_TABLE):
         return None
     return one_value(con.execute(f"select max(value) from {SETTINGS_TABLE} where name = ?", [VIEWS_DIGEST]))
 
