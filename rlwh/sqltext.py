@@ -40,7 +40,8 @@ def one_value(result: duckdb.DuckDBPyConnection) -> Any:
 
 def has_relation(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
     """Whether the connection's database holds the table or view `qualified` (schema.table,
-    temp.name; main.table when no schema is named). Looked up, not listed: the first
+    temp.name; main.table when no schema is named, where DuckDB finds a temp one of that
+    name too). Looked up, not listed: the first
     duckdb_tables() or duckdb_views() of a DuckDB builds every system view (7-11 ms, paid
     by each connection), and the lookup of a missing name costs as much only while its
     error lists "did you mean" names from every schema (switched off here) or searches the
