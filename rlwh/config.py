@@ -115,17 +115,16 @@ def _memory_size(raw) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _memory_size_problem(raw: str) -> str | None:
-    """DuckDB's complaint about a memory limit, or None; asked once per text and process: a
-    new DuckDB costs 14 ms, and every command loads three limits (most often the defaults)."""
+    """DuckDB's complaint about a memory limit, or None; asked once per text and process (a
+    config file may set three limits)."""
     import duckdb
 
-    con = duckdb.connect()
+    from rlwh.sqltext import constant_rows
+
     try:
-        con.execute("set memory_limit = ?", [raw])
+        constant_rows("set memory_limit = ?", [raw])
     except duckdb.Error as exc:
         return str(exc)
-    finally:
-        con.close()
     return None
 
 

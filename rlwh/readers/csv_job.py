@@ -25,7 +25,7 @@ import duckdb
 
 from rlwh.assets import asset_dir
 from rlwh.readers.base import trimmed_sql
-from rlwh.sqltext import has_relation, job_sections, sql_ident, sql_literal
+from rlwh.sqltext import constant_rows, has_relation, job_sections, sql_ident, sql_literal
 
 # read_csv's longest line; a longer one goes to the row-by-row read (whose csv module names it).
 MAX_LINE_BYTES = 2_000_000
@@ -45,11 +45,7 @@ def sections(job: str) -> dict[str, str]:
 @lru_cache(maxsize=None)
 def field_types(job: str) -> tuple[tuple[str, str], ...]:
     """The job's `fields`: (source field, the type read_csv reads it as)."""
-    con = duckdb.connect()
-    try:
-        return tuple(con.execute(sections(job)["fields"]).fetchall())
-    finally:
-        con.close()
+    return tuple(constant_rows(sections(job)["fields"]))
 
 
 def _csv_view(files: list[tuple[int, Path]], header: list[str], types: dict[str, str]) -> str:
