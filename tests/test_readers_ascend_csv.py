@@ -260,3 +260,20 @@ def test_edge_times_are_exact_to_the_ns(tmp_path, text):
     assert [got[c] for c in ("alloc_ns", "release_ns", "active_release_ns", "duration_ns", "active_duration_ns")] \
         == [expected] * 5
     assert rows[0]["alloc_ns"] == 1779785515596661420
+
+
+def test_the_jobs_field_types_make_no_duckdb_of_their_own(monkeypatch):
+    """Each CSV job's `fields` (a VALUES list) is asked of the process's one constants DuckDB
+    (rlwh.sqltext.constant_rows): a DuckDB made for each job cost an Ascend ingest 20-27 ms a job."""
+    from rlwh.sqltext import constant_rows
+
+    constant_rows("select 1")  # the process's constants DuckDB, made once
+    made = []
+    connect = duckdb.connect
+    monkeypatch.setattr(duckdb, "connect", lambda *args, **kw: made.append(args) or connect(*args, **kw))
+    csv_job.field_types.cache_clear()
+    jobs = ("ascend_memory_record_csv", "ascend_npu_module_mem_csv", "ascend_step_trace_csv")
+    fields = {job: dict(csv_job.field_types(job)) for job in jobs}
+    assert made == []
+    assert fields["ascend_memory_record_csv"]["Timestamp(us)"] == "DECIMAL(20,3)"  # as the job's SQL spells it
+    assert all(fields.values())
