@@ -92,13 +92,17 @@ def test_the_fingerprint_is_the_same_for_a_checkout_and_a_wheel_layout(tmp_path)
 
 
 class _FakeRay:
-    """Just what ray_pool touches once its tasks are submitted; the wait is a Ctrl-C."""
+    """Just what ray_pool touches once its tasks are submitted; the first wait is a Ctrl-C,
+    a wait after the cancels finds every task ended."""
 
     def __init__(self):
-        self.cancelled, self.shut_down = [], False
+        self.cancelled, self.shut_down, self.waited_after_cancel = [], False, []
 
     def wait(self, refs, num_returns, timeout):
-        raise KeyboardInterrupt
+        if not self.cancelled:
+            raise KeyboardInterrupt
+        self.waited_after_cancel.append((sorted(refs), num_returns, timeout))
+        return refs, []
 
     def cancel(self, ref, force):
         assert force
@@ -127,3 +131,5 @@ def test_ctrl_c_cancels_every_outstanding_task_and_disconnects(monkeypatch, tmp_
     with pytest.raises(KeyboardInterrupt):
         next(pool)
     assert sorted(fake.cancelled) == ["ref-a", "ref-b"] and fake.shut_down
+    # ... and waits, bounded, for the cancelled tasks to end before the ingest removes parts/
+    assert fake.waited_after_cancel == [(["ref-a", "ref-b"], 2, ray_executor.CANCEL_WAIT_SECONDS)]
