@@ -125,6 +125,7 @@ def _memory_size_problem(raw: str) -> str | None:
         constant_rows("set memory_limit = ?", [raw])
     except duckdb.Error as exc:
         return str(exc)
+    constant_rows("reset memory_limit")  # the constants DuckDB keeps its own
     return None
 
 

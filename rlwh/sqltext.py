@@ -42,12 +42,11 @@ def one_value(result: duckdb.DuckDBPyConnection) -> Any:
 def has_relation(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
     """Whether the connection's database holds the table or view `qualified` (schema.table,
     temp.name; main.table when no schema is named, where DuckDB finds a temp one of that
-    name too). Looked up, not listed: the first
-    duckdb_tables() or duckdb_views() of a DuckDB builds every system view (7-11 ms, paid
-    by each connection), and the lookup of a missing name costs as much only while its
-    error lists "did you mean" names from every schema (switched off here) or searches the
-    search path (a name without its schema: 5 ms). con.table() raises without aborting an
-    open transaction (migrate asks inside one)."""
+    name too). Looked up, not listed: the first duckdb_tables() or duckdb_views() of a
+    DuckDB builds every system view (7-11 ms, paid by each connection), and the lookup of a
+    missing name costs as much only while its error lists "did you mean" names from every
+    schema (switched off here) or searches the search path (a name without its schema:
+    5 ms). con.table() raises without aborting an open transaction (migrate asks inside one)."""
     saved = one_value(con.execute("select current_setting('catalog_error_max_schemas')"))
     con.execute("set catalog_error_max_schemas = 0")
     try:

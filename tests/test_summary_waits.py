@@ -102,9 +102,9 @@ def test_summary_says_how_many_instances_were_left_out(config):
 
 
 def test_summary_and_compare_open_the_warehouse_once(config, monkeypatch):
-    """summary asks a question a section (14 here) and compare 6, each command on one read-only connection: an
-    open costs 20-40 ms (summary took 0.9 s on a warehouse of 63 rows, one open a question),
-    and every answer comes from the same published file."""
+    """summary asks a question a section (14 here) and compare 6, each command on one
+    read-only connection: an open costs 20-40 ms (summary took 0.9 s on a warehouse of 63
+    rows, one open a question), and every answer comes from the same published file."""
     from rlwh.report.compare_runs import compare_runs
     from rlwh.warehouse import catalog
 
