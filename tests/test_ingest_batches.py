@@ -314,6 +314,6 @@ def test_tables_with_step_are_the_base_tables_the_catalog_lists_with_a_step_colu
     listed = {r[0] for r in con.execute(
         "select table_name from duckdb_columns() join duckdb_tables() using (database_name, schema_name, table_name) "
         "where schema_name = 'main' and column_name = 'step'").fetchall()}
-    with_step = load.tables_with_step(con)
+    with_step = load.TablesWithStep(con)
     assert {t for t in tables if t in with_step} == listed
     assert listed and set(tables) - listed  # both kinds are asked

@@ -22,7 +22,7 @@ import duckdb
 
 from rlwh.config import Config
 from rlwh.ingest.jobs import FACT_TABLES
-from rlwh.ingest.load import delete_rows_of, ignored_result, load_file, set_capture_starts, tables_with_step
+from rlwh.ingest.load import TablesWithStep, delete_rows_of, ignored_result, load_file, set_capture_starts
 from rlwh.ingest.parse import failed_result, parse_source
 from rlwh.ingest.plan import FileResult, Planned, file_context
 from rlwh.safe_files import remove_orphaned
@@ -76,7 +76,7 @@ def build_capture(run: str, files: list[Planned], config: Config, out_dir: str) 
     keys and one Parquet file per non-empty table under out_dir."""
     out = Path(out_dir)
     con = _scratch_db(config)
-    with_step = tables_with_step(con)
+    with_step = TablesWithStep(con)
     results: list[FileResult] = []
     for i, p in enumerate(files):
         parts = out / f"file-{i}"

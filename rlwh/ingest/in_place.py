@@ -36,11 +36,11 @@ from rlwh.ingest.load import (
     KEY_COLUMNS,
     KEY_TYPES,
     SourceEntry,
+    TablesWithStep,
     delete_rows_of,
     load_file,
     nothing_loaded_note,
     storage_failed,
-    tables_with_step,
     upsert_sources,
     with_notes,
 )
@@ -243,7 +243,7 @@ def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], secon
             raise RlwhError(f"{p.source.rel_path}: the rank is unknown (neither the file nor its path names it)")
         delete_rows_of(con, p)
     _set_batch_keys(con, run, files)
-    with_step = tables_with_step(con)
+    with_step = TablesWithStep(con)
     for table in job.fills:
         _staged_view(con, table, table in with_step)
     con.execute(job.sql)

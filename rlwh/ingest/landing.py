@@ -27,7 +27,7 @@ from rlwh.executors.run import fresh_parts_dir, run_tasks, stop_tasks
 from rlwh.executors.task import Task
 from rlwh.ingest import in_place
 from rlwh.ingest.build import BuiltCapture, build_capture, land_capture
-from rlwh.ingest.load import ignored_result, load_batch, load_file, set_capture_starts, tables_with_step
+from rlwh.ingest.load import TablesWithStep, ignored_result, load_batch, load_file, set_capture_starts
 from rlwh.ingest.parse import ParseResult, failed_result, parse_source
 from rlwh.ingest.plan import FileResult, IngestSummary, Plan, Planned, Progress, file_context
 from rlwh.readers import ascend_trace
@@ -279,7 +279,7 @@ def _land_finished(con, run: str, tasks: dict[str, tuple[Task, list[Planned]]], 
                    landed) -> list[FileResult]:
     """Land the parse and build tasks' results as they arrive (`finished`: run_tasks), LAND_FILES
     parsed files per transaction (rlwh.ingest.load.load_batch); `landed(files)` after each landing."""
-    with_step = tables_with_step(con)
+    with_step = TablesWithStep(con)
     results: list[FileResult] = []
     pending: list[tuple[Planned, ParseResult]] = []
     pending_tasks: list[str] = []

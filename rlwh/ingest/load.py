@@ -50,11 +50,6 @@ class TablesWithStep:
         return self._known[table]
 
 
-def tables_with_step(con) -> TablesWithStep:
-    """The tables of `con`'s database that have a step column, asked with `in`."""
-    return TablesWithStep(con)
-
-
 def _staged_select(table: str, parts: list[str], columns: list[str], has_step: bool = True) -> str:
     """SELECT over a reader's Parquet parts, adding the key columns it does not carry
     from the one-row _rlwh_keys table (values bound as parameters, never pasted)."""
@@ -194,7 +189,7 @@ def delete_rows_of(con, p: Planned) -> None:
 def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: TablesWithStep | None = None) -> FileResult:
     """Land one parsed file in one transaction; on any error nothing of it lands.
 
-    with_step: the tables that have a step column (tables_with_step, once per landing: what
+    with_step: the tables that have a step column (TablesWithStep, once per landing: what
     it has looked up, thousands of GMM dumps would otherwise look up each)."""
     con.execute("begin transaction")
     try:
@@ -257,7 +252,7 @@ def _land(con, run: str, p: Planned, parsed: ParseResult,
         rows = 0
     else:
         job = jobs()[s.kind]
-        with_step = tables_with_step(con) if with_step is None else with_step
+        with_step = TablesWithStep(con) if with_step is None else with_step
         staged = {t: _staged_select(t, parts, parsed["columns"][t], t in with_step)
                   for t, parts in parsed["tables"].items()}
         if rank_id is None and any(
