@@ -125,7 +125,7 @@ def _memory_size_problem(raw: str) -> str | None:
         constant_rows("set memory_limit = ?", [raw])
     except duckdb.Error as exc:
         return str(exc)
-    constant_rows("reset memory_limit")  # the constants DuckDB keeps its own
+    constant_rows("reset memory_limit")  # checked, not kept: the process's DuckDB is shared
     return None
 
 

@@ -8,11 +8,14 @@ without depending on each other.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import shutil
 import signal
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 from rlwh.errors import RlwhError
@@ -80,3 +83,21 @@ def check_contained(root: Path, what: str = "export") -> None:
             path = os.path.join(folder, name)
             if os.path.islink(path):
                 raise RlwhError(f"{what} refused: {path} would lie outside {root}")
+
+
+SPILL_PREFIX = "rlwh-spill-"
+_spill_lock = threading.Lock()
+_spill: dict[int, Path] = {}  # by pid: a forked child makes its own
+
+
+def process_spill_folder() -> Path:
+    """This process's folder for DuckDB to spill into, in the system temp dir (node-local on
+    a Ray node), removed when the process exits; folders of killed processes (atexit never
+    ran: Ray kills its workers) are removed when the next process makes its own."""
+    with _spill_lock:
+        pid = os.getpid()
+        if pid not in _spill:
+            remove_orphaned(Path(tempfile.gettempdir()), SPILL_PREFIX)
+            _spill[pid] = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{pid}-"))
+            atexit.register(shutil.rmtree, _spill[pid], True)
+        return _spill[pid]

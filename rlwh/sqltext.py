@@ -5,12 +5,13 @@ the rows of a query over no table, and the sections of an ingest job's SQL."""
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from typing import Any
 
 import duckdb
+
+from rlwh.process_db import process_db
 
 
 def sql_literal(value: str | os.PathLike) -> str:
@@ -58,16 +59,11 @@ def has_relation(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
         con.execute(f"set catalog_error_max_schemas = {int(saved)}")
 
 
-@functools.cache
-def _constants_db() -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(config={"threads": 1})
-
-
 def constant_rows(sql: str, params: list | None = None) -> list[tuple]:
     """The rows of a query that reads no table (a job's VALUES list of fields, a setting to
-    validate), on a cursor of one in-memory DuckDB kept for the process: a DuckDB made for
-    each costs 14-20 ms, and a CSV ingest asked for three."""
-    cursor = _constants_db().cursor()
+    validate), on a cursor of the process's DuckDB (rlwh.process_db): a DuckDB made
+    for each costs 14-20 ms, and a CSV ingest asked for three."""
+    cursor = process_db().cursor()
     try:
         return cursor.execute(sql, params or []).fetchall()
     finally:

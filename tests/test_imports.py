@@ -127,7 +127,7 @@ def test_every_module_imports_in_a_fresh_interpreter():
 # those below it, so following `rlwh ingest` or `rlwh nightly` never climbs back up.
 FLOORS = (
     ("rlwh", "rlwh.errors", "rlwh.sqltext", "rlwh.assets", "rlwh.stacks", "rlwh.safe_files", "rlwh.exitcodes",
-     "rlwh.interrupts", "rlwh.child_process"),
+     "rlwh.interrupts", "rlwh.child_process", "rlwh.process_db"),
     ("rlwh.config",),
     ("rlwh.readers", "rlwh.synth"),
     ("rlwh.executors",),

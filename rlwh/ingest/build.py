@@ -10,11 +10,8 @@ The loader then appends those files (land_capture) instead of loading and derivi
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,7 +22,7 @@ from rlwh.ingest.jobs import FACT_TABLES
 from rlwh.ingest.load import TablesWithStep, delete_rows_of, ignored_result, load_file, set_capture_starts
 from rlwh.ingest.parse import failed_result, parse_source
 from rlwh.ingest.plan import FileResult, Planned, file_context
-from rlwh.safe_files import remove_orphaned
+from rlwh.safe_files import process_spill_folder
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.warehouse import derive, schema
 from rlwh.warehouse.session import store_settings
@@ -34,8 +31,6 @@ DERIVED_TABLES = ("internal.memory_record_ops", "internal.memory_timeline_rows",
 # Keyed by stack_id and shared by every capture: appended only where the warehouse lacks them.
 SHARED_BY_STACK = ("call_stacks", "internal.stack_user_frames")
 BUILT_TABLES = ("sources", *FACT_TABLES, *DERIVED_TABLES, *SHARED_BY_STACK)
-
-SPILL_PREFIX = "rlwh-spill-"
 
 
 @dataclass
@@ -51,15 +46,10 @@ _scratch: duckdb.DuckDBPyConnection | None = None
 
 def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     """This process's scratch warehouse, emptied: migrated once per process (0.2 s) and
-    reused for each capture. It spills into a folder of the process's own in the system
-    temp dir (node-local on a Ray node), removed when the process exits."""
+    reused for each capture. It spills into the process's spill folder (safe_files.process_spill_folder)."""
     global _scratch
     if _scratch is None:
-        # Spill folders of killed workers (atexit never ran: Ray kills its workers).
-        remove_orphaned(Path(tempfile.gettempdir()), SPILL_PREFIX)
-        spill = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-")
-        atexit.register(shutil.rmtree, spill, True)
-        _scratch = duckdb.connect(config={"temp_directory": spill})
+        _scratch = duckdb.connect(config={"temp_directory": str(process_spill_folder() / "build")})
         schema.migrate(_scratch)
     con = _scratch
     # One thread: captures are built in parallel, one per worker.

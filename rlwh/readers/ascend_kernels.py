@@ -18,12 +18,12 @@ import json
 import shutil
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 
 from rlwh.readers.ascend_usage import Column, Format, read_csv
 from rlwh.readers.base import ReadOutcome, TableSink
 from rlwh.readers.device_names import collective_sql, is_communication_sql
+from rlwh.readers.reader_db import file_bytes, reader_db
 from rlwh.sqltext import sql_literal
 
 KERNEL_DETAILS = Format("kernel_details", (
@@ -90,9 +90,7 @@ def _stage_device_ops(parts: list[Path], groups: pa.Table, sink: TableSink) -> N
     if not parts:
         sink.ensure("device_ops", STAGED)
         return
-    con = duckdb.connect()
-    try:
-        con.execute("set threads = 1")
+    with reader_db(file_bytes(*parts)) as con:
         con.register("groups", groups)
         files = "[" + ", ".join(sql_literal(p) for p in parts) + "]"
         communication = (f"(upper(k.accelerator_core) = 'HCCL' "
@@ -119,5 +117,3 @@ def _stage_device_ops(parts: list[Path], groups: pa.Table, sink: TableSink) -> N
           left join named as g on g.name = k.name and g.step = k.step
           order by k.source_row
         ) to {sql_literal(sink.parquet_path("device_ops"))} (format parquet)""")
-    finally:
-        con.close()

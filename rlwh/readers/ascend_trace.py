@@ -26,6 +26,7 @@ from rlwh.readers import json_pieces
 from rlwh.readers.ascend_device import device_ops_sql, list_kernels
 from rlwh.readers.base import ReadOutcome, TableSink, trimmed_sql, us_text_to_ns_sql
 from rlwh.readers.json_tokens import MAX_DEPTH, TOO_DEEP, array_items, tokens
+from rlwh.readers.reader_db import file_bytes, reader_db
 from rlwh.readers.text_encoding import UTF8_BOM, wide_text_said, wide_unicode
 from rlwh.sqltext import has_relation, one_value, sql_literal
 from rlwh.stacks import top_frame_sql
@@ -260,15 +261,13 @@ def _first_unusable(path: Path) -> str:
     """Where the file's first skipped event is ("element 7 (name 'x')"), by a scan of its own:
     asked for only when a file has one. Empty when the file cannot be scanned whole."""
     columns = "{" + ", ".join(f"{k}: 'VARCHAR'" for k in ("name", "ph", "ts", "dur", "pid", "tid")) + "}"
-    con = duckdb.connect()
     events = f"select row_number() over () as element, * from read_json(?, format = 'array', columns = {columns})"
     try:
-        found = con.execute(f"select element, name from ({_times_sql(events)}) where {_unusable_sql()} limit 1",
-                            [str(path)]).fetchone()
+        with reader_db(file_bytes(path)) as con:
+            found = con.execute(f"select element, name from ({_times_sql(events)}) where {_unusable_sql()} limit 1",
+                                [str(path)]).fetchone()
     except duckdb.Error:
         return ""
-    finally:
-        con.close()
     return f" (the first: element {found[0]}, name {found[1]!r})" if found else ""
 
 
@@ -403,15 +402,6 @@ def _elements(stream: _CountingFile) -> Iterator[object]:
         pass
 
 
-def _connect(context: dict) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.execute("set threads = 1")  # a worker per core: files and batches are read side by side
-    con.execute("set enable_progress_bar = false")
-    con.execute("set memory_limit = ?", [context.get("memory_limit", "384MB")])
-    con.execute("set preserve_insertion_order = false")
-    return con
-
-
 def _check_start(path: Path) -> None:
     with open(path, "rb") as handle:
         wide = wide_unicode(handle.read(64))
@@ -438,12 +428,9 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     damaged array keeps every complete event and the file is partial."""
     _check_start(path)
     sink.root.mkdir(parents=True, exist_ok=True)
-    con = _connect(context)
-    try:
+    with reader_db(file_bytes(path), context.get("memory_limit", "384MB"), keep_order=False) as con:
         status, notes = _load_one(con, path, sink.root)
         return _outcome(status, notes, _write_sink(con, sink, path), path)
-    finally:
-        con.close()
 
 
 def _load_one(con: duckdb.DuckDBPyConnection, path: Path, scratch: Path) -> tuple[str, list[str]]:

@@ -25,6 +25,7 @@ import duckdb
 
 from rlwh.assets import asset_dir
 from rlwh.readers.base import trimmed_sql
+from rlwh.readers.reader_db import file_bytes, reader_db
 from rlwh.sqltext import constant_rows, has_relation, job_sections, sql_ident, sql_literal
 
 # read_csv's longest line; a longer one goes to the row-by-row read (whose csv module names it).
@@ -102,16 +103,9 @@ def read_to_parquet(job: str, table: str, path: Path, header: list[str], part: P
     """Run the job's `read <table>` over the file into `part`; raises duckdb.Error or
     Unreadable when a row or the header is not as the job expects."""
     sql = sections(job)
-    con = duckdb.connect()
-    try:
-        con.execute("set threads = 1")  # a worker per core reads files side by side
-        con.execute("set enable_progress_bar = false")
-        if memory_limit:
-            con.execute("set memory_limit = ?", [memory_limit])
+    with reader_db(file_bytes(path), memory_limit) as con:
         _define_macros(con)
         con.execute(_csv_view([(0, path)], header, dict(field_types(job))))
         rows = sql["read " + table]
         con.execute(f"copy (select * exclude (_file) from ({rows}\n)) to {sql_literal(part)} "
                     "(format parquet, compression uncompressed)")
-    finally:
-        con.close()

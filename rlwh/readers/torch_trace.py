@@ -32,6 +32,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 import zlib
@@ -54,6 +55,7 @@ from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies,
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import FirstBad, Rows, build, kineto_int, rows_of
 from rlwh.readers.kineto_stream import EventsNotAList, TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
+from rlwh.readers.reader_db import file_bytes, reader_db, shares_process_db
 from rlwh.readers.text_encoding import UTF8_BOM
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops
 
@@ -408,19 +410,15 @@ class _Spill:
 
 def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, memory_limit: str) -> None:
     """Nest the spilled rows (rlwh.readers.kineto_nesting), write the final tables to the sink."""
-    con = duckdb.connect()
-    try:
-        con.execute("set memory_limit = ?", [memory_limit])
-        con.execute("set temp_directory = ?", [str(tmp / "duckdb")])
-        con.execute("set preserve_insertion_order = false")
-        con.execute("set enable_progress_bar = false")  # it would print to our caller's stdout
-        # One sort thread: each thread holds its own sort buffers, and two of them ran a
-        # 1 GB trace out of the worker's 256 MB; the other core parses another file.
-        con.execute("set threads = 1")
+    input_bytes = file_bytes(*(spill.path(kind) for kind in _SPILLS))
+    # One sort thread (reader_db): each thread holds its own sort buffers, and two of them
+    # ran a 1 GB trace out of the worker's 256 MB; the other core parses another file.
+    with contextlib.ExitStack() as stack:
+        con = stack.enter_context(reader_db(input_bytes, memory_limit, spill=tmp / "duckdb", keep_order=False))
         spilled = {"py": spill.path("py"), "ops": spill.path("ops"), "mem": spill.path("mem")}
         names_table = pa.table({"id": pa.array(range(len(names)), _I), "name": pa.array(names, pa.string())})
         con.register("_names", names_table)
-        stacks = _StackIds(names_table, names, tmp)
+        stacks = stack.enter_context(_StackIds(names_table, names, tmp, input_bytes))
         with _spill_writer(tmp / "op_stacks.parquet", _OP_STACKS) as op_stacks, \
                 _spill_writer(tmp / "memory_ops.parquet", _MEMORY_OPS) as memory_ops:
             # Sorted from a table: the same sort straight over the three Parquet scans ran
@@ -456,8 +454,6 @@ def _resolve(tmp: Path, spill: _Spill, sink: TableSink, base: int, names: list, 
         _copy(con, sink, spill.rows["ranges"], "ranges", RANGES_SCHEMA, """
             select source, domain, name, ts + $base, "end" + $base, pid, tid, null
             from read_parquet($ranges)""", {"base": base, "ranges": spill.path("ranges")})
-    finally:
-        con.close()
 
 
 def _copy(con, sink: TableSink, spilled: int, table: str, schema: pa.Schema, sql: str, params: dict) -> None:
@@ -492,24 +488,23 @@ class _StackIds:
     batch is built once (in SQL), normalized and hashed once per trace (a stack that
     normalizes to nothing is no stack); .rows keeps one call_stacks row per stack.
 
-    Its SQL runs in a DuckDB of its own: the sort the batches stream from holds all of the
-    reader's DuckDB's memory, and a second connection to it would share that budget. That
-    DuckDB is made when a batch first has call paths to spell (a new DuckDB costs ~25 ms; a
-    trace recorded without stacks never needs one)."""
+    Its SQL runs on a connection of its own (rlwh.readers.reader_db), made when a batch
+    first has call paths to spell (a trace recorded without stacks never needs one). For a
+    large trace that is a DuckDB of its own: the sort the batches stream from holds all of
+    the reader's DuckDB's memory, and a second connection to it would share that budget.
+    A small trace's is a cursor of the process's DuckDB, under the reader's limit."""
 
-    def __init__(self, names_table: pa.Table, names: list, tmp: Path):
-        self.names, self._names_table, self._tmp = names, names_table, tmp
+    def __init__(self, names_table: pa.Table, names: list, tmp: Path, input_bytes: int):
+        self.names, self._names_table, self._tmp, self._input_bytes = names, names_table, tmp, input_bytes
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._open = contextlib.ExitStack()
         self.rows: dict[int, dict] = {}
         self._ids: dict[str, int | None] = {}
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            self._con = duckdb.connect()
-            self._con.execute("set memory_limit = ?", [STACKS_MEMORY])
-            self._con.execute("set temp_directory = ?", [str(self._tmp / "duckdb-stacks")])
-            self._con.execute("set threads = 1")
-            self._con.execute("set enable_progress_bar = false")
+            limit = None if shares_process_db(self._input_bytes) else STACKS_MEMORY
+            self._con = self._open.enter_context(reader_db(self._input_bytes, limit, self._tmp / "duckdb-stacks"))
             self._con.register("_names", self._names_table)
         return self._con
 
@@ -545,8 +540,14 @@ class _StackIds:
         return self._ids[raw]
 
     def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
+        self._open.close()
+        self._con = None
+
+    def __enter__(self) -> _StackIds:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _lookup(keys: pa.Array, known: pa.Array, values: pa.Array) -> pa.Array:
