@@ -57,6 +57,20 @@ def _fresh_default_duckdb_connection() -> None:
     duckdb.set_default_connection(_default_database().cursor())
 
 
+def scratch() -> duckdb.DuckDBPyConnection:
+    """A connection of its own (a cursor) to this process's one in-memory DuckDB, for SQL that
+    reads no warehouse: its temp objects and settings are its own (make only temp objects),
+    and it costs microseconds where a new in-memory DuckDB took ~15 ms to make, ~3 ms to close."""
+    return _default_database().cursor()
+
+
+@pytest.fixture
+def scratch_con() -> Iterator[duckdb.DuckDBPyConnection]:
+    """scratch() for one test, closed after it."""
+    with scratch() as con:
+        yield con
+
+
 @pytest.fixture(scope="session")
 def _migrated_template(tmp_path_factory) -> Path:
     """A warehouse file migrated once per session: copying it is ten times faster than migrating."""
