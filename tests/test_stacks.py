@@ -1,6 +1,5 @@
 """The frame rules of rlwh.stacks, in Python and in the SQL the warehouse runs, agree."""
 
-import duckdb
 import pytest
 
 from rlwh import stacks
@@ -37,12 +36,12 @@ CASES = [
 
 
 @pytest.mark.parametrize(("stack", "top", "user"), CASES)
-def test_native_frames_never_stand_for_a_stack(stack, top, user):
+def test_native_frames_never_stand_for_a_stack(scratch_con, stack, top, user):
     rule = stacks.library_pattern()
     assert stacks.top_frame(stack) == top
     assert stacks.user_frame(stack, rule) == user
     sql = f"select {stacks.top_frame_sql('$stack')}, {stacks.user_frame_sql('$stack', '$rule')}"
-    assert duckdb.connect().execute(sql, {"stack": stack, "rule": rule}).fetchone() == (top, user)
+    assert scratch_con.execute(sql, {"stack": stack, "rule": rule}).fetchone() == (top, user)
 
 
 @pytest.mark.parametrize("frame", [
