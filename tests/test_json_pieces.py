@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pytest
@@ -20,18 +21,23 @@ REAL_TRACES = sorted(p for p in DATA.rglob("trace_view.json") if "bad" not in p.
 TABLES = ("cpu_ops", "call_stacks", "ranges", "device_ops")
 
 
-def _rows(path: Path, scratch: Path) -> dict[str, list]:
-    con = migrated_memory()  # a warehouse's connection: read_in_place looks stack texts up in it
-    try:
+@pytest.fixture(scope="module")
+def warehouse() -> Iterator[duckdb.DuckDBPyConnection]:
+    """An empty warehouse for the module: read_in_place looks stack texts up in it and writes
+    only temp tables, so each read takes a cursor of its own (a warehouse per read cost ~20 ms)."""
+    with migrated_memory() as con:
+        yield con
+
+
+def _rows(warehouse: duckdb.DuckDBPyConnection, path: Path, scratch: Path) -> dict[str, list]:
+    with warehouse.cursor() as con:
         ascend_trace.read_in_place(con, [path], {}, scratch)
         return {t: sorted(con.execute(f"select * from _rows_{t}").fetchall(), key=repr) for t in TABLES}
-    finally:
-        con.close()
 
 
 @pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.relative_to(DATA).as_posix())
-def test_pieces_give_the_rows_of_the_whole_file(trace, tmp_path, monkeypatch):
-    whole = _rows(trace, tmp_path / "whole")
+def test_pieces_give_the_rows_of_the_whole_file(warehouse, trace, tmp_path, monkeypatch):
+    whole = _rows(warehouse, trace, tmp_path / "whole")
     piece_bytes = max(256, trace.stat().st_size // 9)
     monkeypatch.setattr(json_pieces, "PIECE_BYTES", piece_bytes)
     pieces = json_pieces.cut(trace, tmp_path / "cut", piece_bytes)
@@ -39,7 +45,7 @@ def test_pieces_give_the_rows_of_the_whole_file(trace, tmp_path, monkeypatch):
     events = json.loads(trace.read_bytes())
     assert sum(len(json.loads(p.read_bytes())) for p in pieces) == len(events)  # every element once
     assert [e for p in pieces for e in json.loads(p.read_bytes())] == events  # and in order
-    assert _rows(trace, tmp_path / "in_pieces") == whole
+    assert _rows(warehouse, trace, tmp_path / "in_pieces") == whole
     assert len(whole["cpu_ops"]) == sum(1 for e in events if e.get("cat") == "cpu_op")
 
 
@@ -63,20 +69,19 @@ def _awkward_trace(path: Path, n: int = 400) -> list[dict]:
 
 
 @pytest.mark.parametrize("piece_bytes", [64, 97, 131, 200, 333, 1000])
-def test_a_wrong_cut_is_refused_never_read(tmp_path, piece_bytes):
+def test_a_wrong_cut_is_refused_never_read(scratch_con, tmp_path, piece_bytes):
     """Cut candidates inside strings and nested values: read in pieces, the trace either
     gives exactly its events or raises (the caller then reads it whole); never other rows."""
     trace = tmp_path / "trace_view.json"
     events = _awkward_trace(trace)
     pieces = json_pieces.cut(trace, tmp_path / "cut", piece_bytes)
     assert len(pieces) > 4
-    con = duckdb.connect()
     sources = [(0, p) for p in pieces]
     try:
-        con.execute(f"create table t as select name, ts from {ascend_trace._scan_sql(sources)}")
+        scratch_con.execute(f"create temp table t as select name, ts from {ascend_trace._scan_sql(sources)}")
     except duckdb.Error:
         return  # refused: a piece did not parse
-    got = sorted(con.execute("select name, ts from t").fetchall())
+    got = sorted(scratch_con.execute("select name, ts from t").fetchall())
     assert got == sorted((e["name"], e["ts"]) for e in events)
 
 
@@ -104,14 +109,14 @@ def test_an_awkward_trace_lands_whole_through_ingest(tmp_path, monkeypatch, conf
     '[{"a":{"b":1}]',  # inside a nested object
     '[{"a":1},{"l":[{"c":1}]',  # inside a nested array of objects
 ])
-def test_read_json_refuses_a_piece_cut_in_the_wrong_place(tmp_path, text):
+def test_read_json_refuses_a_piece_cut_in_the_wrong_place(scratch_con, tmp_path, text):
     """The premise of the pieces' proof: DuckDB's read_json refuses an array whose last
     element is cut inside a string or a nested value."""
     path = tmp_path / "piece.json"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(duckdb.Error):
-        duckdb.connect().execute("select * from read_json(?, format = 'array', columns = {a: 'VARCHAR'})",
-                                 [str(path)]).fetchall()
+        scratch_con.execute("select * from read_json(?, format = 'array', columns = {a: 'VARCHAR'})",
+                            [str(path)]).fetchall()
 
 
 def test_pieces_without_the_kernel_copy_are_the_same(tmp_path, monkeypatch):
