@@ -316,6 +316,32 @@ def migrated_memory() -> duckdb.DuckDBPyConnection:
     return con
 
 
+@functools.cache
+def _empty_warehouse() -> duckdb.DuckDBPyConnection:
+    return migrated_memory()
+
+
+def empty_warehouse() -> duckdb.DuckDBPyConnection:
+    """A connection of its own (a cursor) to this process's one empty in-memory warehouse, for
+    code that only reads the warehouse and makes temp objects (those stay the cursor's own):
+    microseconds, where a migrated_memory() of its own took ~40 ms to make and ~8 ms to close.
+    Code that writes to the warehouse takes rolled_back()."""
+    return _empty_warehouse().cursor()
+
+
+@contextlib.contextmanager
+def rolled_back() -> Iterator[duckdb.DuckDBPyConnection]:
+    """empty_warehouse() inside a transaction rolled back after the block, so that what the
+    block writes is seen by it alone and gone after it; for code that neither commits nor
+    begins a transaction of its own (a commit makes the rollback fail, so it is caught)."""
+    with empty_warehouse() as con:
+        con.execute("begin transaction")
+        try:
+            yield con
+        finally:
+            con.execute("rollback")
+
+
 def migrated_file(path: Path) -> duckdb.DuckDBPyConnection:
     """A connection to a new warehouse file at `path` with the schema: a copy of the session's
     schema template (rlwh.warehouse.template.copy_schema, as a new warehouse starts), 0.05 s
@@ -338,8 +364,7 @@ def landed_rows(kind: str, sink, table: str, columns: list[str], role: str = "di
     parts = [str(p) for p in sink.tables().get(table, [])]
     if not parts:
         return []
-    con = migrated_memory()
-    try:
+    with rolled_back() as con:
         con.execute("""create temp table _rlwh_keys as select 'run'::varchar as run, ?::varchar as role,
                        ?::integer as rank_id, 'capture'::varchar as capture, 1::bigint as source_id,
                        null::integer as step""", [role, rank_id])
@@ -348,5 +373,3 @@ def landed_rows(kind: str, sink, table: str, columns: list[str], role: str = "di
         con.execute(jobs()[kind].sql)
         rows = con.execute(f"select {', '.join(columns)} from {table}").fetchall()
         return [dict(zip(columns, row)) for row in rows]
-    finally:
-        con.close()

@@ -2,11 +2,12 @@
 
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pyarrow as pa
 import pytest
-from conftest import landed_rows, migrated_memory
+from conftest import landed_rows, rolled_back
 
 from rlwh.errors import SourceError
 from rlwh.readers import gmm
@@ -43,9 +44,12 @@ def read_all(profile: Path, sink_dir: Path) -> pa.Table:
     return pa.Table.from_pylist(landed_rows("gmm_group_list", sink, "gmm_expert_load", COLUMNS))
 
 
-def fresh_db() -> duckdb.DuckDBPyConnection:
-    """In-memory warehouse with every migration and view (conftest.migrated_memory)."""
-    return migrated_memory()
+@pytest.fixture
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    """An empty warehouse, every migration and view, for the test alone (conftest.rolled_back:
+    what it inserts is rolled back after it), where a warehouse of its own cost ~50 ms."""
+    with rolled_back() as warehouse:
+        yield warehouse
 
 
 def insert_calls(con, role: str, rank_id: int, loads: dict[int, list[int]], step: int = 1) -> None:
@@ -202,8 +206,7 @@ def test_a_path_without_rank_fails_before_reading(tmp_path):
 # --- views ----------------------------------------------------------------------------------
 
 
-def test_gmm_imbalance():
-    con = fresh_db()
+def test_gmm_imbalance(con):
     insert_calls(con, "actor_update", 0, {0: [0, 10, 10, 4], 1: [0, 0]})
     rows = con.sql(
         "select op_index, experts, total_tokens, max_tokens, mean_tokens, round(max_mean_ratio, 4), round(cv, 4),"
@@ -227,8 +230,7 @@ def layer_rows(con, role: str, rank_id: int) -> list[tuple]:
     ).fetchall()
 
 
-def test_gmm_layer_load_finds_layers_and_the_backward_pass():
-    con = fresh_db()
+def test_gmm_layer_load_finds_layers_and_the_backward_pass(con):
     # Forward: layers A B C D, 3 calls each. Then D's run grows past 3: the backward pass
     # (recomputed and backward calls of the last layer), then C's, then a routing E
     # that no forward layer had.
@@ -241,8 +243,7 @@ def test_gmm_layer_load_finds_layers_and_the_backward_pass():
     assert con.sql("select distinct ops_per_layer from gmm_layer_load").fetchall() == [(3,)]
 
 
-def test_gmm_layer_load_forward_only_roles_never_turn_backward():
-    con = fresh_db()
+def test_gmm_layer_load_forward_only_roles_never_turn_backward(con):
     # Two consecutive layers with the same routing: one run of 6, two layers.
     insert_calls(con, "actor_compute_log_prob", 0, dict(enumerate([A] * 3 + [B] * 6)))
     assert layer_rows(con, "actor_compute_log_prob", 0) == [
@@ -250,8 +251,7 @@ def test_gmm_layer_load_forward_only_roles_never_turn_backward():
     ]
 
 
-def test_gmm_layer_load_a_missing_op_breaks_the_run():
-    con = fresh_db()
+def test_gmm_layer_load_a_missing_op_breaks_the_run(con):
     # op 3 was not dumped: 0-2 and 4-6 are two layers, not one run of 6 (no backward).
     insert_calls(con, "actor_update", 1, {0: A, 1: A, 2: A, 4: A, 5: A, 6: A})
     assert [r[:4] for r in layer_rows(con, "actor_update", 1)] == [
@@ -260,9 +260,8 @@ def test_gmm_layer_load_a_missing_op_breaks_the_run():
     ]
 
 
-def test_views_over_the_shared_gmm_dump(tmp_path):
+def test_views_over_the_shared_gmm_dump(con, tmp_path):
     table = read_all(copy_tree(FIXTURES / "gmm_dump", tmp_path / "gmm_dump"), tmp_path / "sink")
-    con = fresh_db()
     con.register("loaded", table)
     con.execute("insert into gmm_expert_load by name select 'r' as run, 'c' as capture, 1 as source_id, * from loaded")
     # 4 layers x 3 grouped matmuls sharing one routing, forward only, in every capture.
@@ -284,8 +283,7 @@ def test_views_over_the_shared_gmm_dump(tmp_path):
     ).fetchall()[0] == (10, 810, round(810 / 256, 4))
 
 
-def test_ops_per_layer_comes_from_the_settings():
-    con = fresh_db()
+def test_ops_per_layer_comes_from_the_settings(con):
     con.execute("insert into internal.settings values ('gmm_ops_per_layer', '2')")
     insert_calls(con, "actor_update", 0, {0: [1, 2], 1: [1, 2], 2: [3, 4], 3: [3, 4], 4: [3, 4]})
     rows = con.execute(
