@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 import pytest
-from conftest import migrated_memory
+from conftest import empty_warehouse
 
 from rlwh.readers import ascend_trace, json_pieces
 
@@ -21,23 +20,15 @@ REAL_TRACES = sorted(p for p in DATA.rglob("trace_view.json") if "bad" not in p.
 TABLES = ("cpu_ops", "call_stacks", "ranges", "device_ops")
 
 
-@pytest.fixture(scope="module")
-def warehouse() -> Iterator[duckdb.DuckDBPyConnection]:
-    """An empty warehouse for the module: read_in_place looks stack texts up in it and writes
-    only temp tables, so each read takes a cursor of its own (a warehouse per read cost ~20 ms)."""
-    with migrated_memory() as con:
-        yield con
-
-
-def _rows(warehouse: duckdb.DuckDBPyConnection, path: Path, scratch: Path) -> dict[str, list]:
-    with warehouse.cursor() as con:
+def _rows(path: Path, scratch: Path) -> dict[str, list]:
+    with empty_warehouse() as con:  # read_in_place looks stack texts up in it, writes temp tables only
         ascend_trace.read_in_place(con, [path], {}, scratch)
         return {t: sorted(con.execute(f"select * from _rows_{t}").fetchall(), key=repr) for t in TABLES}
 
 
 @pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.relative_to(DATA).as_posix())
-def test_pieces_give_the_rows_of_the_whole_file(warehouse, trace, tmp_path, monkeypatch):
-    whole = _rows(warehouse, trace, tmp_path / "whole")
+def test_pieces_give_the_rows_of_the_whole_file(trace, tmp_path, monkeypatch):
+    whole = _rows(trace, tmp_path / "whole")
     piece_bytes = max(256, trace.stat().st_size // 9)
     monkeypatch.setattr(json_pieces, "PIECE_BYTES", piece_bytes)
     pieces = json_pieces.cut(trace, tmp_path / "cut", piece_bytes)
@@ -45,7 +36,7 @@ def test_pieces_give_the_rows_of_the_whole_file(warehouse, trace, tmp_path, monk
     events = json.loads(trace.read_bytes())
     assert sum(len(json.loads(p.read_bytes())) for p in pieces) == len(events)  # every element once
     assert [e for p in pieces for e in json.loads(p.read_bytes())] == events  # and in order
-    assert _rows(warehouse, trace, tmp_path / "in_pieces") == whole
+    assert _rows(trace, tmp_path / "in_pieces") == whole
     assert len(whole["cpu_ops"]) == sum(1 for e in events if e.get("cat") == "cpu_op")
 
 
