@@ -342,6 +342,14 @@ def rolled_back() -> Iterator[duckdb.DuckDBPyConnection]:
             con.execute("rollback")
 
 
+@pytest.fixture
+def empty_db() -> Iterator[duckdb.DuckDBPyConnection]:
+    """rolled_back() for one test: an empty warehouse, every migration and view, that is the
+    test's alone, for a test that writes rows and reads views and never needs a file."""
+    with rolled_back() as con:
+        yield con
+
+
 def migrated_file(path: Path) -> duckdb.DuckDBPyConnection:
     """A connection to a new warehouse file at `path` with the schema: a copy of the session's
     schema template (rlwh.warehouse.template.copy_schema, as a new warehouse starts), 0.05 s
