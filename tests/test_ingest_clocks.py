@@ -80,14 +80,14 @@ def test_straggler_rule(empty_db, spans, stragglers):
     assert {r[2] for r in rows} == {reference}
 
 
-def test_memory_outlier_rule_with_two_ranks(fresh_db):
+def test_memory_outlier_rule_with_two_ranks(attached_db):
     for rank, size in ((0, 1000), (1, 1300)):
-        fresh_db.execute(
+        attached_db.execute(
             """insert into memory_records (run, role, rank_id, capture, source_id, source_row, name, size_bytes,
                  alloc_ns, device) values ('r', 'gen', ?, ?, 1, 1, 'aten::empty', ?, 10, 'NPU:0')""",
             [rank, f"c{rank}", size])
-    derive.refresh_all(fresh_db)
-    rows = _skew(fresh_db)
+    derive.refresh_all(attached_db)
+    rows = _skew(attached_db)
     assert [(r[0], r[4], r[5]) for r in rows] == [(0, 1000, False), (1, 1300, True)]
 
 
