@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import migrated_memory, read_db
+from conftest import empty_warehouse, read_db
 from warehouse_compare import differences, row_count
 
 from rlwh import synth
@@ -291,29 +291,30 @@ def test_read_in_place_refuses_what_it_cannot_read_whole(tmp_path):
     good.write_text('[{"cat": "cpu_op", "name": "x", "ph": "X", "ts": "1.000", "dur": 1, "pid": 1, "tid": 1}]')
     cut = tmp_path / "b.json"
     cut.write_text('[{"cat": "cpu_op", "name": "x", "ph": "X", "ts": "1.000", "dur": 1, "pid": 1, "tid": 1},')
-    con = migrated_memory()  # a warehouse's connection: read_in_place looks stack texts up in it
-    with pytest.raises(Exception, match="closing"):
-        ascend_trace.read_in_place(con, [good, cut], {}, tmp_path)
-    with pytest.raises(Exception, match="twice"):
-        ascend_trace.read_in_place(con, [good, good], {}, tmp_path)
-    other = tmp_path / "c.json"
-    other.write_text('[{"cat": "cpu_op", "name": "y", "ph": "X", "ts": "2.5", "dur": 1, "pid": 1, "tid": 1},\n'
-                     ' {"cat": "cpu_op", "name": "y", "ph": "X", "ts": "3.25", "dur": 1, "pid": 1, "tid": 1}]')
-    outcomes = ascend_trace.read_in_place(con, [good, other], {}, tmp_path)
-    assert [o.status for o in outcomes] == ["ok", "ok"]
-    got = con.execute("select _file, count(*), min(ts_ns), max(name) from _rows_cpu_ops group by _file "
-                      "order by _file").fetchall()
-    assert got == [(0, 1, 1000, "x"), (1, 2, 2500, "y")]
+    with empty_warehouse() as con:  # a warehouse's connection: read_in_place looks stack texts up in it
+        with pytest.raises(Exception, match="closing"):
+            ascend_trace.read_in_place(con, [good, cut], {}, tmp_path)
+        with pytest.raises(Exception, match="twice"):
+            ascend_trace.read_in_place(con, [good, good], {}, tmp_path)
+        other = tmp_path / "c.json"
+        other.write_text('[{"cat": "cpu_op", "name": "y", "ph": "X", "ts": "2.5", "dur": 1, "pid": 1, "tid": 1},\n'
+                         ' {"cat": "cpu_op", "name": "y", "ph": "X", "ts": "3.25", "dur": 1, "pid": 1, "tid": 1}]')
+        outcomes = ascend_trace.read_in_place(con, [good, other], {}, tmp_path)
+        assert [o.status for o in outcomes] == ["ok", "ok"]
+        got = con.execute("select _file, count(*), min(ts_ns), max(name) from _rows_cpu_ops group by _file "
+                          "order by _file").fetchall()
+        assert got == [(0, 1, 1000, "x"), (1, 2, 2500, "y")]
 
 
 def test_tables_with_step_are_the_base_tables_the_catalog_lists_with_a_step_column():
     """Looked up a table at a time (load.TablesWithStep), the answer is the catalog's: every base
     table of the schema, with and without a step column, a view's step column not counted."""
-    con = migrated_memory()
-    tables = [r[0] for r in con.execute("select table_name from duckdb_tables() where schema_name = 'main'").fetchall()]
-    listed = {r[0] for r in con.execute(
-        "select table_name from duckdb_columns() join duckdb_tables() using (database_name, schema_name, table_name) "
-        "where schema_name = 'main' and column_name = 'step'").fetchall()}
-    with_step = load.TablesWithStep(con)
-    assert {t for t in tables if t in with_step} == listed
-    assert listed and set(tables) - listed  # both kinds are asked
+    with empty_warehouse() as con:
+        tables = [r[0] for r in con.execute("select table_name from duckdb_tables() where schema_name = 'main'")
+                  .fetchall()]
+        listed = {r[0] for r in con.execute(
+            "select table_name from duckdb_columns() join duckdb_tables() using (database_name, schema_name, "
+            "table_name) where schema_name = 'main' and column_name = 'step'").fetchall()}
+        with_step = load.TablesWithStep(con)
+        assert {t for t in tables if t in with_step} == listed
+        assert listed and set(tables) - listed  # both kinds are asked

@@ -71,32 +71,32 @@ def _skew(con, role: str = "gen") -> list[tuple]:
     ((100, 100, 100, 150), {3}),
     ((100, 200, 200), set()),  # the median is 200: the fast rank is no straggler
 ])
-def test_straggler_rule(fresh_db, spans, stragglers):
+def test_straggler_rule(empty_db, spans, stragglers):
     for rank, dur in enumerate(spans):
-        _range(fresh_db, rank, dur)
-    rows = _skew(fresh_db)
+        _range(empty_db, rank, dur)
+    rows = _skew(empty_db)
     assert {r[0] for r in rows if r[3]} == stragglers
     reference = sorted(spans)[(len(spans) - 1) // 2]  # the lower middle value
     assert {r[2] for r in rows} == {reference}
 
 
-def test_memory_outlier_rule_with_two_ranks(fresh_db):
+def test_memory_outlier_rule_with_two_ranks(attached_db):
     for rank, size in ((0, 1000), (1, 1300)):
-        fresh_db.execute(
+        attached_db.execute(
             """insert into memory_records (run, role, rank_id, capture, source_id, source_row, name, size_bytes,
                  alloc_ns, device) values ('r', 'gen', ?, ?, 1, 1, 'aten::empty', ?, 10, 'NPU:0')""",
             [rank, f"c{rank}", size])
-    derive.refresh_all(fresh_db)
-    rows = _skew(fresh_db)
+    derive.refresh_all(attached_db)
+    rows = _skew(attached_db)
     assert [(r[0], r[4], r[5]) for r in rows] == [(0, 1000, False), (1, 1300, True)]
 
 
-def test_spans_of_two_clocks_are_never_compared(fresh_db):
-    _range(fresh_db, 0, 100, clock="nsys_session", start=6 * 10**15)
-    _range(fresh_db, 1, 1000)
-    _range(fresh_db, 2, 1100)
-    rows = _skew(fresh_db)
+def test_spans_of_two_clocks_are_never_compared(empty_db):
+    _range(empty_db, 0, 100, clock="nsys_session", start=6 * 10**15)
+    _range(empty_db, 1, 1000)
+    _range(empty_db, 2, 1100)
+    rows = _skew(empty_db)
     # The epoch clock has the most ranks; rank 0's session-clock span is not compared at all.
     assert [(r[0], r[1], r[3]) for r in rows] == [(0, None, False), (1, 1000, False), (2, 1100, False)]
-    clocks = fresh_db.execute("select distinct span_clock from rank_skew").fetchall()
+    clocks = empty_db.execute("select distinct span_clock from rank_skew").fetchall()
     assert clocks == [("epoch",)]

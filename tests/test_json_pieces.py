@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import migrated_memory
+from conftest import empty_warehouse
 
 from rlwh.readers import ascend_trace, json_pieces
 
@@ -21,12 +21,9 @@ TABLES = ("cpu_ops", "call_stacks", "ranges", "device_ops")
 
 
 def _rows(path: Path, scratch: Path) -> dict[str, list]:
-    con = migrated_memory()  # a warehouse's connection: read_in_place looks stack texts up in it
-    try:
+    with empty_warehouse() as con:  # read_in_place looks stack texts up in it, writes temp tables only
         ascend_trace.read_in_place(con, [path], {}, scratch)
         return {t: sorted(con.execute(f"select * from _rows_{t}").fetchall(), key=repr) for t in TABLES}
-    finally:
-        con.close()
 
 
 @pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.relative_to(DATA).as_posix())
@@ -63,20 +60,19 @@ def _awkward_trace(path: Path, n: int = 400) -> list[dict]:
 
 
 @pytest.mark.parametrize("piece_bytes", [64, 97, 131, 200, 333, 1000])
-def test_a_wrong_cut_is_refused_never_read(tmp_path, piece_bytes):
+def test_a_wrong_cut_is_refused_never_read(scratch_con, tmp_path, piece_bytes):
     """Cut candidates inside strings and nested values: read in pieces, the trace either
     gives exactly its events or raises (the caller then reads it whole); never other rows."""
     trace = tmp_path / "trace_view.json"
     events = _awkward_trace(trace)
     pieces = json_pieces.cut(trace, tmp_path / "cut", piece_bytes)
     assert len(pieces) > 4
-    con = duckdb.connect()
     sources = [(0, p) for p in pieces]
     try:
-        con.execute(f"create table t as select name, ts from {ascend_trace._scan_sql(sources)}")
+        scratch_con.execute(f"create temp table t as select name, ts from {ascend_trace._scan_sql(sources)}")
     except duckdb.Error:
         return  # refused: a piece did not parse
-    got = sorted(con.execute("select name, ts from t").fetchall())
+    got = sorted(scratch_con.execute("select name, ts from t").fetchall())
     assert got == sorted((e["name"], e["ts"]) for e in events)
 
 
@@ -104,14 +100,14 @@ def test_an_awkward_trace_lands_whole_through_ingest(tmp_path, monkeypatch, conf
     '[{"a":{"b":1}]',  # inside a nested object
     '[{"a":1},{"l":[{"c":1}]',  # inside a nested array of objects
 ])
-def test_read_json_refuses_a_piece_cut_in_the_wrong_place(tmp_path, text):
+def test_read_json_refuses_a_piece_cut_in_the_wrong_place(scratch_con, tmp_path, text):
     """The premise of the pieces' proof: DuckDB's read_json refuses an array whose last
     element is cut inside a string or a nested value."""
     path = tmp_path / "piece.json"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(duckdb.Error):
-        duckdb.connect().execute("select * from read_json(?, format = 'array', columns = {a: 'VARCHAR'})",
-                                 [str(path)]).fetchall()
+        scratch_con.execute("select * from read_json(?, format = 'array', columns = {a: 'VARCHAR'})",
+                            [str(path)]).fetchall()
 
 
 def test_pieces_without_the_kernel_copy_are_the_same(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pytest
@@ -28,23 +29,26 @@ def _text_export(tmp_path: Path, keep_trace: bool) -> Path:
     return profile
 
 
+def _reader(config: Config) -> duckdb.DuckDBPyConnection:
+    """The warehouse opened read-only once for all of a test's queries (an open costs ~25 ms)."""
+    return duckdb.connect(str(config.db_path), read_only=True)
+
+
 @pytest.fixture(scope="module")
-def without_trace(tmp_path_factory) -> Config:
+def without_trace(tmp_path_factory) -> Iterator[duckdb.DuckDBPyConnection]:
     """The text export without its trace_view.json files, ingested once for this file's
-    tests (run "kd", in-process as conftest's config): that warehouse's settings. Read it,
-    never write."""
+    tests (run "kd", in-process as conftest's config), read on one connection."""
     tmp = tmp_path_factory.mktemp("without-trace")
     config = Config(db_path=tmp / "wh" / "warehouse.duckdb", workers=1, lock_timeout=5)
     ingest(_text_export(tmp, keep_trace=False), config, run="kd")
-    return config
+    with _reader(config) as con:
+        yield con
 
 
-def _rows(config, sql, params=()):
-    con = duckdb.connect(str(config.db_path), read_only=True)
-    try:
-        return con.execute(sql, list(params)).fetchall()
-    finally:
-        con.close()
+def _rows(con: duckdb.DuckDBPyConnection, sql, params=()):
+    """The query's rows, on a cursor of its own."""
+    with con.cursor() as cursor:
+        return cursor.execute(sql, list(params)).fetchall()
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -84,16 +88,17 @@ def test_straggler_from_kernel_details_is_the_rank_late_at_the_first_allreduce(w
 def test_with_a_trace_the_csv_is_ignored_and_each_kernel_lands_once(tmp_path, config):
     profile = _text_export(tmp_path, keep_trace=True)
     ingest(profile, config, run="both")
-    for rank in (0, 1):
-        compute = _rows(config, "select name, start_ns, end_ns from device_ops where rank_id = ? and kind = 'compute'"
-                        " order by all", [rank])
+    with _reader(config) as con:
+        computes = {rank: _rows(con, "select name, start_ns, end_ns from device_ops where rank_id = ?"
+                                     " and kind = 'compute' order by all", [rank]) for rank in (0, 1)}
+        reasons = {m for (m,) in _rows(con, "select distinct message from sources where path like '%kernel_details%'"
+                                            " or path like '%communication.json'")}
+    for rank, compute in computes.items():
         assert compute == text_kernels(rank)
         # kernel_details.csv lists the same kernels (names, and starts within its µs rounding).
         listed = sorted((r["Name"], r["start_ns"]) for r in kernel_details(rank) if r["Accelerator Core"] != "HCCL")
         assert [r[0] for r in sorted(compute, key=lambda r: (r[0], r[1]))] == [n for n, _ in listed]
         assert all(abs(a[1] - b[1]) <= 1000 for a, b in zip(sorted(compute, key=lambda r: (r[0], r[1])), listed))
-    reasons = {m for (m,) in _rows(config, "select distinct message from sources where path like '%kernel_details%'"
-                                   " or path like '%communication.json'")}
     assert len(reasons) == 2 and any("read with trace_view.json beside it" in (r or "") for r in reasons)
 
 
@@ -102,11 +107,12 @@ def test_a_broken_communication_json_keeps_the_kernels_and_names_the_place(tmp_p
     beside = next(profile.glob(f"rank0*/{OUTPUT}/communication.json"))
     beside.write_text('{"step50": {"collective": {"hcom_x@1": ')
     ingest(profile, config, run="broken")
-    status, message = _rows(config, "select status, message from sources where rank_id = 0 "
-                                    "and path like '%kernel_details.csv'")[0]
+    with _reader(config) as con:
+        status, message = _rows(con, "select status, message from sources where rank_id = 0 "
+                                     "and path like '%kernel_details.csv'")[0]
+        count, grouped = _rows(con, """select count(*), count("group") from device_ops where rank_id = 0""")[0]
     assert status == "partial"
     assert "communication.json: not JSON at line 1 column" in message
-    count, grouped = _rows(config, """select count(*), count("group") from device_ops where rank_id = 0""")[0]
     assert count == len(kernel_details(0)) and grouped == 0
 
 
@@ -117,8 +123,9 @@ def test_a_changed_communication_json_reads_its_kernel_details_again(tmp_path, c
     text = beside.read_text()
     beside.write_text(text.replace("@17522688603477080586", "@renamed"))
     ingest(profile, config, run="again")
-    assert _rows(config, """select distinct "group" from device_ops where rank_id = 0 and kind = 'communication'""") \
-        == [("renamed",)]
+    with _reader(config) as con:
+        assert _rows(con, """select distinct "group" from device_ops where rank_id = 0 and kind = 'communication'""") \
+            == [("renamed",)]
 
 
 def test_a_level0_export_and_a_bad_row(tmp_path, config):
@@ -132,10 +139,12 @@ def test_a_level0_export_and_a_bad_row(tmp_path, config):
         "50,hcom_allReduce__868_0_1,N/A,HCCL,1736405443909176.934\t,72994.438,320.026,0\n"
         "50,Conv2D1,N/A,N/A,1736405443881672.085\t,not-a-number,99.142,0\n")
     ingest(tmp_path / "p", config, run="l0")
-    status, message = _rows(config, "select status, message from sources where path like '%kernel_details.csv'")[0]
+    with _reader(config) as con:
+        status, message = _rows(con, "select status, message from sources where path like '%kernel_details.csv'")[0]
+        device_ops = _rows(con, """select rank_id, step, name, kind, collective, start_ns, end_ns, source_type
+                                   from device_ops order by start_ns""")
     assert status == "partial" and "row 3" in message and "Duration(us)" in message
-    assert _rows(config, """select rank_id, step, name, kind, collective, start_ns, end_ns, source_type
-                            from device_ops order by start_ns""") == [
+    assert device_ops == [
         (3, 50, "trans_TransData_0", "compute", None, 1736405443881410320, 1736405443881410320 + 50621, "kernel"),
         (3, 50, "hcom_allReduce__868_0_1", "communication", "allreduce", 1736405443909176934,
          1736405443909176934 + 72994438, "HCCL"),

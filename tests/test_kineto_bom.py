@@ -18,12 +18,11 @@ TRACE = Path(__file__).resolve().parent / "data/torch_profile/actor_update/prof_
 TABLES = ("cpu_ops", "torch_memory_events", "device_ops", "ranges")
 
 
-def _counts(db: Path, run: str) -> dict[str, int]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return {t: con.execute(f"select count(*) from {t} where run = ?", [run]).fetchone()[0] for t in TABLES}
-    finally:
-        con.close()
+def _counts(db: Path, *runs: str) -> dict[str, dict[str, int]]:
+    """Rows per table of each run, read on one connection (an open costs ~25 ms)."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {run: {t: con.execute(f"select count(*) from {t} where run = ?", [run]).fetchone()[0] for t in TABLES}
+                for run in runs}
 
 
 @pytest.mark.parametrize("gzipped", [False, True])
@@ -35,7 +34,7 @@ def test_a_bom_before_a_trace_is_skipped(tmp_path, config, gzipped):
         name = "prof_rank-0.pt.trace.json" + (".gz" if gzipped else "")
         (folder / name).write_bytes(gzip.compress(data) if gzipped else data)
         assert ingest(tmp_path / run, config, run=run).failed == 0
-    counts = _counts(config.db_path, "bom")
-    assert counts == _counts(config.db_path, "plain") and counts["cpu_ops"] > 0
+    counts = _counts(config.db_path, "bom", "plain")
+    assert counts["bom"] == counts["plain"] and counts["bom"]["cpu_ops"] > 0
     result = CliRunner().invoke(cli, ["check", str(tmp_path / "bom")])
     assert result.exit_code == 0 and "would fail" in result.output and "0 would fail" in result.output, result.output

@@ -3,10 +3,9 @@
 import shutil
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pytest
-from conftest import landed_rows, migrated_memory
+from conftest import landed_rows
 
 from rlwh.errors import SourceError
 from rlwh.readers import gmm
@@ -41,11 +40,6 @@ def read_all(profile: Path, sink_dir: Path) -> pa.Table:
         assert (outcome.status, outcome.message) == ("ok", None)
     sink.close()
     return pa.Table.from_pylist(landed_rows("gmm_group_list", sink, "gmm_expert_load", COLUMNS))
-
-
-def fresh_db() -> duckdb.DuckDBPyConnection:
-    """In-memory warehouse with every migration and view (conftest.migrated_memory)."""
-    return migrated_memory()
 
 
 def insert_calls(con, role: str, rank_id: int, loads: dict[int, list[int]], step: int = 1) -> None:
@@ -202,10 +196,9 @@ def test_a_path_without_rank_fails_before_reading(tmp_path):
 # --- views ----------------------------------------------------------------------------------
 
 
-def test_gmm_imbalance():
-    con = fresh_db()
-    insert_calls(con, "actor_update", 0, {0: [0, 10, 10, 4], 1: [0, 0]})
-    rows = con.sql(
+def test_gmm_imbalance(empty_db):
+    insert_calls(empty_db, "actor_update", 0, {0: [0, 10, 10, 4], 1: [0, 0]})
+    rows = empty_db.sql(
         "select op_index, experts, total_tokens, max_tokens, mean_tokens, round(max_mean_ratio, 4), round(cv, 4),"
         " hottest_expert from gmm_imbalance order by op_index"
     ).fetchall()
@@ -227,68 +220,64 @@ def layer_rows(con, role: str, rank_id: int) -> list[tuple]:
     ).fetchall()
 
 
-def test_gmm_layer_load_finds_layers_and_the_backward_pass():
-    con = fresh_db()
+def test_gmm_layer_load_finds_layers_and_the_backward_pass(empty_db):
     # Forward: layers A B C D, 3 calls each. Then D's run grows past 3: the backward pass
     # (recomputed and backward calls of the last layer), then C's, then a routing E
     # that no forward layer had.
     calls = [A] * 3 + [B] * 3 + [C] * 3 + [D] * 3 + [D] * 6 + [C] * 3 + [E]
-    insert_calls(con, "actor_update", 0, dict(enumerate(calls)))
+    insert_calls(empty_db, "actor_update", 0, dict(enumerate(calls)))
     forward = [(op, "forward", op // 3, op % 3 + 1, calls[op]) for op in range(12)]
     backward = [(12 + i, "backward", 3, i % 3 + 1, D) for i in range(6)]
     backward += [(18 + i, "backward", 2, i + 1, C) for i in range(3)] + [(21, "backward", None, 1, E)]
-    assert layer_rows(con, "actor_update", 0) == forward + backward
-    assert con.sql("select distinct ops_per_layer from gmm_layer_load").fetchall() == [(3,)]
+    assert layer_rows(empty_db, "actor_update", 0) == forward + backward
+    assert empty_db.sql("select distinct ops_per_layer from gmm_layer_load").fetchall() == [(3,)]
 
 
-def test_gmm_layer_load_forward_only_roles_never_turn_backward():
-    con = fresh_db()
+def test_gmm_layer_load_forward_only_roles_never_turn_backward(empty_db):
     # Two consecutive layers with the same routing: one run of 6, two layers.
-    insert_calls(con, "actor_compute_log_prob", 0, dict(enumerate([A] * 3 + [B] * 6)))
-    assert layer_rows(con, "actor_compute_log_prob", 0) == [
+    insert_calls(empty_db, "actor_compute_log_prob", 0, dict(enumerate([A] * 3 + [B] * 6)))
+    assert layer_rows(empty_db, "actor_compute_log_prob", 0) == [
         (op, "forward", op // 3, op % 3 + 1, A if op < 3 else B) for op in range(9)
     ]
 
 
-def test_gmm_layer_load_a_missing_op_breaks_the_run():
-    con = fresh_db()
+def test_gmm_layer_load_a_missing_op_breaks_the_run(empty_db):
     # op 3 was not dumped: 0-2 and 4-6 are two layers, not one run of 6 (no backward).
-    insert_calls(con, "actor_update", 1, {0: A, 1: A, 2: A, 4: A, 5: A, 6: A})
-    assert [r[:4] for r in layer_rows(con, "actor_update", 1)] == [
+    insert_calls(empty_db, "actor_update", 1, {0: A, 1: A, 2: A, 4: A, 5: A, 6: A})
+    assert [r[:4] for r in layer_rows(empty_db, "actor_update", 1)] == [
         (0, "forward", 0, 1), (1, "forward", 0, 2), (2, "forward", 0, 3),
         (4, "forward", 1, 1), (5, "forward", 1, 2), (6, "forward", 1, 3),
     ]
 
 
-def test_views_over_the_shared_gmm_dump(tmp_path):
+def test_views_over_the_shared_gmm_dump(empty_db, tmp_path):
     table = read_all(copy_tree(FIXTURES / "gmm_dump", tmp_path / "gmm_dump"), tmp_path / "sink")
-    con = fresh_db()
-    con.register("loaded", table)
-    con.execute("insert into gmm_expert_load by name select 'r' as run, 'c' as capture, 1 as source_id, * from loaded")
+    empty_db.register("loaded", table)
+    empty_db.execute("insert into gmm_expert_load by name select 'r' as run, 'c' as capture, 1 as source_id, *"
+                     " from loaded")
     # 4 layers x 3 grouped matmuls sharing one routing, forward only, in every capture.
-    per_layer = con.sql(
+    per_layer = empty_db.sql(
         "select step, role, rank_id, layer, count(distinct op_index), count(distinct op_in_layer),"
         " count(distinct phase) from gmm_layer_load group by all"
     ).fetchall()
     assert len(per_layer) == 2 * 2 * 2 * 4
     assert {r[4:] for r in per_layer} == {(3, 3, 1)}
-    assert con.sql("select distinct phase from gmm_layer_load").fetchall() == [("forward",)]
-    imbalance = con.sql(
+    assert empty_db.sql("select distinct phase from gmm_layer_load").fetchall() == [("forward",)]
+    imbalance = empty_db.sql(
         "select count(*), min(total_tokens), max(total_tokens), min(experts), max(experts) from gmm_imbalance"
     )
     assert imbalance.fetchall()[0] == (96, 4096, 4096, 16, 16)
     # step 1, actor_update, rank 0, op 0: the busiest expert is 10 with 810 of 4096 tokens
-    assert con.sql(
+    assert empty_db.sql(
         "select hottest_expert, max_tokens, round(max_mean_ratio, 4) from gmm_imbalance"
         " where step = 1 and role = 'actor_update' and rank_id = 0 and op_index = 0"
     ).fetchall()[0] == (10, 810, round(810 / 256, 4))
 
 
-def test_ops_per_layer_comes_from_the_settings():
-    con = fresh_db()
-    con.execute("insert into internal.settings values ('gmm_ops_per_layer', '2')")
-    insert_calls(con, "actor_update", 0, {0: [1, 2], 1: [1, 2], 2: [3, 4], 3: [3, 4], 4: [3, 4]})
-    rows = con.execute(
+def test_ops_per_layer_comes_from_the_settings(empty_db):
+    empty_db.execute("insert into internal.settings values ('gmm_ops_per_layer', '2')")
+    insert_calls(empty_db, "actor_update", 0, {0: [1, 2], 1: [1, 2], 2: [3, 4], 3: [3, 4], 4: [3, 4]})
+    rows = empty_db.execute(
         "select distinct op_index, phase, layer, op_in_layer, ops_per_layer from gmm_layer_load order by op_index"
     ).fetchall()
     assert rows == [(0, "forward", 0, 1, 2), (1, "forward", 0, 2, 2), (2, "forward", 1, 1, 2),

@@ -1,6 +1,5 @@
 """The frame rules of rlwh.stacks, in Python and in the SQL the warehouse runs, agree."""
 
-import duckdb
 import pytest
 
 from rlwh import stacks
@@ -37,12 +36,12 @@ CASES = [
 
 
 @pytest.mark.parametrize(("stack", "top", "user"), CASES)
-def test_native_frames_never_stand_for_a_stack(stack, top, user):
+def test_native_frames_never_stand_for_a_stack(scratch_con, stack, top, user):
     rule = stacks.library_pattern()
     assert stacks.top_frame(stack) == top
     assert stacks.user_frame(stack, rule) == user
     sql = f"select {stacks.top_frame_sql('$stack')}, {stacks.user_frame_sql('$stack', '$rule')}"
-    assert duckdb.connect().execute(sql, {"stack": stack, "rule": rule}).fetchone() == (top, user)
+    assert scratch_con.execute(sql, {"stack": stack, "rule": rule}).fetchone() == (top, user)
 
 
 @pytest.mark.parametrize("frame", [
@@ -67,18 +66,18 @@ def test_a_pattern_written_with_slashes_matches_backslash_paths():
     assert not stacks.is_library("E:\\src\\mine\\layer.py(5): f", rule)
 
 
-def test_stacks_stored_under_an_older_rule_are_brought_to_this_one(fresh_db):
+def test_stacks_stored_under_an_older_rule_are_brought_to_this_one(attached_db):
     """A warehouse whose stacks were stored when native frames stood for them: the next
     refresh (ingest, rlwh init, migration 0009) recomputes top_frame and user_frame."""
     from rlwh.readers.base import stack_id
     from rlwh.warehouse import derive
 
     sid = stack_id(LINUX_SNAPSHOT)
-    fresh_db.execute("insert into call_stacks values (?, ?, '??(0): torch::unwind::unwind()', 8)",
-                     [sid, LINUX_SNAPSHOT])
-    fresh_db.execute("insert into internal.stack_user_frames values (?, '??(0): torch::unwind::unwind()', "
-                     "'an older rule')", [sid])
-    assert derive.refresh_user_frames(fresh_db) == 1
-    row = fresh_db.execute("select top_frame, user_frame from internal.stack_frames").fetchone()
+    attached_db.execute("insert into call_stacks values (?, ?, '??(0): torch::unwind::unwind()', 8)",
+                        [sid, LINUX_SNAPSHOT])
+    attached_db.execute("insert into internal.stack_user_frames values (?, '??(0): torch::unwind::unwind()', "
+                        "'an older rule')", [sid])
+    assert derive.refresh_user_frames(attached_db) == 1
+    row = attached_db.execute("select top_frame, user_frame from internal.stack_frames").fetchone()
     assert row == CASES[0][1:]
-    assert derive.refresh_user_frames(fresh_db) == 0
+    assert derive.refresh_user_frames(attached_db) == 0

@@ -26,28 +26,26 @@ GARBAGE = ["1e5", "2e2.5", "0e1.500", "31e", "-", "+", ".5", "-.5", "1.2.3", "1.
 
 
 @pytest.mark.parametrize("text", PLAIN)
-def test_plain_decimals_are_exact(text):
-    con = duckdb.connect()
+def test_plain_decimals_are_exact(scratch_con, text):
     for strict in (True, False):
         sql = f"select {us_text_to_ns_sql('t', strict)} from (select ?::varchar as t)"
-        assert con.execute(sql, [text]).fetchone()[0] == expected_ns(text)
+        assert scratch_con.execute(sql, [text]).fetchone()[0] == expected_ns(text)
     assert expected_ns("1779785515596661.420") == 1779785515596661420  # no float on the way
 
 
 @pytest.mark.parametrize("text", GARBAGE)
-def test_anything_else_is_null_or_an_error(text):
-    con = duckdb.connect()
-    lenient = con.execute(f"select {us_text_to_ns_sql('t', False)} from (select ?::varchar as t)", [text]).fetchone()
+def test_anything_else_is_null_or_an_error(scratch_con, text):
+    lenient = scratch_con.execute(f"select {us_text_to_ns_sql('t', False)} from (select ?::varchar as t)",
+                                  [text]).fetchone()
     assert lenient == (None,)
     with pytest.raises(duckdb.Error):
-        con.execute(f"select {us_text_to_ns_sql('t', True)} from (select ?::varchar as t)", [text]).fetchone()
+        scratch_con.execute(f"select {us_text_to_ns_sql('t', True)} from (select ?::varchar as t)", [text]).fetchone()
 
 
-def test_empty_is_null_in_both_modes():
-    con = duckdb.connect()
+def test_empty_is_null_in_both_modes(scratch_con):
     for strict in (True, False):
         sql = f"select {us_text_to_ns_sql('t', strict)} from (select ''::varchar as t)"
-        assert con.execute(sql).fetchone() == (None,)
+        assert scratch_con.execute(sql).fetchone() == (None,)
 
 
 TRIM_CASES = [None, "", " ", "\t", "\r\n", "a", " a", "a ", "a\t", "\ta", "\na\r", " \t a b \r\n",

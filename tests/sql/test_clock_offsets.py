@@ -32,11 +32,12 @@ def _skewed_job(rng):
     return rows, truth
 
 
-def test_a_second_of_skew_is_found_and_the_waits_are_the_true_ones(fresh_db):
+def test_a_second_of_skew_is_found_and_the_waits_are_the_true_ones(attached_db):
     rows, truth = _skewed_job(random.Random(5))
-    insert_rows(fresh_db, "device_ops", COLUMNS, rows, **KEY)
-    got = fresh_db.execute("""select rank_id, instances, offset_ns, aligned, applied_offset_ns, impossible_after_shift
-                              from clock_offsets order by rank_id""").fetchall()
+    insert_rows(attached_db, "device_ops", COLUMNS, rows, **KEY)
+    got = attached_db.execute("""select rank_id, instances, offset_ns, aligned, applied_offset_ns,
+                                        impossible_after_shift
+                                 from clock_offsets order by rank_id""").fetchall()
     expected = []
     for r in SKEW:  # the median over instances of (end on r) - (end on rank 0), both on their own clocks
         diffs = sorted((ends[r] + SKEW[r]) - (ends[0] + SKEW[0]) for _, _, ends in truth)
@@ -44,8 +45,8 @@ def test_a_second_of_skew_is_found_and_the_waits_are_the_true_ones(fresh_db):
         expected.append((r, len(truth), offset, True, offset, 0))
     assert got == expected
     assert all(abs(offset - SKEW[r]) < 3_000 for r, _, offset, *_ in got)  # within the ends' noise
-    waits = fresh_db.execute("select seq, rank_id, wait_ns, wait_capped from collectives"
-                             " order by seq, rank_id").fetchall()
+    waits = attached_db.execute("select seq, rank_id, wait_ns, wait_capped from collectives"
+                                " order by seq, rank_id").fetchall()
     offsets = {r: offset for r, _, offset, *_ in got}
     want = []
     for k, arrivals, ends in truth:
@@ -58,32 +59,32 @@ def test_a_second_of_skew_is_found_and_the_waits_are_the_true_ones(fresh_db):
     assert not any(c for *_, c in waits)
 
 
-def test_possible_times_stay_as_recorded(fresh_db):
+def test_possible_times_stay_as_recorded(attached_db):
     """A rank 0.5 ms late whose clock agrees: nothing is impossible, nothing shifted."""
-    insert_rows(fresh_db, "device_ops", COLUMNS,
+    insert_rows(attached_db, "device_ops", COLUMNS,
                 [(0, 1, "ar", "communication", "allreduce", "dp", 1_000_000, 2_000_000),
                  (1, 1, "ar", "communication", "allreduce", "dp", 1_500_000, 2_000_050)], **KEY)
-    assert fresh_db.execute("select rank_id, offset_ns, impossible_instances, aligned, applied_offset_ns"
-                            " from clock_offsets order by rank_id").fetchall() == [
+    assert attached_db.execute("select rank_id, offset_ns, impossible_instances, aligned, applied_offset_ns"
+                               " from clock_offsets order by rank_id").fetchall() == [
         (0, 0, 0, False, 0), (1, 50, 0, False, 0)]
-    assert fresh_db.execute("select rank_id, arrive_ns, wait_ns, clock_offset_ns from collectives"
-                            " order by rank_id").fetchall() == [(0, 1_000_000, 500_000, 0), (1, 1_500_000, 0, 0)]
+    assert attached_db.execute("select rank_id, arrive_ns, wait_ns, clock_offset_ns from collectives"
+                               " order by rank_id").fetchall() == [(0, 1_000_000, 500_000, 0), (1, 1_500_000, 0, 0)]
 
 
-def test_a_wait_longer_than_the_collective_is_capped_and_flagged(fresh_db):
+def test_a_wait_longer_than_the_collective_is_capped_and_flagged(attached_db):
     """Two ops paired by order that are not one operation: rank 0's ended before rank 1's began,
     and no single offset explains the two instances (one says +5 ms, the other -5 ms)."""
-    insert_rows(fresh_db, "device_ops", COLUMNS,
+    insert_rows(attached_db, "device_ops", COLUMNS,
                 [(0, 1, "sr", "communication", "sendrecv", "pp", 0, 1_000_000),
                  (1, 1, "sr", "communication", "sendrecv", "pp", 5_000_000, 6_000_000),
                  (0, 1, "sr", "communication", "sendrecv", "pp", 20_000_000, 21_000_000),
                  (1, 1, "sr", "communication", "sendrecv", "pp", 15_000_000, 16_000_000)], **KEY)
-    assert fresh_db.execute("select aligned from clock_offsets").fetchall() == [(False,), (False,)]
-    rows = fresh_db.execute("select seq, rank_id, wait_ns, wait_capped from collectives"
-                            " order by seq, rank_id").fetchall()
+    assert attached_db.execute("select aligned from clock_offsets").fetchall() == [(False,), (False,)]
+    rows = attached_db.execute("select seq, rank_id, wait_ns, wait_capped from collectives"
+                               " order by seq, rank_id").fetchall()
     assert rows == [(1, 0, 1_000_000, True), (1, 1, 0, False), (2, 0, 0, False), (2, 1, 1_000_000, True)]
     # No rank is charged for an instance whose waits had to be capped: both are left out.
-    assert fresh_db.execute("select rank_id, waited_for_ns, collectives, left_out from stragglers").fetchall() == [
+    assert attached_db.execute("select rank_id, waited_for_ns, collectives, left_out from stragglers").fetchall() == [
         (None, 0, 0, 2)]
 
 

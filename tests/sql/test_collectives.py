@@ -19,7 +19,7 @@ def _ops(con, rows):
     insert_rows(con, "device_ops", COLUMNS, rows, **KEY)
 
 
-def test_random_arrivals_match_an_independent_pairing(fresh_db):
+def test_random_arrivals_match_an_independent_pairing(attached_db):
     rng = random.Random(3)
     rows, expected = [], {}
     for step in (1, 2):
@@ -33,8 +33,9 @@ def test_random_arrivals_match_an_independent_pairing(fresh_db):
                     rows.append((rank, step, name, "communication", "allreduce", "g0", arrive, arrive + ends))
                     expected.setdefault((step, name, k), {})[rank] = arrive
     rng.shuffle(rows)
-    _ops(fresh_db, rows + [(0, 1, "gemm", "compute", None, None, 0, 10)])  # kernels are no collective
-    got = fresh_db.execute("select step, name, seq, rank_id, arrive_ns, wait_ns, is_last from collectives").fetchall()
+    _ops(attached_db, rows + [(0, 1, "gemm", "compute", None, None, 0, 10)])  # kernels are no collective
+    got = attached_db.execute("select step, name, seq, rank_id, arrive_ns, wait_ns, is_last from collectives"
+                              ).fetchall()
     want = []
     for (step, name, k), arrivals in expected.items():
         last = max(arrivals.values())
@@ -45,14 +46,14 @@ def test_random_arrivals_match_an_independent_pairing(fresh_db):
     assert sorted(got, key=str) == sorted(want, key=str)
 
 
-def test_groups_never_mix_and_a_missing_rank_is_a_null_row(fresh_db):
-    _ops(fresh_db, [(0, 1, "ar", "communication", "allreduce", "tp", 100, 200),
-                    (1, 1, "ar", "communication", "allreduce", "tp", 150, 200),
-                    (0, 1, "ar", "communication", "allreduce", "dp", 300, 400),
-                    (2, 1, "ar", "communication", "allreduce", "dp", 310, 400),
-                    (2, 1, "ar", "communication", "allreduce", "dp", 500, 600)])
-    rows = fresh_db.execute("""select "group", seq, rank_id, arrive_ns, wait_ns, is_last from collectives
-                               order by "group", seq, rank_id""").fetchall()
+def test_groups_never_mix_and_a_missing_rank_is_a_null_row(attached_db):
+    _ops(attached_db, [(0, 1, "ar", "communication", "allreduce", "tp", 100, 200),
+                       (1, 1, "ar", "communication", "allreduce", "tp", 150, 200),
+                       (0, 1, "ar", "communication", "allreduce", "dp", 300, 400),
+                       (2, 1, "ar", "communication", "allreduce", "dp", 310, 400),
+                       (2, 1, "ar", "communication", "allreduce", "dp", 500, 600)])
+    rows = attached_db.execute("""select "group", seq, rank_id, arrive_ns, wait_ns, is_last from collectives
+                                  order by "group", seq, rank_id""").fetchall()
     assert rows == [("dp", 1, 0, 300, 10, False), ("dp", 1, 2, 310, 0, True),
                     ("dp", 2, 0, None, None, False), ("dp", 2, 2, 500, 0, True),
                     ("tp", 1, 0, 100, 50, False), ("tp", 1, 1, 150, 0, True)]
@@ -92,10 +93,10 @@ def test_real_arrival_order(tmp_path_factory, run, per_rank):
 SEQ_COLUMNS = COLUMNS + ["seq", "seq_is_global"]
 
 
-def test_a_recorded_seq_matches_ranks_whatever_their_steps_and_kernel_names(fresh_db):
+def test_a_recorded_seq_matches_ranks_whatever_their_steps_and_kernel_names(attached_db):
     # Rank 1's profiler counts its steps one later and NCCL picked another algorithm there;
     # rank 0 runs seq 7 as two kernels. By order within (step, name), nothing would meet.
-    insert_rows(fresh_db, "device_ops", SEQ_COLUMNS, [
+    insert_rows(attached_db, "device_ops", SEQ_COLUMNS, [
         (0, 3, "ncclDevKernel_AllReduce_RING", "communication", "allreduce", "0", 100, 150, 7, True),
         (0, 3, "ncclDevKernel_AllReduce_RING", "communication", "allreduce", "0", 160, 300, 7, True),
         (1, 4, "ncclDevKernel_AllReduce_TREE", "communication", "allreduce", "0", 180, 300, 7, True),
@@ -103,8 +104,8 @@ def test_a_recorded_seq_matches_ranks_whatever_their_steps_and_kernel_names(fres
         (1, 4, "ncclDevKernel_AllGather_RING", "communication", "allgather", "0", 390, 500, 8, True),
         (1, 4, "ncclDevKernel_AllGather_RING", "communication", "allgather", "0", 600, 700, 9, True),
     ], **KEY)
-    rows = fresh_db.execute("""select step, name, seq, rank_id, arrive_ns, end_ns, wait_ns, is_last
-                               from collectives order by seq, rank_id""").fetchall()
+    rows = attached_db.execute("""select step, name, seq, rank_id, arrive_ns, end_ns, wait_ns, is_last
+                                  from collectives order by seq, rank_id""").fetchall()
     assert rows == [
         (3, "ncclDevKernel_AllReduce_RING", 7, 0, 100, 300, 80, False),
         (3, "ncclDevKernel_AllReduce_RING", 7, 1, 180, 300, 0, True),
@@ -113,22 +114,22 @@ def test_a_recorded_seq_matches_ranks_whatever_their_steps_and_kernel_names(fres
         (4, "ncclDevKernel_AllGather_RING", 9, 0, None, None, None, False),  # rank 0's capture stopped
         (4, "ncclDevKernel_AllGather_RING", 9, 1, 600, 700, 0, True),
     ]
-    waited = fresh_db.execute("select step, rank_id, waited_for_ns from stragglers order by step").fetchall()
+    waited = attached_db.execute("select step, rank_id, waited_for_ns from stragglers order by step").fetchall()
     # Step 3: rank 1 kept rank 0 waiting 80 at seq 7, rank 0 kept rank 1 waiting 10 at seq 8.
     assert waited == [(3, 1, 80), (4, 1, 0)]
 
 
-def test_send_and_recv_never_meet_by_a_recorded_seq(fresh_db):
+def test_send_and_recv_never_meet_by_a_recorded_seq(attached_db):
     """Point-to-point sequence numbers count per pair of ranks: the order rule applies."""
-    insert_rows(fresh_db, "device_ops", SEQ_COLUMNS, [
+    insert_rows(attached_db, "device_ops", SEQ_COLUMNS, [
         (0, 1, "ncclDevKernel_SendRecv", "communication", "sendrecv", "0", 100, 200, 5, True),
         (1, 1, "ncclDevKernel_SendRecv", "communication", "sendrecv", "0", 120, 200, 9, True),
     ], **KEY)
-    rows = fresh_db.execute("select seq, rank_id, wait_ns from collectives order by rank_id").fetchall()
+    rows = attached_db.execute("select seq, rank_id, wait_ns from collectives order by rank_id").fetchall()
     assert rows == [(1, 0, 20), (1, 1, 0)]
 
 
-def test_a_seq_a_rank_recorded_in_two_captures_is_matched_by_order(fresh_db):
+def test_a_seq_a_rank_recorded_in_two_captures_is_matched_by_order(attached_db):
     """A restarted process numbers its collectives from 1 again: within one capture the
     recorded seq is the key, across two of one rank it is not (order within the step is)."""
     rows = [(0, 1, "nccl_ar", "communication", "allreduce", "0", 100, 200, 1, True, "a"),
@@ -136,8 +137,8 @@ def test_a_seq_a_rank_recorded_in_two_captures_is_matched_by_order(fresh_db):
             (0, 2, "nccl_ar", "communication", "allreduce", "0", 500, 600, 1, True, "a2"),  # rank 0 restarted
             (1, 2, "nccl_ar", "communication", "allreduce", "0", 540, 600, 2, True, "b")]
     for *row, capture in rows:
-        insert_rows(fresh_db, "device_ops", SEQ_COLUMNS, [tuple(row)], **{**KEY, "capture": capture})
-    got = fresh_db.execute("""select step, seq, seq_is_global, rank_id, arrive_ns, wait_ns from collectives
-                              order by step, rank_id""").fetchall()
+        insert_rows(attached_db, "device_ops", SEQ_COLUMNS, [tuple(row)], **{**KEY, "capture": capture})
+    got = attached_db.execute("""select step, seq, seq_is_global, rank_id, arrive_ns, wait_ns from collectives
+                                 order by step, rank_id""").fetchall()
     assert got == [(1, 1, False, 0, 100, 30), (1, 1, False, 1, 130, 0),
                    (2, 1, False, 0, 500, 40), (2, 1, False, 1, 540, 0)]

@@ -13,8 +13,8 @@ COLUMNS = ["rank_id", "step", "device", "stream", "name", "kind", "start_ns", "e
 KEY = dict(run="r", role="actor", capture="c", source_id=1)
 
 
-def test_each_cause(fresh_db):
-    insert_rows(fresh_db, "device_ops", COLUMNS, [
+def test_each_cause(attached_db):
+    insert_rows(attached_db, "device_ops", COLUMNS, [
         (0, 1, "cuda:0", 7, "a", "compute", 100, 200, 10),
         (0, 1, "cuda:0", 7, "b", "compute", 220, 300, 250),   # launched at 250, after the device ran dry at 200: host
         (0, 1, "cuda:0", 7, "c", "compute", 310, 400, 20),    # queued long before, 10 ns gap: kernel wait
@@ -23,11 +23,11 @@ def test_each_cause(fresh_db):
         (0, 1, "cuda:0", 7, "f", "compute", 1000, 1100, None),  # no launch linked: other, unlinked
         (0, 1, "cuda:0", 9, "g", "compute", 1100, 1200, 5),   # starts as f ends: no gap
     ], **KEY)
-    fresh_db.execute("insert into internal.settings values ('kernel_wait_ns', '30')")
-    row = fresh_db.execute("""select gaps, idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns, unlinked_ns
-                              from device_idle""").fetchall()
+    attached_db.execute("insert into internal.settings values ('kernel_wait_ns', '30')")
+    row = attached_db.execute("""select gaps, idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns, unlinked_ns
+                                 from device_idle""").fetchall()
     assert row == [(4, 20 + 10 + 400 + 50, 20, 10, 400 + 50, 50)]
-    idle, = fresh_db.execute("select idle_ns from device_time").fetchone()
+    idle, = attached_db.execute("select idle_ns from device_time").fetchone()
     assert idle == 480
 
 

@@ -29,33 +29,33 @@ COLUMNS = ["rank_id", "step", "device", "stream", "name", "kind", "start_ns", "e
 KEY = dict(run="r", role="actor", capture="c", source_id=1)
 
 
-def test_overlapping_streams_count_once(fresh_db):
-    insert_rows(fresh_db, "device_ops", COLUMNS, [
+def test_overlapping_streams_count_once(attached_db):
+    insert_rows(attached_db, "device_ops", COLUMNS, [
         (0, 1, "cuda:0", 7, "gemm", "compute", 100, 300),
         (0, 1, "cuda:0", 8, "gemm2", "compute", 200, 400),   # overlaps gemm on another stream
         (0, 1, "cuda:0", 9, "ncclKernel_AllReduce", "communication", 350, 600),
         (0, 1, "cuda:0", 7, "Memcpy HtoD", "memcpy", 650, 700),
     ], **KEY)
-    insert_rows(fresh_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
+    insert_rows(attached_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
                 [(0, "torch_annotation", "default", "ProfilerStep#1", 0, 1000)], **KEY)
-    row = fresh_db.execute("""select window_ns, compute_ns, communication_ns, overlapped_ns, exposed_communication_ns,
-                              memcpy_ns, idle_ns, method from device_time""").fetchall()
+    row = attached_db.execute("""select window_ns, compute_ns, communication_ns, overlapped_ns,
+                                 exposed_communication_ns, memcpy_ns, idle_ns, method from device_time""").fetchall()
     # the window is the step's device span, 100..700, not the CPU's ProfilerStep range
     assert row == [(600, 300, 250, 50, 200, 50, 600 - 550, "intervals")]
 
 
-def test_a_kernel_running_after_the_cpu_step_ended_counts_in_its_step(fresh_db):
+def test_a_kernel_running_after_the_cpu_step_ended_counts_in_its_step(attached_db):
     """The GPU behind the CPU: step 1's CPU range ends at 100, its kernels run 150..400 (launched
     inside it), step 2's CPU range is 100..200 and its kernel runs 450..500."""
-    insert_rows(fresh_db, "device_ops", COLUMNS + ["launch_ts_ns"], [
+    insert_rows(attached_db, "device_ops", COLUMNS + ["launch_ts_ns"], [
         (0, 1, "cuda:0", 7, "gemm", "compute", 150, 300, 10),
         (0, 1, "cuda:0", 7, "gemm", "compute", 320, 400, 20),
         (0, 2, "cuda:0", 7, "gemm", "compute", 450, 500, 120),
     ], **KEY)
-    insert_rows(fresh_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
+    insert_rows(attached_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
                 [(0, "torch_annotation", "default", "ProfilerStep#1", 0, 100),
                  (0, "torch_annotation", "default", "ProfilerStep#2", 100, 200)], **KEY)
-    rows = fresh_db.execute("select step, window_ns, compute_ns, idle_ns from device_time order by step").fetchall()
+    rows = attached_db.execute("select step, window_ns, compute_ns, idle_ns from device_time order by step").fetchall()
     assert rows == [(1, 250, 230, 20), (2, 50, 50, 0)]
 
 

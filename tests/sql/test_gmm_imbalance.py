@@ -26,9 +26,9 @@ def _loads(seed: int) -> list[tuple]:
     return rows
 
 
-def test_call_statistics(fresh_db):
+def test_call_statistics(attached_db):
     rows = _loads(31)
-    insert_rows(fresh_db, "gmm_expert_load", ["role", "rank_id", "step", "op_index", "expert", "tokens"], rows,
+    insert_rows(attached_db, "gmm_expert_load", ["role", "rank_id", "step", "op_index", "expert", "tokens"], rows,
                 run="r", capture="dump", source_id=1)
     calls = {}
     for role, rank, step, op, expert, tokens in rows:
@@ -41,7 +41,7 @@ def test_call_statistics(fresh_db):
         expected[(role, rank, step, op)] = (len(tokens), sum(tokens), max(tokens), mean,
                                             max(tokens) / mean if mean else None,
                                             statistics.pstdev(tokens) / mean if mean else None, hottest)
-    got = fresh_db.execute("""select role, rank_id, step, op_index, experts, total_tokens, max_tokens, mean_tokens,
+    got = attached_db.execute("""select role, rank_id, step, op_index, experts, total_tokens, max_tokens, mean_tokens,
                                      max_mean_ratio, cv, hottest_expert, run
                               from gmm_imbalance""").fetchall()
     assert len(got) == len(expected) and {r[-1] for r in got} == {"r"}

@@ -48,7 +48,7 @@ def _expected(calls: dict[int, list[int]], training: bool) -> dict[int, tuple]:
     return result
 
 
-def test_layers_and_passes(fresh_db):
+def test_layers_and_passes(attached_db):
     rng = random.Random(41)
     rows, expected = [], {}
     for role in ("actor_update", "ref", None):
@@ -60,9 +60,9 @@ def test_layers_and_passes(fresh_db):
                     for expert, tokens in enumerate(calls[op]):
                         rows.append((role, rank, step, op, expert, tokens))
                         expected[(role, rank, step, op, expert)] = (phase, layer, in_layer, tokens, OPS_PER_LAYER)
-    insert_rows(fresh_db, "gmm_expert_load", ["role", "rank_id", "step", "op_index", "expert", "tokens"], rows,
+    insert_rows(attached_db, "gmm_expert_load", ["role", "rank_id", "step", "op_index", "expert", "tokens"], rows,
                 run="r", capture="dump", source_id=1)
-    got = fresh_db.execute("""select role, rank_id, step, op_index, expert, phase, layer, op_in_layer, tokens,
+    got = attached_db.execute("""select role, rank_id, step, op_index, expert, phase, layer, op_in_layer, tokens,
                                      ops_per_layer
                               from gmm_layer_load where run = 'r'""").fetchall()
     assert {tuple(r[:5]): tuple(r[5:]) for r in got} == expected and len(got) == len(expected)

@@ -27,15 +27,15 @@ def _tally(rows):
                   None if key[2] == "other" else sum(d) / work[key[0]]) for key, d in groups.items()}
 
 
-def test_random_rows_match_a_tally(fresh_db):
+def test_random_rows_match_a_tally(attached_db):
     rng = random.Random(5)
     rows = []
     for _ in range(400):
         start = rng.randrange(0, 10**9)
         rows.append((rng.randrange(3), rng.choice(["gemm", "softmax", "nccl"]),
                      rng.choice(["compute", "communication", "other"]), start, start + rng.randrange(1, 10**6)))
-    insert_rows(fresh_db, "device_ops", COLUMNS, rows, **KEY)
-    got = {(r, n, k): (c, t, m, x, s) for r, n, k, c, t, m, x, s in fresh_db.execute(
+    insert_rows(attached_db, "device_ops", COLUMNS, rows, **KEY)
+    got = {(r, n, k): (c, t, m, x, s) for r, n, k, c, t, m, x, s in attached_db.execute(
         "select rank_id, name, kind, count, total_ns, mean_ns, max_ns, share from kernel_stats").fetchall()}
     want = _tally([(r, n, k, e - s) for r, n, k, s, e in rows])
     assert got.keys() == want.keys()

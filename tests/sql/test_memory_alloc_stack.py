@@ -60,10 +60,10 @@ def _expected(ops, allocs, stacks, stacked_only: bool):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_asof_rule_matches_independent_computation(fresh_db, seed):
-    ops, allocs, stacks = _setup(fresh_db, seed)
+def test_asof_rule_matches_independent_computation(attached_db, seed):
+    ops, allocs, stacks = _setup(attached_db, seed)
     expected = _expected(ops, allocs, stacks, stacked_only=False)
-    rows = fresh_db.execute(
+    rows = attached_db.execute(
         "select capture, source_row, op_ts_ns, op_dur_ns, op_stack_id, gap_ns, in_op, alloc_ns,"
         " stack_id, stack_source, call_stack, call_stack_top from memory_alloc_stack"
     ).fetchall()
@@ -87,10 +87,10 @@ def test_asof_rule_matches_independent_computation(fresh_db, seed):
 
 
 @pytest.mark.parametrize("seed", [4, 5])
-def test_rl_insight_rule_uses_only_stacked_ops(fresh_db, seed):
-    ops, allocs, stacks = _setup(fresh_db, seed)
+def test_rl_insight_rule_uses_only_stacked_ops(attached_db, seed):
+    ops, allocs, stacks = _setup(attached_db, seed)
     expected = _expected(ops, allocs, stacks, stacked_only=True)
-    rows = fresh_db.execute(
+    rows = attached_db.execute(
         "select capture, source_row, call_stack, call_stack_top, size_kb from memory_event_rows").fetchall()
     assert len(rows) == len(allocs)  # RL-Insight keeps release rows too
     for capture, row, stack, top, _size_kb in rows:
@@ -102,15 +102,15 @@ def test_rl_insight_rule_uses_only_stacked_ops(fresh_db, seed):
             assert top == stacks[want[2]].split("\n")[0]
 
 
-def test_allocation_before_first_op_keeps_its_row(fresh_db):
-    fresh_db.execute("insert into cpu_ops (run, role, rank_id, capture, source_id, name, ts_ns, dur_ns)"
-                     " values ('r', 'x', 0, 'c', 1, 'aten::empty', 100, 10)")
-    fresh_db.execute("insert into memory_records (run, role, rank_id, capture, source_id, source_row, name,"
-                     " size_bytes, alloc_ns) values ('r', 'x', 0, 'c', 2, 1, 'aten::empty', 8, 99),"
-                     " ('r', 'x', 0, 'c', 2, 2, 'aten::empty', 8, 100),"
-                     " ('r', 'x', 0, 'c', 2, 3, 'aten::empty', 8, 111)")
-    derive.refresh_all(fresh_db)  # what rlwh ingest does after loading
-    rows = fresh_db.execute(
+def test_allocation_before_first_op_keeps_its_row(attached_db):
+    attached_db.execute("insert into cpu_ops (run, role, rank_id, capture, source_id, name, ts_ns, dur_ns)"
+                        " values ('r', 'x', 0, 'c', 1, 'aten::empty', 100, 10)")
+    attached_db.execute("insert into memory_records (run, role, rank_id, capture, source_id, source_row, name,"
+                        " size_bytes, alloc_ns) values ('r', 'x', 0, 'c', 2, 1, 'aten::empty', 8, 99),"
+                        " ('r', 'x', 0, 'c', 2, 2, 'aten::empty', 8, 100),"
+                        " ('r', 'x', 0, 'c', 2, 3, 'aten::empty', 8, 111)")
+    derive.refresh_all(attached_db)  # what rlwh ingest does after loading
+    rows = attached_db.execute(
         "select source_row, op_ts_ns, gap_ns, in_op from memory_alloc_stack order by 1").fetchall()
     assert rows == [(1, None, None, None), (2, 100, 0, True), (3, 100, 11, False)]
 
@@ -129,22 +129,22 @@ def _nested_ops(rng, tid: int, start: int, end: int, depth: int, out: list) -> N
 
 
 @pytest.mark.parametrize("seed", [7, 8, 9])
-def test_enclosing_op_rule_matches_independent_computation(fresh_db, seed):
+def test_enclosing_op_rule_matches_independent_computation(attached_db, seed):
     """Allocations no same-name op explains (cann::* rows) take the innermost op with a
     stack whose [ts, ts + dur) holds them, on any thread: the latest start, then the lowest tid."""
     rng = random.Random(seed)
     stacks = {1: "a.py(1): f", 2: "b.py(2): g", 3: "c.py(3): h", 4: "d.py(4): k"}
     for stack_id, text in stacks.items():
-        fresh_db.execute("insert into call_stacks values (?, ?, ?, 1)", [stack_id, text, text])
+        attached_db.execute("insert into call_stacks values (?, ?, ?, 1)", [stack_id, text, text])
     ops: list = []
     for tid in (1, 2, 3):
         _nested_ops(rng, tid, 1_000, 20_000, 0, ops)
-    insert_rows(fresh_db, "cpu_ops", ["tid", "ts_ns", "dur_ns", "stack_id"], ops, run="r", role="x", rank_id=0,
+    insert_rows(attached_db, "cpu_ops", ["tid", "ts_ns", "dur_ns", "stack_id"], ops, run="r", role="x", rank_id=0,
                 capture="c", source_id=1, name="aten::op")
     allocs = [(row, 1_000 + rng.randrange(0, 19_500)) for row in range(1, 600)]
-    insert_rows(fresh_db, "memory_records", ["source_row", "alloc_ns"], allocs, run="r", role="x", rank_id=0,
+    insert_rows(attached_db, "memory_records", ["source_row", "alloc_ns"], allocs, run="r", role="x", rank_id=0,
                 capture="c", source_id=2, name="cann::TransData", size_bytes=64)
-    got = dict(((row, (sid, src)) for row, sid, src in fresh_db.execute(
+    got = dict(((row, (sid, src)) for row, sid, src in attached_db.execute(
         "select source_row, stack_id, stack_source from memory_alloc_stack").fetchall()))
     for row, t in allocs:
         around = [o for o in ops if o[3] is not None and o[1] <= t < o[1] + o[2]]

@@ -58,12 +58,12 @@ COLUMNS = ("source, device, origin_row, name, alloc_ns, release_ns, size_bytes, 
            "release_inferred, clock")
 
 
-def test_blocks_of_every_source(fresh_db):
+def test_blocks_of_every_source(attached_db):
     rows = ascend_rows(11, per_capture=150)
-    insert_ascend(fresh_db, rows)
+    insert_ascend(attached_db, rows)
     events = _torch_events(12)
-    insert_rows(fresh_db, "torch_memory_events", TORCH, events, capture="trace.json", source_id=5, **KEY)
-    insert_rows(fresh_db, "snapshot_trace_blocks", SNAPSHOT, SNAPSHOT_ROWS, capture="snap.pickle", source_id=6,
+    insert_rows(attached_db, "torch_memory_events", TORCH, events, capture="trace.json", source_id=5, **KEY)
+    insert_rows(attached_db, "snapshot_trace_blocks", SNAPSHOT, SNAPSHOT_ROWS, capture="snap.pickle", source_id=6,
                 **KEY)
 
     ascend = sorted(("ascend", b["device"], b["source_row"], b["name"], b["alloc_ns"], b["release_ns"],
@@ -71,13 +71,13 @@ def test_blocks_of_every_source(fresh_db):
                      b["release_total_allocated_bytes"], b["release_total_reserved_bytes"],
                      "GE" if b["name"].startswith("cann::") else "PTA", False, "epoch", b["capture"])
                     for b in blocks(rows))
-    got = fresh_db.execute(f"select {COLUMNS}, capture from memory_blocks where source = 'ascend' "
-                           "order by all").fetchall()
+    got = attached_db.execute(f"select {COLUMNS}, capture from memory_blocks where source = 'ascend' "
+                              "order by all").fetchall()
     assert got == ascend
 
     torch = _torch_blocks(events)
     assert any(b[12] for b in torch) and any(b[5] is None for b in torch)  # inferred releases and live blocks
-    got = fresh_db.execute(f"select {COLUMNS} from memory_blocks where source = 'torch' order by all").fetchall()
+    got = attached_db.execute(f"select {COLUMNS} from memory_blocks where source = 'torch' order by all").fetchall()
     assert got == sorted(torch)
 
     # Every trace block, a free with no alloc too (allocated before recording: alloc_ns NULL).
@@ -86,10 +86,10 @@ def test_blocks_of_every_source(fresh_db):
                         action == "alloc", clock)
                        for device, _i, clock, alloc_seq, release_seq, alloc_ns, release_ns, action, _a, size
                        in SNAPSHOT_ROWS), key=repr)
-    got = fresh_db.execute(f"select {COLUMNS} from memory_blocks where source = 'snapshot'").fetchall()
+    got = attached_db.execute(f"select {COLUMNS} from memory_blocks where source = 'snapshot'").fetchall()
     assert sorted(got, key=repr) == snapshot
-    before = fresh_db.execute("select origin_row, release_ns from memory_blocks where source = 'snapshot' "
-                              "and allocated_before_recording").fetchall()
+    before = attached_db.execute("select origin_row, release_ns from memory_blocks where source = 'snapshot' "
+                                 "and allocated_before_recording").fetchall()
     assert before == [(None, 1_650)]
-    keys = fresh_db.execute("select distinct run, role, rank_id from memory_blocks").fetchall()
+    keys = attached_db.execute("select distinct run, role, rank_id from memory_blocks").fetchall()
     assert keys == [(KEY["run"], KEY["role"], KEY["rank_id"])]

@@ -44,19 +44,19 @@ def _expected(ops, rows):
     return sorted(result, key=lambda r: (r[13], r[14]))
 
 
-def test_event_rows_follow_rl_insights_rule_and_units(fresh_db):
+def test_event_rows_follow_rl_insights_rule_and_units(attached_db):
     for stack_id, text in STACKS.items():
-        fresh_db.execute("insert into call_stacks values (?, ?, ?, ?)",
-                         [stack_id, text, text.split("\n")[0], text.count("\n") + 1])
+        attached_db.execute("insert into call_stacks values (?, ?, ?, ?)",
+                            [stack_id, text, text.split("\n")[0], text.count("\n") + 1])
     ops, rows = _input(21)
-    insert_rows(fresh_db, "cpu_ops", ["capture", "name", "ts_ns", "dur_ns", "tid", "stack_id"], ops,
+    insert_rows(attached_db, "cpu_ops", ["capture", "name", "ts_ns", "dur_ns", "tid", "stack_id"], ops,
                 source_id=1, **KEY)
     for source_id, capture in ((2, "cap_a"), (3, "cap_b")):
-        insert_rows(fresh_db, "memory_records",
+        insert_rows(attached_db, "memory_records",
                     ["capture", "source_row", "name", "size_bytes", "alloc_ns", "duration_ns",
                      "alloc_total_allocated_bytes", "alloc_total_reserved_bytes", "alloc_total_active_bytes",
                      "device"], [r for r in rows if r[0] == capture], source_id=source_id, **KEY)
-    got = fresh_db.execute("""
+    got = attached_db.execute("""
         select name, role, rank_id, call_stack, call_stack_top, size_kb, start_time_ms, duration_ms,
                total_allocated_mb, total_reserved_mb, total_active_mb, device_type, run, capture, source_row
         from memory_event_rows order by capture, source_row""").fetchall()

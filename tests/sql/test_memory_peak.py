@@ -29,15 +29,15 @@ def _allocator_peaks(rows) -> dict:
 
 
 @pytest.mark.parametrize("seed", [6, 7])
-def test_peaks_match_a_replay(fresh_db, seed):
+def test_peaks_match_a_replay(attached_db, seed):
     rows = ascend_rows(seed)
-    insert_ascend(fresh_db, rows)
+    insert_ascend(attached_db, rows)
     live, allocator = peaks(rows), _allocator_peaks(rows)
     expected = sorted(
         (KEY["run"], KEY["role"], KEY["rank_id"], capture, device, peak, at, *allocator[(capture, device)],
          round(peak / 1048576, 3), round(allocator[(capture, device)][0] / 1048576, 3), "epoch")
         for (capture, device), (peak, at) in live.items())
-    got = fresh_db.execute("""
+    got = attached_db.execute("""
         select run, role, rank_id, capture, device, peak_live_bytes, peak_at_ns, allocator_peak_bytes,
                allocator_peak_at_ns, allocator_reserved_peak_bytes, peak_live_mb, allocator_peak_mb, clock
         from memory_peak order by all""").fetchall()
@@ -45,9 +45,9 @@ def test_peaks_match_a_replay(fresh_db, seed):
     assert [(*r[:10], float(r[10]), float(r[11]), r[12]) for r in got] == expected
 
 
-def test_ge_totals_alone_give_no_allocator_peak(fresh_db):
+def test_ge_totals_alone_give_no_allocator_peak(attached_db):
     rows = [r for r in ascend_rows(8) if r["name"].startswith("cann::")]
-    insert_ascend(fresh_db, rows)
-    got = fresh_db.execute("select capture, device, peak_live_bytes, peak_at_ns, allocator_peak_bytes, "
-                           "allocator_peak_at_ns from memory_peak order by all").fetchall()
+    insert_ascend(attached_db, rows)
+    got = attached_db.execute("select capture, device, peak_live_bytes, peak_at_ns, allocator_peak_bytes, "
+                              "allocator_peak_at_ns from memory_peak order by all").fetchall()
     assert got == sorted((c, d, p, at, None, None) for (c, d), (p, at) in peaks(rows).items())

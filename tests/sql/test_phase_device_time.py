@@ -13,33 +13,33 @@ COLUMNS = ["rank_id", "step", "device", "stream", "name", "kind", "start_ns", "e
 KEY = dict(run="r", role="worker", capture="c", source_id=1)
 
 
-def test_two_phases_of_one_worker(fresh_db):
+def test_two_phases_of_one_worker(attached_db):
     """generate_sequences launches a gemm that runs after the range ends; update_actor a gemm and an
     allreduce half hidden behind it."""
-    insert_rows(fresh_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
+    insert_rows(attached_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns"],
                 [(5, "nvtx", "default", "generate_sequences", 0, 100),
                  (5, "nvtx", "default", "update_actor", 100, 300)], **KEY)
-    insert_rows(fresh_db, "device_ops", COLUMNS, [
+    insert_rows(attached_db, "device_ops", COLUMNS, [
         (5, None, "cuda:5", 7, "gemm", "compute", 50, 150, 10),
         (5, None, "cuda:5", 7, "gemm", "compute", 200, 300, 120),
         (5, None, "cuda:5", 8, "ncclAllReduce", "communication", 250, 400, 130),
         (5, None, "cuda:5", 7, "gemm", "compute", 500, 600, 400),  # launched after both ranges
     ], **KEY)
-    rows = fresh_db.execute("""select phase, activities, window_ns, compute_ns, communication_ns,
-                               exposed_communication_ns, idle_ns from phase_device_time order by phase""").fetchall()
+    rows = attached_db.execute("""select phase, activities, window_ns, compute_ns, communication_ns,
+                                  exposed_communication_ns, idle_ns from phase_device_time order by phase""").fetchall()
     assert rows == [("generate_sequences", 1, 100, 100, 0, 0, 0), ("update_actor", 2, 200, 100, 150, 100, 0)]
 
 
-def test_a_range_written_on_two_threads_counts_its_work_once(fresh_db):
+def test_a_range_written_on_two_threads_counts_its_work_once(attached_db):
     """The same range (name and times) on two threads is one row, each kernel counted once
     (issue 42: activities too high where the work was joined once per copy)."""
-    insert_rows(fresh_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns", "tid"],
+    insert_rows(attached_db, "ranges", ["rank_id", "source", "domain", "name", "start_ns", "end_ns", "tid"],
                 [(5, "torch_annotation", "default", "update_actor", 0, 100, tid) for tid in (1, 2)], **KEY)
-    insert_rows(fresh_db, "device_ops", COLUMNS, [
+    insert_rows(attached_db, "device_ops", COLUMNS, [
         (5, None, "cuda:5", 7, "gemm", "compute", 50, 150, 10),
         (5, None, "cuda:5", 7, "gemm", "compute", 150, 200, 20),
     ], **KEY)
-    rows = fresh_db.execute("select phase, activities, window_ns, compute_ns from phase_device_time").fetchall()
+    rows = attached_db.execute("select phase, activities, window_ns, compute_ns from phase_device_time").fetchall()
     assert rows == [("update_actor", 2, 150, 150)]
 
 

@@ -25,17 +25,18 @@ OPS = [  # (capture, step, name, ts_ns, dur_ns)
 ]
 
 
-def test_marks_of_both_profilers(fresh_db):
-    insert_rows(fresh_db, "ranges", ["capture", "step", "source", "domain", "name", "start_ns", "end_ns"], RANGES,
+def test_marks_of_both_profilers(attached_db):
+    insert_rows(attached_db, "ranges", ["capture", "step", "source", "domain", "name", "start_ns", "end_ns"], RANGES,
                 source_id=1, **KEY)
-    insert_rows(fresh_db, "cpu_ops", ["capture", "step", "name", "ts_ns", "dur_ns"], OPS, source_id=2, **KEY)
+    insert_rows(attached_db, "cpu_ops", ["capture", "step", "name", "ts_ns", "dur_ns"], OPS, source_id=2, **KEY)
     mark = re.compile(r"ProfilerStep#(\d+)")
     expected = [(capture, step, int(m.group(1)), start, end, end - start, "torch_annotation")
                 for capture, step, source, domain, name, start, end in RANGES
                 if source == "torch_annotation" and domain == "default" and (m := mark.fullmatch(name))]
     expected += [(capture, step, int(m.group(1)), ts, ts + (dur or 0), dur or 0, "cpu_op")
                  for capture, step, name, ts, dur in OPS if (m := mark.fullmatch(name))]
-    got = fresh_db.execute("""select capture, step, profiler_step, start_ns, end_ns, dur_ns, source
-                              from profiler_steps order by all""").fetchall()
+    got = attached_db.execute("""select capture, step, profiler_step, start_ns, end_ns, dur_ns, source
+                                 from profiler_steps order by all""").fetchall()
     assert got == sorted(expected, key=lambda r: tuple((v is None, v) for v in r))
-    assert fresh_db.execute("select distinct run, role, rank_id from profiler_steps").fetchall() == [("r", "actor", 0)]
+    assert attached_db.execute("select distinct run, role, rank_id from profiler_steps").fetchall() == [
+        ("r", "actor", 0)]

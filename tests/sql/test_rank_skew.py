@@ -88,9 +88,9 @@ def _expected() -> list[tuple]:
     return result
 
 
-def test_ranks_against_their_roles_median(fresh_db):
-    _insert(fresh_db)
-    got = fresh_db.execute("""select run, role, rank_id, role_ranks, span_ns, median_span_ns, span_vs_median,
+def test_ranks_against_their_roles_median(attached_db):
+    _insert(attached_db)
+    got = attached_db.execute("""select run, role, rank_id, role_ranks, span_ns, median_span_ns, span_vs_median,
                                      is_straggler, peak_live_bytes, median_peak_live_bytes, peak_vs_median,
                                      is_memory_outlier, span_source, span_clock
                               from rank_skew order by role, rank_id""").fetchall()

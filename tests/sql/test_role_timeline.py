@@ -62,16 +62,16 @@ def _expected() -> list[tuple]:
                   for role, rank, capture, source, name, domain, start, end, clock, step in spans)
 
 
-def test_spans_and_windows(fresh_db):
-    insert_rows(fresh_db, "ranges", ["role", "rank_id", "capture", "step", "source", "domain", "name", "start_ns",
-                                     "end_ns", "clock"], RANGES, run=RUN, source_id=1)
-    insert_rows(fresh_db, "cpu_ops", ["role", "rank_id", "capture", "step", "ts_ns", "dur_ns"], OPS, run=RUN,
+def test_spans_and_windows(attached_db):
+    insert_rows(attached_db, "ranges", ["role", "rank_id", "capture", "step", "source", "domain", "name", "start_ns",
+                                        "end_ns", "clock"], RANGES, run=RUN, source_id=1)
+    insert_rows(attached_db, "cpu_ops", ["role", "rank_id", "capture", "step", "ts_ns", "dur_ns"], OPS, run=RUN,
                 source_id=2, name="aten::mm")
-    insert_rows(fresh_db, "memory_records", ["role", "rank_id", "capture", "step", "alloc_ns", "release_ns"],
+    insert_rows(attached_db, "memory_records", ["role", "rank_id", "capture", "step", "alloc_ns", "release_ns"],
                 MEMORY, run=RUN, source_id=3, source_row=1, name="aten::empty", size_bytes=8, device="NPU:0")
-    insert_rows(fresh_db, "torch_memory_events", ["role", "rank_id", "capture", "step", "ts_ns"], TORCH, run=RUN,
+    insert_rows(attached_db, "torch_memory_events", ["role", "rank_id", "capture", "step", "ts_ns"], TORCH, run=RUN,
                 source_id=4, event_index=0, bytes=8, device_type=1, device_id=0)
-    got = fresh_db.execute("""select run, role, rank_id, capture, source, name, domain, start_ns, end_ns, dur_ns,
+    got = attached_db.execute("""select run, role, rank_id, capture, source, name, domain, start_ns, end_ns, dur_ns,
                                      start_time_ms, end_time_ms, duration_ms, clock, step
                               from role_timeline order by all""").fetchall()
     expected = _expected()

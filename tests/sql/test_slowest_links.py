@@ -35,9 +35,9 @@ def _rows():
     return rows
 
 
-def test_links_ranked_slowest_first_per_step_and_per_transport(fresh_db):
+def test_links_ranked_slowest_first_per_step_and_per_transport(attached_db):
     rows = _rows()
-    insert_rows(fresh_db, "communication_links", COLUMNS, rows, **KEY)
+    insert_rows(attached_db, "communication_links", COLUMNS, rows, **KEY)
     global_rank = {r[7]: r[0] for r in rows}  # the group rank each global rank sends from
     want = []
     for step in (1, 2):
@@ -49,7 +49,7 @@ def test_links_ranked_slowest_first_per_step_and_per_transport(fresh_db):
             want.append((step, k, len(order), r[0], "allreduce", r[7], r[8], global_rank[r[8]], r[9], r[12],
                          same.index(r) + 1, len(same), statistics.median(values),
                          None if r[12] is None else r[12] / statistics.median(values)))
-    got = fresh_db.execute("""select step, slowness_rank, links, rank_id, collective, src_rank, dst_rank,
+    got = attached_db.execute("""select step, slowness_rank, links, rank_id, collective, src_rank, dst_rank,
                                      dst_rank_id, transport_type, bandwidth_gbps, transport_rank, transport_links,
                                      transport_median_gbps, of_transport_median
                               from slowest_links order by step, slowness_rank""").fetchall()
@@ -61,12 +61,12 @@ def test_links_ranked_slowest_first_per_step_and_per_transport(fresh_db):
     assert got[7][9] is None and got[7][1] == 8  # no bandwidth recorded: last
 
 
-def test_a_peer_whose_matrix_is_absent_has_no_global_rank(fresh_db):
-    insert_rows(fresh_db, "communication_links", COLUMNS, [
+def test_a_peer_whose_matrix_is_absent_has_no_global_rank(attached_db):
+    insert_rows(attached_db, "communication_links", COLUMNS, [
         (0, 1, 1, "collective", "allgather-total", "dp", True, 0, 1, "HCCS", 10, 10, 1.0),
         (0, 2, 1, "collective", "allgather-total", "dp", True, 0, 0, "LOCAL", 10, 1, 10.0),
         (0, 3, 1, "p2p", "send-total", None, True, 0, 3, "RDMA", 10, 100, 0.1),
     ], **KEY)
-    got = fresh_db.execute("""select slowness_rank, collective, "group", op_kind, dst_rank, dst_rank_id
-                              from slowest_links order by slowness_rank""").fetchall()
+    got = attached_db.execute("""select slowness_rank, collective, "group", op_kind, dst_rank, dst_rank_id
+                                 from slowest_links order by slowness_rank""").fetchall()
     assert got == [(1, "send", None, "p2p", 3, None), (2, "allgather", "dp", "collective", 1, None)]

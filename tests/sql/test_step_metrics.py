@@ -61,10 +61,10 @@ def _scenario(con):
     _source(con, 14, "torch_trace", "9/critic/t.json", "9/critic/t.json", step=9, rank_id=0)
 
 
-def test_log_and_profile_side_by_side(fresh_db):
-    _scenario(fresh_db)
-    got = {r[1]: r for r in fresh_db.execute("select * from step_metrics order by step").fetchall()}
-    cols = [d[0] for d in fresh_db.execute("select * from step_metrics limit 0").description]
+def test_log_and_profile_side_by_side(attached_db):
+    _scenario(attached_db)
+    got = {r[1]: r for r in attached_db.execute("select * from step_metrics order by step").fetchall()}
+    cols = [d[0] for d in attached_db.execute("select * from step_metrics limit 0").description]
     rows = {step: dict(zip(cols, row)) for step, row in got.items()}
     assert sorted(rows) == [1, 2, 3, 9]
     # Step 1: only the first log printed it.
@@ -92,11 +92,12 @@ def test_log_and_profile_side_by_side(fresh_db):
     assert (r9["log_capture"], r9["timing_step_s"], r9["is_profiled"], r9["profile_captures"]) == (None, None, True, 1)
 
 
-def test_steps_without_a_folder_step_never_match(fresh_db):
-    _log(fresh_db, 1, "train.log", NOW, [(1, 1, {"timing_s/step": 5.0})])
-    _source(fresh_db, 2, "torch_trace", "actor/t.json", "actor/t.json", step=None, rank_id=0)
-    insert_rows(fresh_db, "ranges", ["name", "start_ns", "end_ns"], [("ProfilerStep#1", T0, T0 + S)],
+def test_steps_without_a_folder_step_never_match(attached_db):
+    _log(attached_db, 1, "train.log", NOW, [(1, 1, {"timing_s/step": 5.0})])
+    _source(attached_db, 2, "torch_trace", "actor/t.json", "actor/t.json", step=None, rank_id=0)
+    insert_rows(attached_db, "ranges", ["name", "start_ns", "end_ns"], [("ProfilerStep#1", T0, T0 + S)],
                 run="r", role="actor", rank_id=0, capture="actor/t.json", source_id=2, source="torch_annotation",
                 domain="default", clock="epoch", step=None)
-    rows = fresh_db.execute("select step, is_profiled, profiler_steps_s, profile_window_s from step_metrics").fetchall()
+    rows = attached_db.execute("select step, is_profiled, profiler_steps_s, profile_window_s from step_metrics"
+                               ).fetchall()
     assert rows == [(1, False, None, None)]

@@ -48,7 +48,7 @@ def _charge(instances: list[dict], durations: list[dict] | None = None) -> dict:
             "left_out": len(instances) - len(judged)}
 
 
-def test_random_steps_match_an_independent_charging(fresh_db):
+def test_random_steps_match_an_independent_charging(attached_db):
     rng = random.Random(11)
     rows, by_step = [], {}
     for step in range(1, 6):
@@ -62,35 +62,37 @@ def test_random_steps_match_an_independent_charging(fresh_db):
             ends = {r: max(arrivals.values()) + rng.randrange(5, 2_000) for r in arrivals}
             rows += [(r, step, "ar", "communication", "allreduce", "dp", a, ends[r]) for r, a in arrivals.items()]
         by_step[step] = _charge(instances)
-    insert_rows(fresh_db, "device_ops", COLUMNS, rows, **KEY)
+    insert_rows(attached_db, "device_ops", COLUMNS, rows, **KEY)
     got = {s: dict(zip(("rank_id", "waited_for_ns", "last_at", "late_ns", "collectives", "left_out"), rest))
-           for s, *rest in fresh_db.execute("select step, rank_id, waited_for_ns, last_at, late_ns, collectives,"
-                                            " left_out from stragglers").fetchall()}
+           for s, *rest in attached_db.execute("select step, rank_id, waited_for_ns, last_at, late_ns, collectives,"
+                                               " left_out from stragglers").fetchall()}
     assert got == by_step
-    assert all(r for (r,) in fresh_db.execute("select is_straggler from stragglers").fetchall())  # > 1 ms
+    assert all(r for (r,) in attached_db.execute("select is_straggler from stragglers").fetchall())  # > 1 ms
 
 
-def test_threshold_and_rank_skew_follow_the_waiting(fresh_db):
+def test_threshold_and_rank_skew_follow_the_waiting(attached_db):
     # Rank 1 arrives 0.5 ms late; its step is otherwise the shorter one.
-    insert_rows(fresh_db, "device_ops", COLUMNS,
+    insert_rows(attached_db, "device_ops", COLUMNS,
                 [(0, 1, "ar", "communication", "allreduce", "dp", 1_000_000, 2_000_000),
                  (1, 1, "ar", "communication", "allreduce", "dp", 1_500_000, 2_000_000)], **KEY)
-    assert fresh_db.execute("select rank_id, waited_for_ns, is_straggler from stragglers").fetchall() == [
+    assert attached_db.execute("select rank_id, waited_for_ns, is_straggler from stragglers").fetchall() == [
         (1, 500_000, False)]
-    fresh_db.execute("insert into internal.settings values ('straggler_wait_ns', '400000')")
+    attached_db.execute("insert into internal.settings values ('straggler_wait_ns', '400000')")
     # Rank 0 waited, so its stage time is the longer: the span rule would name it.
-    insert_rows(fresh_db, "step_times", ["rank_id", "source_row", "step", "stage_ns"],
+    insert_rows(attached_db, "step_times", ["rank_id", "source_row", "step", "stage_ns"],
                 [(0, 1, 1, 2_000_000), (1, 1, 1, 1_500_000)], **KEY)
-    assert fresh_db.execute("select is_straggler from stragglers").fetchall() == [(True,)]
-    rows = fresh_db.execute("select rank_id, is_straggler, straggler_rule from rank_skew order by rank_id").fetchall()
+    assert attached_db.execute("select is_straggler from stragglers").fetchall() == [(True,)]
+    rows = attached_db.execute("select rank_id, is_straggler, straggler_rule from rank_skew order by rank_id"
+                               ).fetchall()
     assert rows == [(0, False, "collectives"), (1, True, "collectives")]
 
 
-def test_roles_without_collectives_keep_the_span_rule(fresh_db):
-    insert_rows(fresh_db, "step_times", ["rank_id", "source_row", "step", "computing_ns",
-                                         "communication_not_overlapped_ns", "free_ns", "stage_ns"],
+def test_roles_without_collectives_keep_the_span_rule(attached_db):
+    insert_rows(attached_db, "step_times", ["rank_id", "source_row", "step", "computing_ns",
+                                            "communication_not_overlapped_ns", "free_ns", "stage_ns"],
                 [(0, 1, 1, 0, 0, 0, 100), (1, 1, 1, 0, 0, 0, 150)], **KEY)
-    rows = fresh_db.execute("select rank_id, is_straggler, straggler_rule from rank_skew order by rank_id").fetchall()
+    rows = attached_db.execute("select rank_id, is_straggler, straggler_rule from rank_skew order by rank_id"
+                               ).fetchall()
     assert rows == [(0, False, "span_vs_median"), (1, True, "span_vs_median")]
 
 
@@ -154,23 +156,25 @@ def _skewed_pair(skew_at) -> tuple[list[tuple], list[dict], list[dict]]:
     return rows, arrivals, durations
 
 
-def test_a_constant_skew_is_corrected_and_every_wait_is_the_true_one(fresh_db):
+def test_a_constant_skew_is_corrected_and_every_wait_is_the_true_one(attached_db):
     rows, _, _ = _skewed_pair(lambda k: 1_000_000_000)  # one second ahead
-    insert_rows(fresh_db, "device_ops", COLUMNS, rows, **KEY)
-    assert fresh_db.execute("select bool_and(aligned) from clock_offsets").fetchone() == (True,)
-    got = fresh_db.execute("select rank_id, waited_for_ns, last_at, collectives, left_out from stragglers").fetchall()
+    insert_rows(attached_db, "device_ops", COLUMNS, rows, **KEY)
+    assert attached_db.execute("select bool_and(aligned) from clock_offsets").fetchone() == (True,)
+    got = attached_db.execute("select rank_id, waited_for_ns, last_at, collectives, left_out from stragglers"
+                              ).fetchall()
     assert got == [(1, 20 * 300_000, 20, 20, 0)]
 
 
-def test_a_drifting_clock_leaves_out_the_instances_whose_waits_exceed_the_stay(fresh_db):
+def test_a_drifting_clock_leaves_out_the_instances_whose_waits_exceed_the_stay(attached_db):
     """Rank 1's clock gains 0.3 ms per collective: no single offset explains it, so nothing is
     aligned, and wherever the recorded arrivals ask rank 0 to wait longer than it sat in the
     allreduce (impossible on one clock) the instance is charged to nobody."""
     rows, arrivals, durations = _skewed_pair(lambda k: 300_000 * k)
-    insert_rows(fresh_db, "device_ops", COLUMNS, rows, **KEY)
-    assert fresh_db.execute("select bool_or(aligned) from clock_offsets").fetchone() == (False,)
+    insert_rows(attached_db, "device_ops", COLUMNS, rows, **KEY)
+    assert attached_db.execute("select bool_or(aligned) from clock_offsets").fetchone() == (False,)
     expected = _charge(arrivals, durations)
-    got = fresh_db.execute("select rank_id, waited_for_ns, last_at, collectives, left_out from stragglers").fetchall()
+    got = attached_db.execute("select rank_id, waited_for_ns, last_at, collectives, left_out from stragglers"
+                              ).fetchall()
     assert got == [(expected["rank_id"], expected["waited_for_ns"], expected["last_at"], expected["collectives"],
                     expected["left_out"])]
     assert expected["left_out"] > 10 and got[0][0] == 1

@@ -46,20 +46,20 @@ def _expected(events) -> dict:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_orphan_frees_match_a_replay_per_address(fresh_db, seed):
+def test_orphan_frees_match_a_replay_per_address(attached_db, seed):
     events = _events(seed)
-    insert_rows(fresh_db, "torch_memory_events", COLUMNS, events, run="r", role="actor", rank_id=2, source_id=1,
+    insert_rows(attached_db, "torch_memory_events", COLUMNS, events, run="r", role="actor", rank_id=2, source_id=1,
                 total_allocated_bytes=0, total_reserved_bytes=0)
-    got = fresh_db.execute("""select run, role, rank_id, capture, device, orphan_frees, orphan_freed_bytes
-                              from torch_memory_orphan_frees""").fetchall()
+    got = attached_db.execute("""select run, role, rank_id, capture, device, orphan_frees, orphan_freed_bytes
+                                 from torch_memory_orphan_frees""").fetchall()
     expected = _expected(events)
     assert expected  # the generated input has orphans to find
     assert sorted(got) == sorted(("r", "actor", 2, capture, device, count, freed)
                                  for (capture, device), (count, freed) in expected.items())
 
 
-def test_no_orphans_when_every_free_follows_its_allocation(fresh_db):
-    insert_rows(fresh_db, "torch_memory_events", COLUMNS,
+def test_no_orphans_when_every_free_follows_its_allocation(attached_db):
+    insert_rows(attached_db, "torch_memory_events", COLUMNS,
                 [("t", 0, 10, 100, 0xA, 1, 0, 1), ("t", 1, 20, -100, 0xA, 1, 0, 2), ("t", 2, 30, -5, None, 1, 0, 1)],
                 run="r", role="actor", rank_id=0, source_id=1)
-    assert fresh_db.execute("select count(*) from torch_memory_orphan_frees").fetchone()[0] == 0
+    assert attached_db.execute("select count(*) from torch_memory_orphan_frees").fetchone()[0] == 0
