@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import itertools
 import os
 import shutil
@@ -281,6 +282,16 @@ def pytest_collection_modifyitems(session, config, items):
     stable sort: every file's tests keep their order)."""
     first = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: first.get(item.path.name, len(first)))
+
+
+def pytest_collection_finish(session):
+    """What is made before the first test (modules, collected items, fixtures' code) lives
+    the whole run: frozen, Python's garbage collector no longer walks it on each pass, and
+    with a higher first threshold it passes less often (make check: 3% less time, two runs
+    side by side with and without, 2026-12-06 session 22)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
 
 
 def pytest_addoption(parser):
