@@ -294,6 +294,12 @@ def pytest_collection_finish(session):
     gc.set_threshold(50_000, 50, 100)
 
 
+def pytest_unconfigure(config):
+    """Thawed for the interpreter's exit, which collects them (nanobind, under DuckDB's
+    Python types, reports objects still frozen then as leaked)."""
+    gc.unfreeze()
+
+
 def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
                      help="list the N tests that used the most CPU seconds (0: all)")
