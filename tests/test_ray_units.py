@@ -92,17 +92,14 @@ def test_the_fingerprint_is_the_same_for_a_checkout_and_a_wheel_layout(tmp_path)
 
 
 class _FakeRay:
-    """Just what ray_pool touches once its tasks are submitted; the first wait is a Ctrl-C,
-    a wait after the cancels finds every task ended."""
+    """Just what ray_pool touches once its tasks are submitted; the first wait is a Ctrl-C."""
 
     def __init__(self):
-        self.cancelled, self.shut_down, self.waited_after_cancel = [], False, []
+        self.cancelled, self.shut_down, self.waits = [], False, 0
 
     def wait(self, refs, num_returns, timeout):
-        if not self.cancelled:
-            raise KeyboardInterrupt
-        self.waited_after_cancel.append((sorted(refs), num_returns, timeout))
-        return refs, []
+        self.waits += 1
+        raise KeyboardInterrupt
 
     def cancel(self, ref, force):
         assert force
@@ -131,5 +128,26 @@ def test_ctrl_c_cancels_every_outstanding_task_and_disconnects(monkeypatch, tmp_
     with pytest.raises(KeyboardInterrupt):
         next(pool)
     assert sorted(fake.cancelled) == ["ref-a", "ref-b"] and fake.shut_down
-    # ... and waits, bounded, for the cancelled tasks to end before the ingest removes parts/
-    assert fake.waited_after_cancel == [(["ref-a", "ref-b"], 2, ray_executor.CANCEL_WAIT_SECONDS)]
+    # ... and disconnects at once: waiting for the cancelled tasks' replies let Ray abort the driver
+    assert fake.waits == 1
+
+
+def test_an_attempt_that_starts_after_its_ingest_removed_parts_makes_nothing(monkeypatch, tmp_path):
+    """A cancel is asynchronous: a task Ray had not stopped yet may start after the ingest
+    gave up and removed parts/; it fails rather than make parts/ again."""
+    import types
+
+    import pytest
+
+    from rlwh.executors import ray_remote
+
+    fake_ray = types.SimpleNamespace(get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "n1"))
+    monkeypatch.setitem(__import__("sys").modules, "ray", fake_ray)
+    ran = []
+    with pytest.raises(FileNotFoundError):
+        ray_remote.run_attempt(lambda out: ran.append(out), (), str(tmp_path / "parts"), "task-1", frozenset({"n1"}))
+    assert ran == [] and list(tmp_path.iterdir()) == []
+    (tmp_path / "parts").mkdir()
+    answer = ray_remote.run_attempt(lambda out: ran.append(out), (), str(tmp_path / "parts"), "task-1",
+                                    frozenset({"n1"}))
+    assert Path(answer["dir"]).parent == tmp_path / "parts" / "task-1" and ran == [answer["dir"]]

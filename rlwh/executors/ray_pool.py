@@ -59,7 +59,6 @@ from rlwh.executors.task import Task
 CONNECT_SECONDS = 60  # ray.init against a GCS that accepts TCP but never answers
 PROBE_SECONDS = 300  # the probes start a worker on every node (and unpack rlwh where shipped)
 MAX_RETRIES = 3  # attempts after a worker or node died mid-task
-CANCEL_WAIT_SECONDS = 10  # after a cancel (Ctrl-C, an error), for the cancelled tasks to end
 log = logging.getLogger(__name__)
 INSTALL_HINT = "pip install 'rlwh[ray]'"
 START_HINT = "start one with `ray start --head` (rlwh never starts a cluster itself)"
@@ -383,16 +382,13 @@ def accept(task: Task, parts: Path, answer: dict) -> Any:
 
 
 def cancel(ray, pending) -> None:
-    """Stop every task still queued or running (best effort: the cluster may be gone), then
-    wait up to CANCEL_WAIT_SECONDS for them to end: a cancel is asynchronous, and a task it
-    had not reached yet made its attempt's folder under parts/ after the ingest had removed
-    parts/ (seen once in make test, under load)."""
-    refs = list(pending)
-    for ref in refs:
+    """Stop every task still queued or running (best effort: the cluster may be gone). A
+    cancel is asynchronous: a task it has not reached yet may still start, and finds no
+    parts/ to write into (rlwh.executors.ray_remote.run_attempt). Nothing waits for the
+    tasks here: a driver that stayed connected for their replies was aborted by Ray 2.60
+    ("Tried to complete task that was not pending", a race of a cancel with a task's reply)."""
+    for ref in list(pending):
         try:
             ray.cancel(ref, force=True)
         except Exception:  # already finished, or the connection is gone
             pass
-    if refs:
-        with contextlib.suppress(Exception):  # the connection is gone: nothing to wait for
-            ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)

@@ -113,7 +113,10 @@ def run_attempt(function, args: tuple, parts: str, name: str, shared_nodes: froz
     shared = node in shared_nodes
     attempt = uuid.uuid4().hex
     out = Path(parts, name, attempt) if shared else Path(tempfile.mkdtemp(prefix=f"rlwh-{name}-"))
-    out.mkdir(parents=True, exist_ok=True)
+    # parts/ itself is never made here: a task that starts after its ingest stopped (Ctrl-C,
+    # an error) and removed parts/ fails instead of leaving a folder behind.
+    out.parent.mkdir(exist_ok=True)
+    out.mkdir(exist_ok=True)
     try:
         result = function(*args, str(out))
         _test_hook("task_parsed")
