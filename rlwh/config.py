@@ -117,16 +117,9 @@ def _memory_size(raw) -> str:
 def _memory_size_problem(raw: str) -> str | None:
     """DuckDB's complaint about a memory limit, or None; asked once per text and process (a
     config file may set three limits)."""
-    import duckdb
+    from rlwh.process_db import memory_limit_problem
 
-    from rlwh.sqltext import constant_rows
-
-    try:
-        constant_rows("set memory_limit = ?", [raw])
-    except duckdb.Error as exc:
-        return str(exc)
-    constant_rows("reset memory_limit")  # checked, not kept: the process's DuckDB is shared
-    return None
+    return memory_limit_problem(raw)
 
 
 _memory_size.__name__ = 'memory size (a number and a unit, e.g. "768MB" or "2GB")'

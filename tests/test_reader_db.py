@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pyarrow.parquet as pq
@@ -42,7 +43,7 @@ def _read_all(root: Path) -> dict[str, dict[str, list[dict]]]:
 
 
 @pytest.fixture
-def connects(monkeypatch) -> list[tuple]:
+def connects(monkeypatch, tmp_path) -> Iterator[list[tuple]]:
     """The duckdb.connect calls made from here on, with a process DuckDB not yet made."""
     made: list[tuple] = []
     real = duckdb.connect
@@ -52,8 +53,12 @@ def connects(monkeypatch) -> list[tuple]:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(process_db_module, "_made", {})
+    # Its own spill folder: DuckDB removes the folder it made when it is closed.
+    monkeypatch.setattr(process_db_module, "process_spill_folder", lambda: tmp_path)
     monkeypatch.setattr(duckdb, "connect", counted)
-    return made
+    yield made
+    for con in process_db_module._made.values():
+        con.close()
 
 
 def test_small_inputs_share_one_duckdb_and_leave_nothing_in_it(tmp_path, connects):
@@ -88,14 +93,37 @@ def test_a_duckdb_of_its_own_takes_the_readers_settings(tmp_path):
                         "preserve_insertion_order": "false", "enable_progress_bar": "false"}
 
 
-def test_a_small_input_gets_the_process_duckdb_under_the_readers_limit():
-    with reader_db.reader_db(1, "100MB") as con:
+def test_a_duckdb_of_its_own_without_a_spill_folder_gets_one_in_the_processes_for_the_block():
+    with reader_db.reader_db(reader_db.SMALL_INPUT_BYTES + 1) as con:
+        spill = Path(con.execute("select current_setting('temp_directory')").fetchone()[0])
+        assert spill.parent == process_spill_folder() and spill.is_dir()
+    assert not spill.exists()
+
+
+def test_a_small_input_runs_under_the_process_duckdbs_settings_which_no_reader_changes(connects):
+    with reader_db.reader_db(1, "100MB", keep_order=False) as con:
         settings = dict(con.execute(
             "select name, value from duckdb_settings() where name in "
-            "('threads', 'memory_limit', 'temp_directory', 'enable_progress_bar')").fetchall())
-    spill = Path(settings.pop("temp_directory"))
-    assert spill == process_spill_folder() / "readers"
-    assert settings == {"threads": "1", "memory_limit": "95.3 MiB", "enable_progress_bar": "false"}
+            "('threads', 'memory_limit', 'temp_directory', 'preserve_insertion_order', 'enable_progress_bar')"
+        ).fetchall())
+    assert Path(settings.pop("temp_directory")).name == "readers"
+    assert settings == {"threads": "1", "memory_limit": "244.1 MiB", "preserve_insertion_order": "true",
+                        "enable_progress_bar": "false"}
+
+
+def test_a_checked_memory_limit_leaves_the_process_duckdbs_own(connects):
+    assert process_db_module.memory_limit_problem("1GB") is None
+    assert "Memory" in process_db_module.memory_limit_problem("lots")
+    limit = process_db_module.process_db().execute("select current_setting('memory_limit')").fetchone()
+    assert limit == ("244.1 MiB",)
+
+
+def test_a_fatal_error_makes_the_next_reader_a_new_process_duckdb(connects):
+    first = process_db_module.process_db()
+    with pytest.raises(duckdb.FatalException):
+        with reader_db.reader_db(1):
+            raise duckdb.FatalException("invalidated")
+    assert process_db_module.process_db() is not first
 
 
 _SHOW_SPILL_FOLDER = ("import os; from rlwh.safe_files import process_spill_folder; "

@@ -55,7 +55,7 @@ from rlwh.readers.kineto_events import Event, Malformed, NotTyped, bytes_bodies,
 from rlwh.readers.kineto_nesting import EVENTS, SWEEP_ORDER, Nesting, nest_batches
 from rlwh.readers.kineto_rows import FirstBad, Rows, build, kineto_int, rows_of
 from rlwh.readers.kineto_stream import EventsNotAList, TooDeep, TopLevel, broken_before_events, deep_byte, trailing_keys
-from rlwh.readers.reader_db import file_bytes, reader_db, shares_process_db
+from rlwh.readers.reader_db import file_bytes, reader_db
 from rlwh.readers.text_encoding import UTF8_BOM
 from rlwh.readers.torch_device import DEVICE_SPILL, LAUNCH_SPILL, copy_device_ops
 
@@ -492,7 +492,7 @@ class _StackIds:
     first has call paths to spell (a trace recorded without stacks never needs one). For a
     large trace that is a DuckDB of its own: the sort the batches stream from holds all of
     the reader's DuckDB's memory, and a second connection to it would share that budget.
-    A small trace's is a cursor of the process's DuckDB, under the reader's limit."""
+    A small trace's is a cursor of the process's DuckDB, beside the sort's."""
 
     def __init__(self, names_table: pa.Table, names: list, tmp: Path, input_bytes: int):
         self.names, self._names_table, self._tmp, self._input_bytes = names, names_table, tmp, input_bytes
@@ -503,8 +503,8 @@ class _StackIds:
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            limit = None if shares_process_db(self._input_bytes) else STACKS_MEMORY
-            self._con = self._open.enter_context(reader_db(self._input_bytes, limit, self._tmp / "duckdb-stacks"))
+            self._con = self._open.enter_context(reader_db(self._input_bytes, STACKS_MEMORY,
+                                                           self._tmp / "duckdb-stacks"))
             self._con.register("_names", self._names_table)
         return self._con
 
