@@ -417,6 +417,32 @@ def test_a_table_is_looked_up_in_the_current_database_without_harm_to_its_transa
         con.close()
 
 
+def test_lookups_side_by_side_leave_the_databases_setting_as_it_was():
+    """The setting has_relation switches off is the database's: two threads looking up at once
+    on cursors of one warehouse (an ingest's second lane) must not leave it switched off."""
+    import threading
+
+    from rlwh.sqltext import has_relation
+
+    con = duckdb.connect()
+    try:
+        con.execute("set catalog_error_max_schemas = 7; create table m (a int)")
+
+        def look() -> None:
+            with con.cursor() as cursor:
+                for _ in range(300):
+                    assert not has_relation(cursor, "main.missing") and has_relation(cursor, "m")
+
+        threads = [threading.Thread(target=look) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert con.execute("select current_setting('catalog_error_max_schemas')").fetchone() == (7,)
+    finally:
+        con.close()
+
+
 def test_view_files_are_read_again_when_one_changes(tmp_path, monkeypatch):
     """view_files() parses the files once per process while they stay as they are (every
     migrate asks); a file changed since is read again."""
