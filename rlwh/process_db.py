@@ -30,9 +30,12 @@ def process_db() -> duckdb.DuckDBPyConnection:
     """The DuckDB, made on first use: one thread (a worker per core reads files side by side),
     MEMORY_LIMIT, spilling into the process's folder (DuckDB makes `readers` in it when it
     first spills)."""
+    pid = os.getpid()
+    made = _made.get(pid)  # every small read asks: no lock once it is made
+    if made is not None:
+        return made
     spill = process_spill_folder() / "readers"
     with _lock:
-        pid = os.getpid()
         if pid not in _made:
             _made[pid] = duckdb.connect(config={"threads": 1, "temp_directory": str(spill),
                                                 "memory_limit": MEMORY_LIMIT})

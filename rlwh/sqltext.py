@@ -66,7 +66,6 @@ def has_relation(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
             con.execute(f"set catalog_error_max_schemas = {int(saved)}")
 
 
-
 def constant_rows(sql: str, params: list | None = None) -> list[tuple]:
     """The rows of a query that reads no table (a job's VALUES list of fields, a setting to
     validate), on a cursor of the process's DuckDB (rlwh.process_db): a DuckDB made

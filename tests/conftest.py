@@ -17,6 +17,7 @@ import progress
 import pytest
 
 from rlwh.config import Config
+from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive
 from rlwh.warehouse.schema import migrate
 
@@ -94,27 +95,22 @@ def fresh_db(_migrated_template, tmp_path):
     con.close()
 
 
-@functools.cache
-def _attach_host() -> duckdb.DuckDBPyConnection:
-    return duckdb.connect()
-
-
 _ATTACHED = itertools.count()
 
 
 @pytest.fixture
 def attached_db(_migrated_template, tmp_path) -> Iterator[duckdb.DuckDBPyConnection]:
     """fresh_db's warehouse (a copy of the template: a file, writable, migrated, with views),
-    attached to one in-memory DuckDB per process, as the default database of a cursor: ~15 ms
+    attached to the process's in-memory DuckDB (scratch()'s), as a cursor's default database: ~15 ms
     to attach and detach where a DuckDB of its own took ~40 ms to open and close (tests/sql).
     Only for a test that neither closes it nor opens its path (a second DuckDB on the file
     this one holds): those take fresh_db."""
     path = tmp_path / "fresh.duckdb"
     shutil.copyfile(_migrated_template, path)
     name = f"warehouse_{next(_ATTACHED)}"
-    host = _attach_host()
+    host = _default_database()
     with host.cursor() as con:
-        con.execute(f"attach '{path}' as {name}")
+        con.execute(f"attach {sql_literal(path)} as {name}")
         con.execute(f"use {name}")
         yield con
     host.execute(f"detach {name}")
