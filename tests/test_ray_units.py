@@ -109,7 +109,9 @@ class _FakeRay:
         self.shut_down = True
 
 
-def test_ctrl_c_cancels_every_outstanding_task_and_disconnects(monkeypatch, tmp_path):
+def _interrupted_pool(monkeypatch, tmp_path, connection_made: bool) -> _FakeRay:
+    """ray_pool over two submitted tasks, Ctrl-C at its first wait; `connection_made`: whether
+    ray_pool's connect made the connection (else the process already had one)."""
     import pytest
 
     from rlwh.config import Config
@@ -119,7 +121,7 @@ def test_ctrl_c_cancels_every_outstanding_task_and_disconnects(monkeypatch, tmp_
     node = {"node_id": "n1", "name": "127.0.0.1 (node n1)", "rlwh": {"version": "0", "fingerprint": "f", "at": "."},
             "sees_parts": True, "has": [], "cpus": 1}
     monkeypatch.setattr(ray_executor, "import_ray", lambda: fake)
-    monkeypatch.setattr(ray_executor, "connect", lambda ray, address: True)
+    monkeypatch.setattr(ray_executor, "connect", lambda ray, address: connection_made)
     monkeypatch.setattr(ray_executor, "_mine", lambda: node["rlwh"])
     monkeypatch.setattr(ray_executor, "probe_nodes", lambda ray, parts, tasks: [node])
     monkeypatch.setattr(ray_executor, "submit", lambda ray, tasks, parts, nodes: {"ref-a": tasks[0], "ref-b": tasks[1]})
@@ -127,9 +129,20 @@ def test_ctrl_c_cancels_every_outstanding_task_and_disconnects(monkeypatch, tmp_
                                                                             executor="ray", ray_address="h:1"))
     with pytest.raises(KeyboardInterrupt):
         next(pool)
-    assert sorted(fake.cancelled) == ["ref-a", "ref-b"] and fake.shut_down
-    # ... and disconnects at once: waiting for the cancelled tasks' replies let Ray abort the driver
-    assert fake.waits == 1
+    assert fake.waits == 1  # nothing waits for the tasks' replies: that let Ray abort the driver
+    return fake
+
+
+def test_ctrl_c_on_its_own_connection_ends_the_job_without_cancelling(monkeypatch, tmp_path):
+    """Shutting down ends the job, and Ray kills its tasks' workers; a cancel first raced
+    the tasks' replies (Ray 2.60 aborted the driver)."""
+    fake = _interrupted_pool(monkeypatch, tmp_path, connection_made=True)
+    assert fake.shut_down and fake.cancelled == []
+
+
+def test_ctrl_c_on_a_connection_it_was_given_cancels_every_task_and_keeps_the_connection(monkeypatch, tmp_path):
+    fake = _interrupted_pool(monkeypatch, tmp_path, connection_made=False)
+    assert sorted(fake.cancelled) == ["ref-a", "ref-b"] and not fake.shut_down
 
 
 def test_an_attempt_that_starts_after_its_ingest_removed_parts_makes_nothing(monkeypatch, tmp_path):

@@ -32,8 +32,12 @@ Choices, and why:
   holds (same path, same size); a task whose files only some nodes hold prefers one of
   them (soft node affinity, spread round-robin); files everywhere (shared storage), or
   nowhere, leave placement to Ray.
-- On any exception, Ctrl-C included, outstanding tasks are cancelled (force) and the
-  connection is shut down, so the process holds no Ray state after the ingest.
+- On any exception, Ctrl-C included, the connection rlwh made is shut down, which ends the
+  job: Ray kills the workers of its running tasks (a stopped one too) and drops its queued
+  ones, so the process holds no Ray state after the ingest. Tasks are not cancelled first:
+  a force cancel racing a task's reply made Ray 2.60 abort the driver ("Tried to complete
+  task that was not pending"), 2 Ctrl-C tests in 8. On a connection the process already
+  had (not rlwh's to end), the outstanding tasks are cancelled (force) instead.
 """
 
 from __future__ import annotations
@@ -93,7 +97,8 @@ def ray_pool(tasks: list[Task], parts: Path, config: Config) -> Iterator[tuple[T
                 task = pending.pop(ready[0])
                 yield task, accept(task, parts, fetch(ray, ready[0], task))
     except BaseException:
-        cancel(ray, pending)
+        if not owned:  # a connection this call made is shut down below, which ends the job
+            cancel(ray, pending)
         raise
     finally:
         if owned:
@@ -386,7 +391,8 @@ def cancel(ray, pending) -> None:
     cancel is asynchronous: a task it has not reached yet may still start, and finds no
     parts/ to write into (rlwh.executors.ray_remote.run_attempt). Nothing waits for the
     tasks here: a driver that stayed connected for their replies was aborted by Ray 2.60
-    ("Tried to complete task that was not pending", a race of a cancel with a task's reply)."""
+    ("Tried to complete task that was not pending", a race of a cancel with a task's reply;
+    which is why ray_pool, on a connection of its own, ends the job instead)."""
     for ref in list(pending):
         try:
             ray.cancel(ref, force=True)
