@@ -19,7 +19,6 @@ import pytest
 from rlwh.config import Config
 from rlwh.sqltext import sql_literal
 from rlwh.warehouse import derive
-from rlwh.warehouse.schema import migrate
 
 REPO = Path(__file__).resolve().parent.parent
 # The real files live in the repository (tests/data/SOURCES says where each came from);
@@ -32,11 +31,16 @@ CONTRACT_CHECK = DATA / "tools" / "contract_check.py"
 
 @pytest.fixture(scope="session", autouse=True)
 def _schema_cache(tmp_path_factory) -> Iterator[Path]:
-    """The schema template cache (rlwh.warehouse.template) of this session (of this xdist
-    worker), never the user's: rlwh commands the tests run, in-process or not, share it."""
-    folder = tmp_path_factory.mktemp("rlwh_cache")
-    before = os.environ.get("RLWH_CACHE_DIR")
-    os.environ["RLWH_CACHE_DIR"] = str(folder)
+    """The schema template cache (rlwh.warehouse.template) of this test run, never the
+    user's: rlwh commands the tests run, in-process or not, and every xdist worker share it.
+    The template is built here, once for the run under run_wide_folder's lock (each worker
+    built its own, ~0.5 s, and often two at once)."""
+    from rlwh.warehouse import template
+
+    with run_wide_folder(tmp_path_factory, "rlwh_cache") as folder:
+        before = os.environ.get("RLWH_CACHE_DIR")
+        os.environ["RLWH_CACHE_DIR"] = str(folder)
+        template.build_once(template.template_path())
     yield folder
     if before is None:
         os.environ.pop("RLWH_CACHE_DIR", None)
@@ -76,13 +80,13 @@ def scratch_con() -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 @pytest.fixture(scope="session")
-def _migrated_template(tmp_path_factory) -> Path:
-    """A warehouse file migrated once per session: copying it is ten times faster than migrating."""
-    path = tmp_path_factory.mktemp("template") / "migrated.duckdb"
-    con = duckdb.connect(str(path))
-    migrate(con)
-    con.close()
-    return path
+def _migrated_template(_schema_cache) -> Path:
+    """A migrated warehouse file with every view, to copy (ten times faster than migrating):
+    the run's schema template (what migrate makes of an empty file, tests/test_schema.py
+    holds the two equal). Read it, never write."""
+    from rlwh.warehouse import template
+
+    return template.build_once(template.template_path())
 
 
 @pytest.fixture
@@ -232,6 +236,18 @@ def small_warehouse(tmp_path_factory) -> tuple[Path, Path]:
         return profile, _ingested_once(profile, profile.parent / "warehouse.duckdb", "small", workers=1)
 
     return _once_for_all_workers(tmp_path_factory, "small", make)
+
+
+@pytest.fixture(scope="session")
+def alexnet_warehouse(tmp_path_factory) -> tuple[Path, Path]:
+    """(a copy of real/ascend/msinsight-alexnet-level1, its warehouse): two real Ascend ranks,
+    a text and a db export each, ingested once per test run (in-process, the run named
+    after the folder, as a plain `rlwh ingest` names it). Read both, never write."""
+    def make(folder: Path) -> tuple[Path, Path]:
+        profile = copy_fixture("real/ascend/msinsight-alexnet-level1", folder)
+        return profile, _ingested_once(profile, folder / "warehouse.duckdb", profile.name, workers=1)
+
+    return _once_for_all_workers(tmp_path_factory, "alexnet", make)
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,10 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import duckdb
 import pytest
-from conftest import FIXTURES, copy_fixture
+from conftest import FIXTURES
 from test_check_agrees_with_ingest import _agree
 
-from rlwh.config import Config
 from rlwh.ingest.check import check
-from rlwh.ingest.runner import ingest
 
 ALEXNET = "real/ascend/msinsight-alexnet-level1"
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
@@ -53,13 +51,11 @@ def _json_links(path, rank: int) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def alexnet(tmp_path_factory):
-    """(profile dir, read-only connection to its warehouse): both exports of both ranks, ingested once."""
-    tmp = tmp_path_factory.mktemp("alexnet")
-    profile = copy_fixture(ALEXNET, tmp)
-    summary = ingest(profile, Config(db_path=tmp / "w.duckdb", workers=1))
-    assert summary.failed == 0
-    con = duckdb.connect(str(tmp / "w.duckdb"), read_only=True)
+def alexnet(alexnet_warehouse):
+    """(profile dir, read-only connection to its warehouse): both exports of both ranks, the
+    test run's one ingest of them (conftest)."""
+    profile, db = alexnet_warehouse
+    con = duckdb.connect(str(db), read_only=True)
     yield profile, con
     con.close()
 

@@ -17,10 +17,6 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import duckdb
 import pytest
-from conftest import copy_fixture
-
-from rlwh.config import Config
-from rlwh.ingest.runner import ingest
 
 ALEXNET = "real/ascend/msinsight-alexnet-level1"
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
@@ -32,11 +28,11 @@ def _ns(value: Decimal, factor: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def alexnet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("alexnet-bandwidth")
-    profile = copy_fixture(ALEXNET, tmp)
-    assert ingest(profile, Config(db_path=tmp / "w.duckdb", workers=1)).failed == 0
-    con = duckdb.connect(str(tmp / "w.duckdb"), read_only=True)
+def alexnet(alexnet_warehouse):
+    """(profile dir, read-only connection to its warehouse): both exports of both ranks, the
+    test run's one ingest of them (conftest)."""
+    profile, db = alexnet_warehouse
+    con = duckdb.connect(str(db), read_only=True)
     yield profile, con
     con.close()
 
