@@ -20,6 +20,8 @@ from pathlib import Path
 
 from rlwh.errors import RlwhError
 
+REMOVING = ".removing-"  # remove_folder's name for a folder it is removing
+
 
 def fsync_path(folder: Path) -> None:
     """Flush a file, or a folder's entries (a rename is durable only then), to disk."""
@@ -71,6 +73,21 @@ def remove_orphaned(parent: Path, prefix: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
         except PermissionError:
             pass  # alive, someone else's
+
+
+def remove_folder(folder: Path) -> None:
+    """Remove `folder` and all it holds, renamed aside first (`<name>.removing-<pid>-...`, so
+    remove_orphaned finds it after a kill): a process still writing under its path (a Ray
+    task that runs on a moment after its ingest stopped) then finds nothing there, where
+    it could add a file while the folder was being removed and leave it half removed."""
+    aside = folder.with_name(f"{folder.name}{REMOVING}{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.rename(folder, aside)
+    except FileNotFoundError:
+        return
+    except OSError:  # cannot rename here: remove it where it is
+        aside = folder
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def check_contained(root: Path, what: str = "export") -> None:

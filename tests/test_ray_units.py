@@ -164,3 +164,39 @@ def test_an_attempt_that_starts_after_its_ingest_removed_parts_makes_nothing(mon
     answer = ray_remote.run_attempt(lambda out: ran.append(out), (), str(tmp_path / "parts"), "task-1",
                                     frozenset({"n1"}))
     assert Path(answer["dir"]).parent == tmp_path / "parts" / "task-1" and ran == [answer["dir"]]
+
+
+def test_a_task_running_on_after_its_ingest_removed_parts_makes_no_folder_again(tmp_path):
+    """Ray kills a stopped ingest's workers a moment after the driver removed parts/: a
+    task still reading then fails to write, instead of making parts/ again (its sink makes
+    its own folder, never the ones above it)."""
+    import pyarrow as pa
+    import pytest
+
+    from rlwh.readers.base import TableSink
+    from rlwh.safe_files import remove_folder
+
+    parts = tmp_path / "w.duckdb.parts"
+    attempt = parts / "task-1" / "attempt-1"
+    attempt.mkdir(parents=True)
+    sink = TableSink(attempt / "file-0")
+    remove_folder(parts)
+    with pytest.raises(FileNotFoundError):
+        sink.write("cpu_ops", pa.table({"name": ["op"]}))
+    with pytest.raises(FileNotFoundError):
+        TableSink(attempt / "file-1")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_parts_left_half_removed_by_a_killed_ingest_are_swept_by_the_next(tmp_path):
+    from rlwh.config import Config
+    from rlwh.executors.run import fresh_parts_dir
+    from rlwh.safe_files import REMOVING
+
+    dead = 2**22 + 1  # above pid_max's default: no such process
+    left = tmp_path / f"w.duckdb.parts{REMOVING}{dead}-0a1b2c3d" / "task-1"
+    left.mkdir(parents=True)
+    (left / "part.parquet").write_bytes(b"x")
+    (tmp_path / "w.duckdb.parts" / "old-task").mkdir(parents=True)
+    parts = fresh_parts_dir(Config(db_path=tmp_path / "w.duckdb"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.duckdb.parts"] and list(parts.iterdir()) == []

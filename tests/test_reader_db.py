@@ -33,6 +33,7 @@ READS = [
 def _read_all(root: Path) -> dict[str, dict[str, list[dict]]]:
     """Each reader's tables (rows in file order) for its file of READS."""
     found = {}
+    root.mkdir(parents=True, exist_ok=True)  # a sink makes its folder, never the folders above it
     for module, path in READS:
         sink = TableSink(root / module.__name__.rsplit(".", 1)[-1])
         outcome = module.read(path, sink, {})

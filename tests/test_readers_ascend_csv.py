@@ -55,6 +55,7 @@ def slow_rows(path: Path, tmp_path: Path) -> list[dict]:
 
 
 def read(path: Path, tmp_path: Path):
+    tmp_path.mkdir(parents=True, exist_ok=True)  # a sink makes its folder, never the folders above it
     sink = TableSink(tmp_path / "read")
     outcome = ascend_csv.read(path, sink, {})
     return outcome, parts_rows(sink)

@@ -23,6 +23,7 @@ COLUMNS = ["role", "rank_id", "source", "domain", "name", "start_ns", "end_ns", 
 def run_reader(path: Path, tmp_path: Path, context: dict | None = None):
     """Read `path` into a fresh TableSink and land it with the job's SQL (ingest/nvtx_jsonl.sql,
     which maps the export's fields to columns); return the outcome and the ranges rows."""
+    tmp_path.mkdir(parents=True, exist_ok=True)  # a sink makes its folder, never the folders above it
     sink = TableSink(tmp_path / "out")
     outcome = nvtx.read(path, sink, context or {})
     sink.close()

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rlwh.config import Config
 from rlwh.executors.task import Task
+from rlwh.safe_files import REMOVING, remove_folder, remove_orphaned
 
 
 def _run(function: Callable, args: tuple, out: str) -> Any:
@@ -108,6 +109,7 @@ def fresh_parts_dir(config: Config) -> Path:
     """The empty folder tasks write under: beside the warehouse (same disk, usually
     roomier than /tmp), a killed ingest's leftovers removed (the caller holds the writer lock)."""
     parts = config.db_path.with_name(config.db_path.name + ".parts")
-    shutil.rmtree(parts, ignore_errors=True)
+    remove_folder(parts)
+    remove_orphaned(parts.parent, parts.name + REMOVING)
     parts.mkdir(parents=True)
     return parts

@@ -31,7 +31,7 @@ from rlwh.ingest.load import TablesWithStep, ignored_result, load_batch, load_fi
 from rlwh.ingest.parse import ParseResult, failed_result, parse_source
 from rlwh.ingest.plan import FileResult, IngestSummary, Plan, Planned, Progress, file_context
 from rlwh.readers import ascend_trace
-from rlwh.safe_files import pause_for_test
+from rlwh.safe_files import pause_for_test, remove_folder
 from rlwh.sqltext import one_value, sql_literal
 from rlwh.warehouse import derive, template
 from rlwh.warehouse.append import SCRATCH
@@ -208,7 +208,7 @@ def land(con: duckdb.DuckDBPyConnection, run: str, files: list[Planned], config:
             raise
         summary.results += _land_finished(con, run, tasks, finished, parts, done.add)
     finally:
-        shutil.rmtree(parts, ignore_errors=True)
+        remove_folder(parts)
     set_capture_starts(con, run, {p.source.capture for p in todo if p.source.kind.startswith("ascend_")})
     _refresh_derived(con, done)
 

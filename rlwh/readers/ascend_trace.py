@@ -427,7 +427,6 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     read alone: Ray's and dataset mode's workers, and a damaged file's salvage); a cut or
     damaged array keeps every complete event and the file is partial."""
     _check_start(path)
-    sink.root.mkdir(parents=True, exist_ok=True)
     with reader_db(file_bytes(path), context.get("memory_limit", "384MB"), keep_order=False) as con:
         status, notes = _load_one(con, path, sink.root)
         return _outcome(status, notes, _write_sink(con, sink, path), path)
@@ -446,7 +445,7 @@ def _load_one(con: duckdb.DuckDBPyConnection, path: Path, scratch: Path) -> tupl
             notes.append(f"no closing ']' at byte {path.stat().st_size}: the file was cut while being written; "
                          "kept every complete event")
     except duckdb.Error as exc:
-        scratch.mkdir(parents=True, exist_ok=True)
+        scratch.mkdir(exist_ok=True)
         salvaged = scratch / "_salvaged_events.parquet"
         try:
             events, damage = _salvage_with_ijson(path, salvaged)

@@ -36,17 +36,24 @@ class ReadOutcome:
 
 
 class TableSink:
-    """Collects a reader's rows as Parquet parts, one folder per base table."""
+    """Collects a reader's rows as Parquet parts, one folder per base table, under `root`.
+
+    `root` is made here, its parents never: the folder that holds it is the task's own
+    (an executor made it). A Ray task that still runs after its ingest ended and removed
+    the parts folder (a Ctrl-C: Ray kills the job's workers, a moment later) then fails to
+    write, instead of making that folder again beside the warehouse.
+    """
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self.root.mkdir(exist_ok=True)
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._counts: dict[str, int] = {}
 
     def parquet_path(self, table: str) -> Path:
         """A fresh part file for `table`, for readers that COPY straight to Parquet."""
         folder = self.root / table
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)
         return folder / f"part-{len(list(folder.iterdir())):05d}.parquet"
 
     def write(self, table: str, batch: pa.RecordBatch | pa.Table) -> None:

@@ -108,8 +108,7 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     trace's pieces at once; rlwh.readers.kineto_decoding), all optional.
     """
     path = Path(path)
-    sink.root.mkdir(parents=True, exist_ok=True)  # spill beside the output, where ingest put it
-    try:
+    try:  # the spill beside the output (the sink's root), where ingest put it
         with tempfile.TemporaryDirectory(prefix="_spill-", dir=sink.root) as tmp:
             scan, rank = _read(path, Path(tmp), sink, context)
     except (TooDeep, EventsNotAList) as exc:
