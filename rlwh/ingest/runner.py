@@ -11,6 +11,7 @@ Where parsing runs is the executors' business (rlwh.executors).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -36,6 +37,13 @@ from rlwh.ingest.plan import (
 )
 from rlwh.warehouse.schema import is_current
 from rlwh.warehouse.session import connect_read, remove_leftovers, writer_lock
+
+# An ingest reading fewer bytes of changed files than this runs its DuckDB on one thread
+# (at most [warehouse] threads): a second thread's scheduling costs a small ingest more than
+# it parallelizes (BENCHMARKS.md, session 23: a tiny rank 213 against 262 ms, the demo 1.61
+# against 1.91 s, 47 MB of one rank 1.06 against 1.18 s; at 133 MB two threads won, 2.01
+# against 2.27 s, where a trace is cut into pieces that DuckDB reads at once).
+SMALL_INGEST_BYTES = 64 * 2**20
 
 # Re-exported: callers of `ingest` read its summary.
 __all__ = ["IngestSummary", "Progress", "ingest"]
@@ -146,6 +154,7 @@ def ingest(
             if plan.nothing_changed:
                 summary.results = [plan.unchanged_result(p) for p in files if not p.source.ignored]
             else:
+                config = _threads_for(plan, config)
                 start_decoding(plan, config)
                 skip_pandas_probe()
                 _target(config).write(summary, plan, config, progress)
@@ -154,6 +163,12 @@ def ingest(
     summary.results.sort(key=lambda r: r.rel_path)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _threads_for(plan: Plan, config: Config) -> Config:
+    """`config` with one DuckDB thread when the plan reads under SMALL_INGEST_BYTES."""
+    changed = sum(p.size for p in plan.files if plan.schema_behind or not plan.is_unchanged(p))
+    return dataclasses.replace(config, threads=1) if changed < SMALL_INGEST_BYTES else config
 
 
 def _repeated_captures(config: Config, run: str) -> list[tuple[tuple, list[str]]]:
