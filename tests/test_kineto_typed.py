@@ -163,24 +163,24 @@ def _read_with(trace: Path, out: Path, context: dict) -> tuple[dict, dict[str, l
     return {"status": outcome.status, "message": outcome.message, "rank": outcome.rank}, tables
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def one_pool_for_the_module():
-    """The decoding pool kept from one trace to the next, ended with the module: a reader
-    ends it after each trace (kineto_decoding.forget_pool), and each start is two processes
-    importing the readers (~0.4 s of CPU each). Starting and ending it per trace is tested
-    in test_kineto_early_pool.py."""
-    yield
+    """One decoding pool for the module's tests, ended with the module: a reader ends it
+    after each trace (kineto_decoding.forget_pool, kept from it here), and each start is two
+    processes importing the readers (~0.4 s of CPU each; 8 a run of make check, now 2).
+    Starting and ending it per trace is tested in test_kineto_early_pool.py."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kineto_decoding, "forget_pool", lambda: None)
+        yield
     kineto_decoding.forget_pool()
 
 
 @pytest.mark.parametrize("trace", _params(PARALLEL_TRACES))
-def test_pieces_decoded_by_two_processes_give_the_streaming_rows(trace, tmp_path, monkeypatch, streaming_rows,
-                                                                 one_pool_for_the_module):
+def test_pieces_decoded_by_two_processes_give_the_streaming_rows(trace, tmp_path, monkeypatch, streaming_rows):
     """Pieces cut ahead of their decoding and decoded in other processes, taken back in
     file order: every table as the streaming parser gives it."""
     with monkeypatch.context() as m:
         _typed_only(m)
-        m.setattr(kineto_decoding, "forget_pool", lambda: None)
         m.setattr(kineto_events, "PIECE_BYTES", 64 << 10)
         m.setattr(torch_trace, "TYPED_READ_BYTES", 16 << 10)
         m.setattr(kineto_decoding, "GZIP_RATIO", 1000)  # small files still go to the pool
