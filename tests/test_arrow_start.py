@@ -34,6 +34,8 @@ def test_the_probe_skipped_and_pandas_still_there_when_asked_for():
         pytest.fail("pandas is a test dependency: the test needs it installed")
     assert _run("") == ["True", "DataFrame"]  # what pyarrow does alone: the first array imports pandas
     assert _run("from rlwh.arrow_start import skip_pandas_probe; skip_pandas_probe()") == ["False", "DataFrame"]
+    # rlwh.synth (the demo, the tests) makes arrays when imported: without pandas too
+    assert _run("import rlwh.synth") == ["False", "DataFrame"]
 
 
 # Run in a pool's process: builds arrays from lists, says whether pandas got imported.

@@ -39,6 +39,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as _pc
 
+from rlwh.arrow_start import skip_pandas_probe
+
+skip_pandas_probe()  # the arrays below are this process's first: without it, pyarrow imports pandas (0.26 s)
+
 # The header of a real operator_memory.csv, byte for byte.
 CSV_HEADER = (
     "Name,Size(KB),Allocation Time(us),Release Time(us),Active Release Time(us),"
