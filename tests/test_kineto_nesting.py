@@ -27,10 +27,18 @@ BASE = 1790857026000000000
 
 
 def _is_kineto_trace(path: Path) -> bool:
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    return b'"traceEvents"' in data and b'"ph"' in data
+    """Whether the file's (uncompressed) bytes hold both keys anywhere: read a chunk at a
+    time, and only until both are seen (every worker asks this of every trace at collection;
+    a whole gzip's decompress cost each ~0.3 s)."""
+    with open(path, "rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+    wanted, tail = {b'"traceEvents"', b'"ph"'}, b""
+    with (gzip.open(path, "rb") if gzipped else open(path, "rb")) as stream:
+        while wanted and (chunk := stream.read(1 << 20)):
+            seen = tail + chunk
+            wanted = {key for key in wanted if key not in seen}
+            tail = seen[-16:]  # a key cut between two chunks
+    return not wanted
 
 
 REAL_TRACES = sorted(p for p in DATA.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
