@@ -18,7 +18,6 @@ from decimal import ROUND_HALF_UP, Decimal
 import duckdb
 import pytest
 
-ALEXNET = "real/ascend/msinsight-alexnet-level1"
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
 TYPE_BYTES = {"FP32": 4, "FP16": 2, "BFP16": 2, "INT32": 4, "INT8": 1, "FP64": 8, "INT64": 8}
 
