@@ -146,12 +146,30 @@ def _start(db: Path, profile: Path, tmp_path: Path, workers: int = 1, lock_timeo
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """kill -9 the ingest and every process it started."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """kill -9 the ingest, as a user's `kill -9 PID` does, then every process it started that
+    is left. Its pool processes end with it, and multiprocessing's resource tracker, once
+    they have, removes the pool's named semaphores (/dev/shm/sem.mp-*): killing the whole
+    group at once killed the tracker too, and each run of this file left 5 of them behind."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    deadline = time.monotonic() + 5
+    while _group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (from /proc; zombies count as gone)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid and fields[0] != "Z":
+                    found.append(int(entry))
+    return found
 
 
 
