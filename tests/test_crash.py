@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -161,15 +162,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _group_members(pgid: int) -> list[int]:
-    """The live processes of process group `pgid` (from /proc; zombies count as gone)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                if int(fields[2]) == pgid and fields[0] != "Z":
-                    found.append(int(entry))
-    return found
+    """The live processes of process group `pgid` (zombies count as gone)."""
+    return [pid for pid, fields in _processes() if int(fields[2]) == pgid and fields[0] != "Z"]
 
 
 
@@ -433,17 +427,17 @@ def test_a_waiting_writer_says_whom_it_waits_for_and_keeps_saying_so(db, tmp_pat
     _assert_like_clean_ingest(db, small_ref)
 
 
-def _child_pids(parent: int) -> list[int]:
-    """Processes whose parent is `parent`, from /proc."""
-    found = []
+def _processes() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/<pid>/stat after its command: state, ppid, pgrp, ...) of
+    every process."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == parent:
-            found.append(int(stat.parent.name))
-    return found
+        with contextlib.suppress(OSError, IndexError):
+            yield int(stat.parent.name), stat.read_text().rsplit(")", 1)[1].split()
+
+
+def _child_pids(parent: int) -> list[int]:
+    """Processes whose parent is `parent`."""
+    return [pid for pid, fields in _processes() if int(fields[1]) == parent]
 
 
 def _state(pid: int) -> str | None:

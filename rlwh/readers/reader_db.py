@@ -60,9 +60,8 @@ def reader_db(input_bytes: int, memory_limit: str | None = None, spill: Path | N
 
 @contextlib.contextmanager
 def _shared_cursor() -> Iterator[duckdb.DuckDBPyConnection]:
-    con = process_db().cursor()
+    con = process_db().cursor()  # a cursor starts with the progress bar off (a test holds it)
     try:
-        con.execute("set enable_progress_bar = false")  # the cursor's own setting
         yield con
     except duckdb.FatalException:
         discard()  # it invalidated the DuckDB: the next reader gets a new one
