@@ -3,10 +3,12 @@ that the SQL read and the Python row-by-row read give rows of one shape."""
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import pytest
 
-from rlwh.ingest.jobs import jobs
+from rlwh.ingest.jobs import SHARED_TABLES, jobs
 from rlwh.readers import ascend_csv, ascend_usage, csv_job
 from rlwh.sqltext import job_sections
 
@@ -24,6 +26,16 @@ def test_sections_split_at_their_markers():
     assert job_sections(text) == {"land": "-- job: x\n-- note\n\ninsert 3;\n", "fields": "select 1;\n",
                                   "read t": "select 2\n"}
     assert job_sections("-- job: y\ninsert 4;\n") == {"land": "-- job: y\ninsert 4;\n"}
+
+
+@pytest.mark.parametrize("job", sorted(jobs()))
+def test_a_job_writes_only_the_tables_its_fills_line_names(job):
+    """Landing marks for the derived tables only the files whose kind fills one of their
+    source tables (rlwh.ingest.load), so `fills` must name every table a job writes."""
+    code = re.sub(r"--[^\n]*", "", jobs()[job].sql).lower()
+    written = set(re.findall(r"\b(?:insert(?: or replace)? into|update|delete from)\s+([a-z_.]+)", code))
+    assert written <= set(jobs()[job].fills), written - set(jobs()[job].fills)
+    assert written or set(jobs()[job].fills) <= {"ranks", *SHARED_TABLES}  # a ranks row comes from the reader
 
 
 @pytest.mark.parametrize("job", CSV_JOBS)

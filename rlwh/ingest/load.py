@@ -195,6 +195,7 @@ def load_file(con, run: str, p: Planned, parsed: ParseResult, with_step: TablesW
     try:
         result, entry = _land(con, run, p, parsed, with_step)
         upsert_sources(con, run, [entry])
+        _mark_derived(con, [(p, parsed)])
         con.execute("commit")
         return result
     except (duckdb.Error, RlwhError) as exc:
@@ -222,6 +223,7 @@ def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
     try:
         landed = [_land(con, run, p, parsed, with_step) for p, parsed in files]
         upsert_sources(con, run, [entry for _, entry in landed])
+        _mark_derived(con, files)
         con.execute("commit")
         return [result for result, _ in landed]
     except (duckdb.Error, RlwhError) as exc:
@@ -230,6 +232,17 @@ def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
         if storage_failed(exc):
             raise
         return [load_file(con, run, p, parsed, with_step) for p, parsed in files]
+
+
+def _mark_derived(con, files: list[tuple[Planned, ParseResult]]) -> None:
+    """Mark the keys of the landed files whose kind fills a table the derived rows are made
+    of (derive.SOURCE_TABLES), in one statement: a mark per file was a third of landing a
+    file that fills none (an expert-count dump: 150 of them in the demo, 0.26 s of 1.6 s)."""
+    feeding = [p.source_id for p, parsed in files
+               if parsed["status"] not in ("failed", "ignored") and parsed["tables"]
+               and set(jobs()[p.source.kind].fills) & set(derive.SOURCE_TABLES)]
+    if feeding:
+        derive.mark_sources(con, feeding)
 
 
 def _land(con, run: str, p: Planned, parsed: ParseResult,
@@ -269,7 +282,6 @@ def _land(con, run: str, p: Planned, parsed: ParseResult,
         # an empty stand-in (the table's own columns) lacks, so it has nothing to land.
         if job.has_statements and parsed["tables"]:
             con.execute(job.sql)
-            derive.mark_source(con, p.source_id)
         # Readers may name only the role and rank a file belongs to; a ranks row
         # needs facts about the rank beyond that.
         if set(rank) - {"role", "rank_id"} and role is not None and rank_id is not None:
