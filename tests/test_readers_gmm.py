@@ -3,11 +3,15 @@
 import shutil
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
 from conftest import landed_rows
 
+from rlwh.config import Config
 from rlwh.errors import SourceError
+from rlwh.ingest import in_place
+from rlwh.ingest.runner import ingest
 from rlwh.readers import gmm
 from rlwh.readers.base import TableSink
 from rlwh.readers.gmm import GmmPath, parse_gmm_path
@@ -191,6 +195,33 @@ def test_a_path_without_rank_fails_before_reading(tmp_path):
     write_int_tensor(path, [1, 2])
     with pytest.raises(SourceError, match="no rank<k> folder"):
         gmm.read(path, TableSink(tmp_path / "sink"), {"rel_path": "step_1/actor_update/" + path.name})
+
+
+def test_an_ingest_reads_dumps_in_batches_and_a_bad_one_costs_only_itself(tmp_path, monkeypatch):
+    """The writer reads the dumps itself, 32 to a batch (rlwh.ingest.in_place): a truncated and
+    a hostile dump fail alone, each named with why, and the others land the rows the per-file
+    reader gives them."""
+    monkeypatch.chdir(tmp_path)  # the hostile pickle would `touch rlwh-hostile-ran` here
+    assert in_place.reads_in_place("gmm_group_list")
+    good = copy_tree(FIXTURES / "gmm_dump", tmp_path / "good")
+    profile = copy_tree(good, tmp_path / "profile")
+    bad = {"step_1/actor_update/rank0/" + DUMP.format(op=0): "truncated or corrupt zip archive",
+           "step_2/actor_compute_log_prob/rank1/" + DUMP.format(op=5): "os.system"}
+    truncated, hostile = (profile / rel for rel in bad)
+    truncated.write_bytes(truncated.read_bytes()[:1000])
+    shutil.copyfile(DATA / "hostile_os_system.pt", hostile)
+    for rel in bad:
+        (good / rel).unlink()
+    summary = ingest(profile, Config(db_path=tmp_path / "w.duckdb", workers=1), run="r")
+    failed = {r.rel_path: r.message for r in summary.results if r.status != "ok"}
+    assert set(failed) == set(bad)
+    assert all(rel in failed[rel] and why in failed[rel] for rel, why in bad.items()), failed
+    assert not (tmp_path / "rlwh-hostile-ran").exists()
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        got = con.execute(f"select {', '.join(COLUMNS)} from gmm_expert_load").fetchall()
+    want = read_all(good, tmp_path / "sink")
+    assert len(got) == want.num_rows == (2 * 2 * 2 * 12 - 2) * 16
+    assert sorted(got) == sorted(tuple(row.values()) for row in want.to_pylist())
 
 
 # --- views ----------------------------------------------------------------------------------

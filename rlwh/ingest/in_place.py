@@ -1,8 +1,9 @@
 """The writer reads the files itself: the formats DuckDB reads (Ascend trace_view.json and
-CSVs) go from disk straight into the warehouse, no worker process and no staging file.
+CSVs) go from disk straight into the warehouse, and so do the MoE expert-count dumps (small
+pickles rlwh.readers.gmm decodes), with no worker process and no staging file.
 
 A batch of changed files of one kind is one transaction, of the warehouse's own connection
-or, for the kinds that add no rows every run shares (the CSVs), of a second connection
+or, for the kinds that add no rows every run shares (the CSVs, the dumps), of a second connection
 beside it (read_and_land's two lanes): the reader's `read_in_place(con, paths, context,
 scratch)` reads all of them in one statement per table on DuckDB's threads into temp
 tables `_rows_<table>` (each row with `_file`, its file's index in the batch), and `land`

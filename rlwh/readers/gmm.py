@@ -18,6 +18,9 @@ the step, counted by msprobe) comes from the file name: any name that ends in
 since it would share its op index with the forward call. The file is read by
 torch_pickle, which runs no pickle code.
 
+A run holds thousands of these small files: the writer reads them itself, a batch at a
+time (read_in_place, rlwh.ingest.in_place), with no worker process or staging file per file.
+
 npu_grouped_matmul's group_list_type is not in the dump: with type 0 the values are
 cumulative counts, not per-expert counts. VeRL's MoE layers pass counts (type 1).
 """
@@ -28,6 +31,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import duckdb
 import pyarrow as pa
 
 from rlwh.errors import SourceError
@@ -141,3 +145,34 @@ def read(path: Path, sink: TableSink, context: dict) -> ReadOutcome:
     sink.write(TABLE, batch)
     # Role and rank attribute the file in `sources`; they are no ranks row of their own.
     return ReadOutcome(rank={"role": role, "rank_id": where.rank_id})
+
+
+def read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: dict,
+                  scratch: Path) -> list[ReadOutcome]:
+    """Read a batch of dumps in the warehouse's own connection (rlwh.ingest.in_place) into
+    `_rows_gmm_expert_load`, each row with `_file`, its file's index in `paths`. The rows
+    carry the op index; role, rank and step are the file's keys, which discovery took from
+    the same path by parse_gmm_path (a path it refuses is never read). Raises SourceError
+    on a refused or corrupt file: its `read` then takes it alone and names the damage."""
+    files: list[int] = []
+    ops: list[int] = []
+    positions: list[int] = []
+    values: list[int] = []
+    for i, path in enumerate(paths):
+        op = _OP.search(Path(path).name)
+        if op is None:
+            raise SourceError(f"{path}: the file name has no grouped_matmul.<op>.")
+        counts = load_counts(Path(path))
+        files += [i] * len(counts)
+        ops += [int(op[1])] * len(counts)
+        positions += range(len(counts))
+        values += counts
+    rows = pa.table({"_file": pa.array(files, pa.int32()), "op_index": pa.array(ops, pa.int32()),
+                     "group_list_position": pa.array(positions, pa.int64()),
+                     "group_list_value": pa.array(values, pa.int64())})
+    con.register("_gmm_rows", rows)
+    try:
+        con.execute(f"create or replace temp table _rows_{TABLE} as select * from _gmm_rows")
+    finally:
+        con.unregister("_gmm_rows")
+    return [ReadOutcome() for _ in paths]
