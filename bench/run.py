@@ -349,6 +349,13 @@ def bench_small_ingest(tmp: Path, scale: float) -> None:
     bench_small(tmp, record)
 
 
+def bench_expert_dumps(tmp: Path, scale: float) -> None:
+    """Many small MoE expert-count dumps against a bare load of them (bench/expert_dumps.py)."""
+    from expert_dumps import bench_expert_dumps as bench
+
+    bench(tmp, scale, record)
+
+
 GROWTH_GB: tuple[float, ...] = (1, 5)
 DATASET_GROWTH_RUNS = 8
 
@@ -365,7 +372,7 @@ def bench_warehouse_growth(tmp: Path, scale: float) -> None:
 BENCHES = {"small": bench_small_ingest, "one_rank": bench_one_rank, "rss": bench_rss_flat,
            "four_ranks": bench_four_ranks, "torch": bench_torch_trace, "report": bench_reports,
            "scale_out": bench_scale_out, "many_ranks": bench_many_ranks, "check_gzip": bench_check_gzip,
-           "growth": bench_warehouse_growth}
+           "growth": bench_warehouse_growth, "expert_dumps": bench_expert_dumps}
 
 
 def main() -> int:

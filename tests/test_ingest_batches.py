@@ -267,7 +267,8 @@ def _planned(sizes: list[int], kind: str = "ascend_trace") -> list:
 
 
 def test_the_batch_rule():
-    """At most BATCH_FILES files and BATCH_BYTES bytes a batch, of one kind; a big file alone."""
+    """At most BATCH_FILES files (or the reader's own figure) and BATCH_BYTES bytes a batch, of
+    one kind; a big file alone."""
     mb = 2**20
     found = in_place.batches(_planned([8 * mb] * 64))
     assert [len(b) for b in found] == [in_place.BATCH_BYTES // (8 * mb)] * 2
@@ -282,6 +283,9 @@ def test_the_batch_rule():
     mixed = _planned([mb] * 3) + _planned([mb] * 2, "ascend_memory_csv")
     assert sorted(len(b) for b in in_place.batches(mixed)) == [2, 3]
     assert all(len({p.source.kind for p in b}) == 1 for b in in_place.batches(mixed))
+    dumps = _planned([400] * 2000, "gmm_group_list")  # a reader of tiny files allows more a batch
+    assert in_place.files_per_batch("gmm_group_list") > in_place.BATCH_FILES == in_place.files_per_batch("ascend_trace")
+    assert [len(b) for b in in_place.batches(dumps)] == [512, 512, 512, 464]
 
 
 def test_read_in_place_refuses_what_it_cannot_read_whole(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -54,7 +55,8 @@ from rlwh.warehouse import derive
 
 # A batch holds at most BATCH_FILES files and BATCH_BYTES bytes of input: its temp tables
 # (the kept events, no stack texts) spill past the connection's memory limit, and a run of
-# 1,000 ranks is just more batches. A file of BATCH_BYTES / 2 or more is read alone.
+# 1,000 ranks is just more batches (a reader of tiny files may allow more: files_per_batch).
+# A file of BATCH_BYTES / 2 or more is read alone.
 BATCH_FILES = 32
 BATCH_BYTES = 256 * 2**20
 
@@ -62,6 +64,13 @@ BATCH_BYTES = 256 * 2**20
 def reads_in_place(kind: str) -> bool:
     """Whether the reader of `kind` reads its files in the warehouse's connection."""
     return jobs()[kind].in_place_function() is not None
+
+
+def files_per_batch(kind: str) -> int:
+    """At most this many files of `kind` in a batch: BATCH_FILES, or its reader's own
+    IN_PLACE_BATCH_FILES (a kind of tiny files, whose batches cost their ~10 statements)."""
+    reader = sys.modules[jobs()[kind].in_place_function().__module__]
+    return getattr(reader, "IN_PLACE_BATCH_FILES", BATCH_FILES)
 
 
 def batches(files: list[Planned]) -> list[list[Planned]]:
@@ -73,7 +82,8 @@ def batches(files: list[Planned]) -> list[list[Planned]]:
             found.append([p])
             continue
         current = open_batches.setdefault(p.source.kind, [])
-        if current and (len(current) >= BATCH_FILES or sum(f.size for f in current) + p.size > BATCH_BYTES):
+        if current and (len(current) >= files_per_batch(p.source.kind)
+                        or sum(f.size for f in current) + p.size > BATCH_BYTES):
             found.append(current)
             current = open_batches[p.source.kind] = []
         current.append(p)
@@ -113,7 +123,8 @@ def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
     if lane.error is not None:
         raise lane.error
     if apart:  # the second connection's marks are its own (a temp table): mark its files' keys here
-        derive.mark_sources(con, [p.source_id for batch in apart for p in batch if p.source_id is not None])
+        derive.mark_sources(con, [p.source_id for batch in apart for p in batch if p.source_id is not None
+                                  and derive.feeds_derived(jobs()[p.source.kind].fills)])
     results.update(lane.results)
     return [r for batch in todo for r in results[id(batch)]]
 
@@ -248,8 +259,8 @@ def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], secon
     for table in job.fills:
         _staged_view(con, table, table in with_step)
     con.execute(job.sql)
-    source_ids = [p.source_id for p in files if p.source_id is not None]
-    derive.mark_sources(con, source_ids)
+    if derive.feeds_derived(job.fills):
+        derive.mark_sources(con, [p.source_id for p in files if p.source_id is not None])
     facts = [t for t in job.fills if t in FACT_TABLES]
     rows = _rows_per_file(con, facts)
     results: list[FileResult] = []

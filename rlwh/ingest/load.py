@@ -235,14 +235,11 @@ def load_batch(con, run: str, files: list[tuple[Planned, ParseResult]],
 
 
 def _mark_derived(con, files: list[tuple[Planned, ParseResult]]) -> None:
-    """Mark the keys of the landed files whose kind fills a table the derived rows are made
-    of (derive.SOURCE_TABLES), in one statement: a mark per file was a third of landing a
-    file that fills none (an expert-count dump: 150 of them in the demo, 0.26 s of 1.6 s)."""
-    feeding = [p.source_id for p, parsed in files
-               if parsed["status"] not in ("failed", "ignored") and parsed["tables"]
-               and set(jobs()[p.source.kind].fills) & set(derive.SOURCE_TABLES)]
-    if feeding:
-        derive.mark_sources(con, feeding)
+    """Mark the keys of the landed files whose kind feeds the derived tables, in one
+    statement: a mark per file was a third of landing a file of a kind that feeds none."""
+    derive.mark_sources(con, [p.source_id for p, parsed in files
+                              if parsed["status"] not in ("failed", "ignored") and parsed["tables"]
+                              and derive.feeds_derived(jobs()[p.source.kind].fills)])
 
 
 def _land(con, run: str, p: Planned, parsed: ParseResult,

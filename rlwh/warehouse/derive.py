@@ -68,6 +68,13 @@ def _ensure_state(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def feeds_derived(tables) -> bool:
+    """Whether rows of `tables` (what a job fills) are what derived rows are made of: only a
+    file of such a kind has keys to mark when it lands (a mark is a scan of every
+    SOURCE_TABLES table: 2-3 ms a file or batch that gives none of their rows)."""
+    return bool(set(tables) & set(SOURCE_TABLES))
+
+
 def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
     """Remember the keys that rows of `source_id` belong to, so refresh() redoes them."""
     mark_sources(con, [source_id])
@@ -75,7 +82,9 @@ def mark_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
 
 def mark_sources(con: duckdb.DuckDBPyConnection, source_ids: list[int]) -> None:
     """mark_source for several sources at once: one scan of each table, not one per source,
-    in one statement (each statement costs ~1 ms to plan, and every landed file marks)."""
+    in one statement (each statement costs ~1 ms to plan)."""
+    if not source_ids:
+        return
     _ensure_state(con)
     scans = " union all ".join(f"select run, role, rank_id, capture from {table} where list_contains($ids, source_id)"
                                for table in SOURCE_TABLES)
