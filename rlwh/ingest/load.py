@@ -238,8 +238,8 @@ def _mark_derived(con, files: list[tuple[Planned, ParseResult]]) -> None:
     """Mark the keys of the landed files whose kind feeds the derived tables, in one
     statement: a mark per file was a third of landing a file of a kind that feeds none."""
     derive.mark_sources(con, [p.source_id for p, parsed in files
-                              if parsed["status"] not in ("failed", "ignored") and parsed["tables"]
-                              and derive.feeds_derived(jobs()[p.source.kind].fills)])
+                              if p.source_id is not None and parsed["status"] not in ("failed", "ignored")
+                              and parsed["tables"] and derive.feeds_derived(jobs()[p.source.kind].fills)])
 
 
 def _land(con, run: str, p: Planned, parsed: ParseResult,
