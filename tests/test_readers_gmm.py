@@ -198,9 +198,9 @@ def test_a_path_without_rank_fails_before_reading(tmp_path):
 
 
 def test_an_ingest_reads_dumps_in_batches_and_a_bad_one_costs_only_itself(tmp_path, monkeypatch):
-    """The writer reads the dumps itself, 32 to a batch (rlwh.ingest.in_place): a truncated and
-    a hostile dump fail alone, each named with why, and the others land the rows the per-file
-    reader gives them."""
+    """The writer reads the dumps itself, a batch at a time (rlwh.ingest.in_place): a truncated
+    and a hostile dump fail alone, each named with why, and the others land the rows the
+    per-file reader gives them."""
     monkeypatch.chdir(tmp_path)  # the hostile pickle would `touch rlwh-hostile-ran` here
     assert in_place.reads_in_place("gmm_group_list")
     good = copy_tree(FIXTURES / "gmm_dump", tmp_path / "good")

@@ -3,8 +3,8 @@ CSVs) go from disk straight into the warehouse, and so do the MoE expert-count d
 pickles rlwh.readers.gmm decodes), with no worker process and no staging file.
 
 A batch of changed files of one kind is one transaction, of the warehouse's own connection
-or, for the kinds that add no rows every run shares (the CSVs, the dumps), of a second connection
-beside it (read_and_land's two lanes): the reader's `read_in_place(con, paths, context,
+or, for the kinds that add no rows every run shares (the CSVs, the dumps), of a second
+connection beside it (read_and_land's two lanes): the reader's `read_in_place(con, paths, context,
 scratch)` reads all of them in one statement per table on DuckDB's threads into temp
 tables `_rows_<table>` (each row with `_file`, its file's index in the batch), and `land`
 runs the job's landing SQL once over the batch, every row under its own file's keys, with
@@ -21,9 +21,9 @@ complete event) and landed by rlwh.ingest.load, as the worker-parsed formats are
 from __future__ import annotations
 
 import contextlib
+import importlib
 import queue
 import shutil
-import sys
 import threading
 import time
 from pathlib import Path
@@ -69,7 +69,7 @@ def reads_in_place(kind: str) -> bool:
 def files_per_batch(kind: str) -> int:
     """At most this many files of `kind` in a batch: BATCH_FILES, or its reader's own
     IN_PLACE_BATCH_FILES (a kind of tiny files, whose batches cost their ~10 statements)."""
-    reader = sys.modules[jobs()[kind].in_place_function().__module__]
+    reader = importlib.import_module(jobs()[kind].reader.partition(":")[0])
     return getattr(reader, "IN_PLACE_BATCH_FILES", BATCH_FILES)
 
 

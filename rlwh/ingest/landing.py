@@ -3,11 +3,11 @@ share (rlwh.ingest.to_warehouse: a new warehouse's file, or the scratch database
 appends from; rlwh.ingest.to_dataset: a dataset's scratch database).
 
 The formats DuckDB reads, and the expert-count dumps, are read in place, batch by batch, by
-the connection itself (rlwh.ingest.in_place); the others are parsed in the executors and landed LAND_FILES files
-per transaction, each whole with its sources row (rlwh.ingest.load.load_batch). With Ray or
-[ingest] derive_in_workers a worker builds each capture whole, its derived tables
-included (rlwh.ingest.build), and the loader only appends it; otherwise the loader derives
-the keys the files touched at the end (rlwh.warehouse.derive).
+the connection itself (rlwh.ingest.in_place); the others are parsed in the executors and
+landed LAND_FILES files per transaction, each whole with its sources row
+(rlwh.ingest.load.load_batch). With Ray or [ingest] derive_in_workers a worker builds each
+capture whole, its derived tables included (rlwh.ingest.build), and the loader only appends
+it; otherwise the loader derives the keys the files touched at the end (rlwh.warehouse.derive).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Iterable
 
 import duckdb
 
@@ -68,7 +68,7 @@ def _ensure_state(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def feeds_derived(tables) -> bool:
+def feeds_derived(tables: Iterable[str]) -> bool:
     """Whether rows of `tables` (what a job fills) are what derived rows are made of: only a
     file of such a kind has keys to mark when it lands (a mark is a scan of every
     SOURCE_TABLES table: 2-3 ms a file or batch that gives none of their rows)."""
