@@ -46,14 +46,15 @@ _LOOKUP = threading.Lock()  # has_relation's
 
 def has_relation(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
     """Whether the connection's database holds the table or view `qualified` (schema.table,
-    temp.name; main.table when no schema is named, where DuckDB finds a temp one of that
-    name too). Looked up, not listed: the first duckdb_tables() or duckdb_views() of a
-    DuckDB builds every system view (7-11 ms, paid by each connection), and the lookup of a
-    missing name costs as much only while its error lists "did you mean" names from every
-    schema (switched off here) or searches the search path (a name without its schema:
-    5 ms). con.table() raises without aborting an open transaction (migrate asks inside one).
-    The setting is the database's: one lookup at a time in the process (an ingest's second
-    lane looks up on a cursor of the same warehouse), so each sets back what it found."""
+    temp.name, or catalog.schema.table for an attached database; main.table when no schema
+    is named, where DuckDB finds a temp one of that name too). Looked up, not listed: the
+    first duckdb_tables() or duckdb_views() of a DuckDB builds every system view (7-11 ms,
+    paid by each connection), and the lookup of a missing name costs as much only while its
+    error lists "did you mean" names from every schema (switched off here) or searches the
+    search path (a name without its schema: 5 ms). con.table() raises without aborting an
+    open transaction (migrate asks inside one). The setting is the database's: one lookup at
+    a time in the process (an ingest's second lane looks up on a cursor of the same
+    warehouse), so each sets back what it found."""
     with _LOOKUP:
         saved = one_value(con.execute("select current_setting('catalog_error_max_schemas')"))
         con.execute("set catalog_error_max_schemas = 0")

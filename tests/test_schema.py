@@ -391,7 +391,8 @@ def test_a_table_is_looked_up_in_the_current_database_without_harm_to_its_transa
     """is_thin, the migrations' checks and the readers' temp tables look a table or view up by
     name (rlwh.sqltext.has_relation): a name that is not there answers False without aborting
     the transaction migrate asks in, leaves DuckDB's "did you mean" setting as it was, a name
-    without its schema means main's, and a table of another attached database is not this one's."""
+    without its schema means main's, and a table of another attached database is not this one's
+    (unless its catalog is named, as landing asks the warehouse it attached)."""
     from rlwh.sqltext import has_relation
 
     con = duckdb.connect()
@@ -407,6 +408,7 @@ def test_a_table_is_looked_up_in_the_current_database_without_harm_to_its_transa
         assert has_relation(con, "m") and has_relation(con, "main.m")
         assert not has_relation(con, "t")  # internal's, not main's
         assert not has_relation(con, "internal.o")  # the other database's
+        assert has_relation(con, "other.internal.o") and not has_relation(con, "other.internal.t")  # named
         assert has_relation(con, "temp.tt") and has_relation(con, "temp.tv")
         assert not has_relation(con, "temp.m")  # main's table is no temp one
         con.execute("insert into internal.t values (1)")  # the transaction still takes writes
