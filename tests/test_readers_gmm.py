@@ -199,10 +199,14 @@ def test_a_path_without_rank_fails_before_reading(tmp_path):
 
 def test_an_ingest_reads_dumps_in_batches_and_a_bad_one_costs_only_itself(tmp_path, monkeypatch):
     """The writer reads the dumps itself, a batch at a time (rlwh.ingest.in_place): a truncated
-    and a hostile dump fail alone, each named with why, and the others land the rows the
-    per-file reader gives them."""
+    and a hostile dump fail alone, each named with why, in the one read of their batch, and
+    the others land the rows the per-file reader gives them."""
     monkeypatch.chdir(tmp_path)  # the hostile pickle would `touch rlwh-hostile-ran` here
     assert in_place.reads_in_place("gmm_group_list")
+    reads: list[int] = []
+    real = gmm.read_in_place
+    monkeypatch.setattr(gmm, "read_in_place", lambda con, paths, *rest: (reads.append(len(paths)),
+                                                                         real(con, paths, *rest))[1])
     good = copy_tree(FIXTURES / "gmm_dump", tmp_path / "good")
     profile = copy_tree(good, tmp_path / "profile")
     bad = {"step_1/actor_update/rank0/" + DUMP.format(op=0): "truncated or corrupt zip archive",
@@ -213,8 +217,9 @@ def test_an_ingest_reads_dumps_in_batches_and_a_bad_one_costs_only_itself(tmp_pa
     for rel in bad:
         (good / rel).unlink()
     summary = ingest(profile, Config(db_path=tmp_path / "w.duckdb", workers=1), run="r")
+    assert reads == [2 * 2 * 2 * 12]  # one batch, read once
     failed = {r.rel_path: r.message for r in summary.results if r.status != "ok"}
-    assert set(failed) == set(bad)
+    assert set(failed) == set(bad) and {r.status for r in summary.results if r.status != "ok"} == {"failed"}
     assert all(rel in failed[rel] and why in failed[rel] for rel, why in bad.items()), failed
     assert not (tmp_path / "rlwh-hostile-ran").exists()
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
@@ -222,6 +227,10 @@ def test_an_ingest_reads_dumps_in_batches_and_a_bad_one_costs_only_itself(tmp_pa
     want = read_all(good, tmp_path / "sink")
     assert len(got) == want.num_rows == (2 * 2 * 2 * 12 - 2) * 16
     assert sorted(got) == sorted(tuple(row.values()) for row in want.to_pylist())
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        said = dict(con.execute("select path, message from sources where status = 'failed'").fetchall())
+    assert set(said) == set(bad) and all(why in said[rel] and str(tmp_path) not in said[rel]
+                                         for rel, why in bad.items()), said
 
 
 # --- views ----------------------------------------------------------------------------------

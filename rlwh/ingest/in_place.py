@@ -12,8 +12,9 @@ a `sources` row per file. A run is many modest files, so per-file work (a proces
 connection, a staging file, a statement, a commit) was the cost of the pipeline this
 replaces (DESIGN.md, BENCHMARKS.md 2026-12-03).
 
-Each file still lands whole or not at all: if anything in a batch fails, the batch rolls
-back and each file is read alone the same way; a file that fails alone too is read by its
+Each file still lands whole or not at all: a reader may fail one file of its batch itself
+(a damaged expert-count dump: it lands no row and says why), and if anything else in a batch
+fails, the batch rolls back and each file is read alone the same way; a file that fails alone too is read by its
 reader's per-file `read` (which names the damage and salvages a cut trace to its last
 complete event) and landed by rlwh.ingest.load, as the worker-parsed formats are.
 """
@@ -266,11 +267,13 @@ def land(con, run: str, files: list[Planned], outcomes: list[ReadOutcome], secon
     results: list[FileResult] = []
     sources: list[SourceEntry] = []
     for i, (p, outcome) in enumerate(zip(files, outcomes)):
-        status, message = outcome.status, with_notes(outcome.message, p.source.note)
-        if not rows.get(i) and outcome.message is None:
-            message = with_notes(nothing_loaded_note(p, facts, 0), message)
-        if changed := changed_since_planned(p):
-            status, message = "partial", with_notes(changed, message)
+        status, message = outcome.status, outcome.message
+        if status != "failed":  # a file a reader refused says why, as one landed alone would
+            message = with_notes(message, p.source.note)
+            if not rows.get(i) and outcome.message is None:
+                message = with_notes(nothing_loaded_note(p, facts, 0), message)
+            if changed := changed_since_planned(p):
+                status, message = "partial", with_notes(changed, message)
         sources.append(SourceEntry(p, status, rows.get(i, 0), message, seconds, {}))
         results.append(FileResult(p.source.kind, p.source.rel_path, status, rows.get(i, 0), message, seconds, p.size))
     upsert_sources(con, run, sources)

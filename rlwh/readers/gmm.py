@@ -155,17 +155,23 @@ def read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: di
     """Read a batch of dumps in the warehouse's own connection (rlwh.ingest.in_place) into
     `_rows_gmm_expert_load`, each row with `_file`, its file's index in `paths`. The rows
     carry the op index; role, rank and step are the file's keys, which discovery took from
-    the same path by parse_gmm_path (a path it refuses is never read). Raises SourceError
-    on a refused or corrupt file: its `read` then takes it alone and names the damage."""
+    the same path by parse_gmm_path (a path it refuses is never read). A refused or corrupt
+    dump fails alone, its outcome naming the file and why: the batch's others land, and
+    are not read again one by one."""
+    outcomes = [ReadOutcome() for _ in paths]
     files: list[int] = []
     ops: list[int] = []
     positions: list[int] = []
     values: list[int] = []
     for i, path in enumerate(paths):
         op = _OP.search(Path(path).name)
-        if op is None:
-            raise SourceError(f"{path}: the file name has no grouped_matmul.<op>.")
-        counts = load_counts(Path(path))
+        try:
+            if op is None:
+                raise SourceError(f"{path}: the file name has no grouped_matmul.<op>.")
+            counts = load_counts(Path(path))
+        except SourceError as exc:
+            outcomes[i] = ReadOutcome("failed", str(exc))
+            continue
         files += [i] * len(counts)
         ops += [int(op[1])] * len(counts)
         positions += range(len(counts))
@@ -178,4 +184,4 @@ def read_in_place(con: duckdb.DuckDBPyConnection, paths: list[Path], context: di
         con.execute(f"create or replace temp table _rows_{TABLE} as select * from _gmm_rows")
     finally:
         con.unregister("_gmm_rows")
-    return [ReadOutcome() for _ in paths]
+    return outcomes
