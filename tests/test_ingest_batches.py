@@ -288,6 +288,15 @@ def test_the_batch_rule():
     assert [len(b) for b in in_place.batches(dumps)] == [512, 512, 512, 464]
 
 
+def test_the_lanes():
+    """The second lane takes the batches DuckDB reads that add no shared rows (the CSVs); a
+    trace's (call stacks) and the expert-count dumps' (decoded in Python) stay on the first."""
+    trace, csv, dumps = (_planned([1], kind) for kind in ("ascend_trace", "ascend_memory_csv", "gmm_group_list"))
+    assert in_place.lanes([trace, csv, dumps]) == ([trace, dumps], [csv])
+    assert in_place.lanes([dumps, csv]) == ([dumps], [csv])
+    assert in_place.lanes([csv]) == ([csv], [])  # one lane when the other would be empty
+
+
 def test_read_in_place_refuses_what_it_cannot_read_whole(tmp_path):
     """read_in_place raises (so the caller reads one by one) on a file without its closing
     ']' or named twice; else each file's rows carry its index in the batch."""

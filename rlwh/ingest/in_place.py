@@ -3,7 +3,7 @@ CSVs) go from disk straight into the warehouse, and so do the MoE expert-count d
 pickles rlwh.readers.gmm decodes), with no worker process and no staging file.
 
 A batch of changed files of one kind is one transaction, of the warehouse's own connection
-or, for the kinds that add no rows every run shares (the CSVs, the dumps), of a second
+or, for the kinds that add no rows every run shares and DuckDB reads (the CSVs), of a second
 connection beside it (read_and_land's two lanes): the reader's `read_in_place(con, paths, context,
 scratch)` reads all of them in one statement per table on DuckDB's threads into temp
 tables `_rows_<table>` (each row with `_file`, its file's index in the batch), and `land`
@@ -67,11 +67,15 @@ def reads_in_place(kind: str) -> bool:
     return jobs()[kind].in_place_function() is not None
 
 
+def _reader_says(kind: str, name: str, default):
+    """What the reader module of `kind` sets `name` to, else `default`."""
+    return getattr(importlib.import_module(jobs()[kind].reader.partition(":")[0]), name, default)
+
+
 def files_per_batch(kind: str) -> int:
     """At most this many files of `kind` in a batch: BATCH_FILES, or its reader's own
     IN_PLACE_BATCH_FILES (a kind of tiny files, whose batches cost their ~10 statements)."""
-    reader = importlib.import_module(jobs()[kind].reader.partition(":")[0])
-    return getattr(reader, "IN_PLACE_BATCH_FILES", BATCH_FILES)
+    return _reader_says(kind, "IN_PLACE_BATCH_FILES", BATCH_FILES)
 
 
 def batches(files: list[Planned]) -> list[list[Planned]]:
@@ -132,9 +136,14 @@ def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
 
 def lanes(todo: list[list[Planned]]) -> tuple[list[list[Planned]], list[list[Planned]]]:
     """(the batches for the warehouse's connection, those for the second lane): the batches
-    that add rows every run shares stay on the first; all on it when either list is empty."""
-    shared = [b for b in todo if set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
-    apart = [b for b in todo if not set(jobs()[b[0].source.kind].fills) & set(SHARED_TABLES)]
+    that add rows every run shares stay on the first, and so do those a reader decodes in
+    Python (IN_PLACE_IN_PYTHON: beside the first lane's Python work they gain nothing, the
+    GIL being one); all on the first when either list is empty."""
+    def first(kind: str) -> bool:
+        return bool(set(jobs()[kind].fills) & set(SHARED_TABLES)) or _reader_says(kind, "IN_PLACE_IN_PYTHON", False)
+
+    shared = [b for b in todo if first(b[0].source.kind)]
+    apart = [b for b in todo if not first(b[0].source.kind)]
     return (shared, apart) if shared and apart else (todo, [])
 
 
