@@ -159,7 +159,7 @@ def scratch(config: Config, spill: Path, published: Path | None = None) -> duckd
             first = str(exc).strip().splitlines()[0]
             raise RlwhError(f"cannot open {published} as a warehouse ({first}); move it aside or pick another "
                             "--db") from exc
-        if has_relation(con, f"{PUBLISHED}.internal.stack_texts"):  # duckdb_tables() would cost 8 ms
+        if has_relation(con, f"{PUBLISHED}.internal.stack_texts"):
             known.append(ascend_trace.known_stack_texts_sql(PUBLISHED))
     con.execute(f"create temp view {ascend_trace.KNOWN_STACK_TEXTS} as {' union all '.join(known)}")
     return con
