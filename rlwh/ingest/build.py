@@ -24,7 +24,7 @@ from rlwh.ingest.parse import failed_result, parse_source
 from rlwh.ingest.plan import FileResult, Planned, file_context
 from rlwh.safe_files import process_spill_folder
 from rlwh.sqltext import one_value, sql_literal
-from rlwh.warehouse import derive, schema, template
+from rlwh.warehouse import derive, template
 from rlwh.warehouse.session import store_settings
 
 DERIVED_TABLES = ("internal.memory_record_ops", "internal.memory_timeline_rows", "internal.torch_memory_blocks")
@@ -51,8 +51,7 @@ def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     global _scratch
     if _scratch is None:
         _scratch = duckdb.connect(config={"temp_directory": str(process_spill_folder() / "build")})
-        if not template.copy_into_memory(_scratch):
-            schema.migrate(_scratch)
+        template.schema_into_memory(_scratch)
     con = _scratch
     # One thread: captures are built in parallel, one per worker.
     con.execute(f"set threads = 1; set memory_limit = {sql_literal(config.worker_memory_limit)}")

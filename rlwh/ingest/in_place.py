@@ -1,28 +1,29 @@
 """The writer reads the files itself: the formats DuckDB reads (Ascend trace_view.json and
 CSVs) go from disk straight into the warehouse, and so do the MoE expert-count dumps (small
-pickles rlwh.readers.gmm decodes), with no worker process and no staging file.
+pickles rlwh.readers.gmm decodes, staged a batch to one file), with no worker process and
+no staging file per file.
 
 A batch of changed files of one kind is one transaction, of the warehouse's own connection
 or, for the kinds that add no rows every run shares and DuckDB reads (the CSVs), of a second
-connection beside it (read_and_land's two lanes): the reader's `read_in_place(con, paths, context,
-scratch)` reads all of them in one statement per table on DuckDB's threads into temp
-tables `_rows_<table>` (each row with `_file`, its file's index in the batch), and `land`
-runs the job's landing SQL once over the batch, every row under its own file's keys, with
-a `sources` row per file. A run is many modest files, so per-file work (a process, a
+connection beside it (read_and_land's two lanes): the reader's `read_in_place(con, paths,
+context, scratch)` reads all of them in one statement per table on DuckDB's threads into
+temp tables `_rows_<table>` (each row with `_file`, its file's index in the batch), and
+`land` runs the job's landing SQL once over the batch, every row under its own file's keys,
+with a `sources` row per file. A run is many modest files, so per-file work (a process, a
 connection, a staging file, a statement, a commit) was the cost of the pipeline this
 replaces (DESIGN.md, BENCHMARKS.md 2026-12-03).
 
-Each file still lands whole or not at all: a reader may fail one file of its batch itself
-(a damaged expert-count dump: it lands no row and says why), and if anything else in a batch
-fails, the batch rolls back and each file is read alone the same way; a file that fails alone too is read by its
-reader's per-file `read` (which names the damage and salvages a cut trace to its last
-complete event) and landed by rlwh.ingest.load, as the worker-parsed formats are.
+Each file still lands whole or not at all: a reader may fail one file of its batch itself (a
+damaged expert-count dump: it lands no row and says why), and if anything else in a batch
+fails, the batch rolls back and each file is read alone the same way; a file that fails
+alone too is read by its reader's per-file `read` (which names the damage and salvages a cut
+trace to its last complete event) and landed by rlwh.ingest.load, as the worker-parsed
+formats are.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import queue
 import shutil
 import threading
@@ -67,15 +68,10 @@ def reads_in_place(kind: str) -> bool:
     return jobs()[kind].in_place_function() is not None
 
 
-def _reader_says(kind: str, name: str, default):
-    """What the reader module of `kind` sets `name` to, else `default`."""
-    return getattr(importlib.import_module(jobs()[kind].reader.partition(":")[0]), name, default)
-
-
 def files_per_batch(kind: str) -> int:
     """At most this many files of `kind` in a batch: BATCH_FILES, or its reader's own
     IN_PLACE_BATCH_FILES (a kind of tiny files, whose batches cost their ~10 statements)."""
-    return _reader_says(kind, "IN_PLACE_BATCH_FILES", BATCH_FILES)
+    return jobs()[kind].reader_setting("IN_PLACE_BATCH_FILES", BATCH_FILES)
 
 
 def batches(files: list[Planned]) -> list[list[Planned]]:
@@ -140,7 +136,8 @@ def lanes(todo: list[list[Planned]]) -> tuple[list[list[Planned]], list[list[Pla
     Python (IN_PLACE_IN_PYTHON: beside the first lane's Python work they gain nothing, the
     GIL being one); all on the first when either list is empty."""
     def first(kind: str) -> bool:
-        return bool(set(jobs()[kind].fills) & set(SHARED_TABLES)) or _reader_says(kind, "IN_PLACE_IN_PYTHON", False)
+        job = jobs()[kind]
+        return bool(set(job.fills) & set(SHARED_TABLES)) or job.reader_setting("IN_PLACE_IN_PYTHON", False)
 
     shared = [b for b in todo if first(b[0].source.kind)]
     apart = [b for b in todo if not first(b[0].source.kind)]

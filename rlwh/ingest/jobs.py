@@ -50,9 +50,13 @@ class Job:
         """The reader's `read_in_place(con, paths, context, scratch)`, which reads a batch of files of
         the kind in the warehouse's own connection (rlwh.ingest.in_place); None for a reader
         whose files are parsed in workers."""
-        module_name, _, function = self.reader.partition(":")
-        name = f"{function}_in_place" if function else "read_in_place"
-        return getattr(importlib.import_module(module_name), name, None)
+        function = self.reader.partition(":")[2]
+        return self.reader_setting(f"{function}_in_place" if function else "read_in_place")
+
+    def reader_setting(self, name: str, default=None):
+        """What the reader's module sets `name` to, else `default` (an in-place reader's
+        batch size and lane: rlwh.ingest.in_place)."""
+        return getattr(importlib.import_module(self.reader.partition(":")[0]), name, default)
 
     def _function(self, module_name: str, function: str):
         try:

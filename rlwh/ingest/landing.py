@@ -35,7 +35,7 @@ from rlwh.safe_files import pause_for_test, remove_folder
 from rlwh.sqltext import has_relation, sql_literal
 from rlwh.warehouse import derive, template
 from rlwh.warehouse.append import SCRATCH
-from rlwh.warehouse.schema import migrate, tables_with_column
+from rlwh.warehouse.schema import tables_with_column
 from rlwh.warehouse.session import configure, stage_path, store_settings
 
 # Parsed files landed per transaction: one commit per file was most of a many-rank landing,
@@ -147,8 +147,7 @@ def scratch(config: Config, spill: Path, published: Path | None = None) -> duckd
     knows (rlwh.readers.ascend_trace.KNOWN_STACK_TEXTS); the caller detaches it to write it."""
     con = duckdb.connect(config={"temp_directory": str(spill)})
     configure(con, config, config.ingest_memory_limit)
-    if not template.copy_into_memory(con):
-        migrate(con)
+    template.schema_into_memory(con)
     store_settings(con, config)
     known = [ascend_trace.known_stack_texts_sql()]
     if published is not None:

@@ -137,13 +137,11 @@ _HIVE_TYPES = {"run": "VARCHAR", "role": "VARCHAR", "rank_id": "INTEGER"}
 def _schema() -> dict[str, dict]:
     """Every base table of a freshly migrated warehouse, public (main) and private (its
     qualified name, internal.x): columns, types, keys, comments, DDL."""
-    from rlwh.warehouse.schema import migrate
-    from rlwh.warehouse.template import copy_into_memory
+    from rlwh.warehouse.template import schema_into_memory
 
     con = duckdb.connect()
     try:
-        if not copy_into_memory(con):  # 0.05 s where migrating takes 0.5 s
-            migrate(con)
+        schema_into_memory(con)
         private = {"private": PRIVATE_SCHEMA}
         # Three catalog reads in all (one per table each: 0.14 s of a small ingest's publish).
         columns: dict[tuple, list] = {}

@@ -94,6 +94,13 @@ def copy_schema(work: Path) -> bool:
         return False
 
 
+def schema_into_memory(con: duckdb.DuckDBPyConnection) -> None:
+    """Give the empty in-memory database of `con` the schema: the template's copy, else
+    migrated where there is no template to copy."""
+    if not copy_into_memory(con):
+        migrate(con)
+
+
 def copy_into_memory(con: duckdb.DuckDBPyConnection) -> bool:
     """Give the empty in-memory database of `con` (its catalog `memory`) the schema, copied
     from the template (0.05 s where migrate takes 0.5 s); False when there is no template
