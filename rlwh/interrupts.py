@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Any, Callable
 
 EXIT_STATUS = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 
@@ -74,10 +75,51 @@ def reraise_if_seen() -> None:
         raise KeyboardInterrupt
 
 
-def stop_statement(cursor, thread: threading.Thread) -> None:
-    """Stop `thread`'s DuckDB statement on `cursor` (a connection of its own) and wait for the
-    thread: interrupted until it ends, since an interrupt that lands between two of its
-    statements is lost."""
-    while thread.is_alive():
-        cursor.interrupt()
-        thread.join(0.05)
+class StatementThread(threading.Thread):
+    """A thread running DuckDB statements on a cursor beside the main thread's, which a
+    Ctrl-C in the main thread stops (`stop`) before the command exits.
+
+    Its end is an Event it sets, never Thread.join(timeout) or is_alive(): in CPython 3.11 a
+    KeyboardInterrupt landing in a join with a timeout marks a running thread as ended
+    (threading's bpo-45274 handling releases the lock the running thread holds), so the
+    command went on to close the cursor under the statement (a segfault) or to exit under it
+    (DuckDB then aborts the process: exit -6, not 130).
+    """
+
+    def __init__(self, cursor, work: Callable[[Any], None], name: str):
+        super().__init__(name=name, daemon=True)
+        self.cursor = cursor
+        self._work = work
+        self.ended = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._work(self.cursor)
+        finally:
+            self.ended.set()
+
+    def finish(self) -> None:
+        """Wait for it to end; a Ctrl-C meanwhile stops it, then is raised."""
+        try:
+            self.ended.wait()
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Interrupt its statement until the thread ends (an interrupt that lands between two
+        of its statements is lost). A second Ctrl-C meanwhile changes nothing: the command
+        stops once the statement has (leaving it running would abort the exit)."""
+        if self.ident is None:  # never started
+            return
+        while not self.ended.is_set():
+            try:
+                self.cursor.interrupt()
+                self.ended.wait(0.05)
+            except KeyboardInterrupt:
+                continue
+
+    def close(self) -> None:
+        """Close its cursor once it has ended (never under a statement)."""
+        if self.ident is None or self.ended.is_set():
+            self.cursor.close()

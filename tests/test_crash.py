@@ -549,6 +549,36 @@ def test_ctrl_c_at_a_stage_prints_one_line_and_leaves_nothing(db, tmp_path, smal
 
 
 @pytest.fixture(scope="module")
+def large_csvs(area) -> Path:
+    """Two ranks' ~30 MB operator_memory.csv (one batch on the ingest's second lane, a second
+    or more), beside the four small MSTX rank dirs (their traces land on the first)."""
+    root = area / "large_csvs"
+    synth.write_ascend_profile(root / "critic", roles=("critic",), ranks=2, n_allocs=150_000)
+    copy_fixture("rl-insight-samples/mstx_data", root)
+    return root
+
+
+def test_ctrl_c_while_the_second_lane_reads_stops_it_and_exits_130(db, tmp_path, large_csvs):
+    """Ctrl-C while the ingest waits for its second lane's CSV batch (stopped by the hook
+    where it starts waiting, continued, then SIGINT): the lane's statement is stopped before
+    the command exits. In CPython 3.11 a Ctrl-C in Thread.join(timeout) marks a running
+    thread as ended, and the ingest then exited under the lane's statement: DuckDB aborted it
+    (exit -6) or its cursor was closed under it (-11), after printing "Aborted!"."""
+    before = _sha(db)
+    proc = _start(db, large_csvs, tmp_path, workers=1, pause_at="waiting_for_the_second_lane")
+    wait_stopped(proc, "waiting_for_the_second_lane")
+    try:
+        os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(0.3)  # into the wait, the lane still in its batch
+        os.killpg(proc.pid, signal.SIGINT)
+        _one_line_130(proc)
+    finally:
+        _kill_all(_child_pids(proc.pid), proc)
+    assert _sha(db) == before
+    assert _leftovers(db, tmp_path) == []
+
+
+@pytest.fixture(scope="module")
 def big_ingest_s(area, base_db, big) -> float:
     """Seconds an uninterrupted in-process ingest of `big` takes on this machine now, so the
     interruptions below land at fractions of it however fast the parse has become."""

@@ -1,7 +1,8 @@
 """Ctrl-C ends `python -m rlwh` with status 130 wherever the KeyboardInterrupt is raised,
 also inside code run from a string: namedtuple builds its class with `eval`, so a Ctrl-C
 while a module imports can land there (CI saw `-2` once in 300 interrupts), and CPython
-then ends a `-m` process by SIGINT even though the CLI caught and reported it."""
+then ends a `-m` process by SIGINT even though the CLI caught and reported it; and while a
+DuckDB statement runs on a thread beside the main one, which must stop before the command exits."""
 
 from __future__ import annotations
 
@@ -55,3 +56,49 @@ def test_python_m_rlwh_is_the_cli(monkeypatch, capsys):
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("Usage: ") and "rlwh: every rank" in out and "ingest" in out
+
+
+# A command whose Ctrl-C lands while the main thread waits for a statement on a thread beside
+# it (an ingest's second lane, a dataset's second COPY): the statement runs for minutes
+# unless stopped.
+_BESIDE = '''
+import os, signal, threading
+import duckdb
+from rlwh import interrupts
+from rlwh.cli import cli
+
+def count_forever(cursor):
+    try:
+        cursor.execute("select count(*) from range(10000000000000) t(i) where i % 7 = 3")
+    except duckdb.InterruptException:
+        pass
+
+@cli.command()
+def interrupted_beside():
+    con = duckdb.connect()
+    beside = interrupts.StatementThread(con.cursor(), count_forever, name="beside")
+    try:
+        beside.start()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        beside.finish()
+    finally:
+        beside.close()
+        con.close()
+
+interrupts.defer()
+cli()
+'''
+
+
+def test_ctrl_c_while_a_statement_runs_beside_stops_it_and_exits_130(tmp_path):
+    """In CPython 3.11 a Ctrl-C landing in Thread.join(timeout) marks the joined thread as
+    ended while it runs; the command then exited under its DuckDB statement, and DuckDB
+    aborted the process (exit -6, "FATAL: exception not rethrown") or a cursor closed under
+    it crashed (-11). StatementThread stops the statement first: one line, exit 130."""
+    (tmp_path / "beside_cli.py").write_text(_BESIDE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    done = subprocess.run([sys.executable, "-m", "beside_cli", "interrupted-beside"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("Aborted!") and "Traceback" not in done.stderr, done.stderr

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import queue
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -112,8 +111,9 @@ def read_and_land(con, run: str, files: list[Planned], config, parts: Path,
             lane.report(landed)
             if lane.error is not None:
                 break  # raised below, once the lane has ended
-        while lane.is_alive():
-            lane.join(0.2)  # a timeout, so Ctrl-C reaches this thread
+        if apart:
+            pause_for_test("waiting_for_the_second_lane")
+        while not lane.ended.wait(0.2):  # a timeout, for progress
             lane.report(landed)
     except BaseException:
         lane.stop()
@@ -144,28 +144,27 @@ def lanes(todo: list[list[Planned]]) -> tuple[list[list[Planned]], list[list[Pla
     return (shared, apart) if shared and apart else (todo, [])
 
 
-class _SecondLane(threading.Thread):
+class _SecondLane(interrupts.StatementThread):
     """Batches read and landed on a cursor of the warehouse connection (its own
     transactions, temp tables and marks), beside the caller's; `report` hands the caller
     the batches landed so far, for its progress."""
 
     def __init__(self, con, run: str, todo: list[list[Planned]], config, parts: Path):
-        super().__init__(name="rlwh-second-lane", daemon=True)
-        self.cursor = con.cursor() if todo else None
+        super().__init__(con.cursor(), self._land_all, name="rlwh-second-lane")
         self.todo, self.run_name, self.config, self.parts = todo, run, config, parts
         self.results: dict[int, list[FileResult]] = {}
         self.error: BaseException | None = None
         self.finished: queue.SimpleQueue[list[Planned]] = queue.SimpleQueue()
         self.stopping = False
 
-    def run(self) -> None:
+    def _land_all(self, cursor) -> None:
         try:
             for batch in self.todo:
                 if self.stopping:
                     return
-                self.results[id(batch)] = _batch(self.cursor, self.run_name, batch, self.config, self.parts)
+                self.results[id(batch)] = _batch(cursor, self.run_name, batch, self.config, self.parts)
                 self.finished.put(batch)
-        except BaseException as exc:  # raised in the caller's thread, after the join
+        except BaseException as exc:  # raised in the caller's thread, once it has ended
             self.error = exc
 
     def report(self, landed: Callable[[list[Planned]], None]) -> None:
@@ -173,15 +172,9 @@ class _SecondLane(threading.Thread):
             landed(self.finished.get())
 
     def stop(self) -> None:
-        """Interrupt its statement (its batch rolls back), start no other, wait for it."""
+        """Start no other batch, and interrupt its statement (its batch rolls back)."""
         self.stopping = True
-        if self.cursor is not None:
-            interrupts.stop_statement(self.cursor, self)
-        self.join()
-
-    def close(self) -> None:
-        if self.cursor is not None and not self.is_alive():  # a second Ctrl-C may leave it running: never
-            self.cursor.close()                                # close a connection under its statement
+        super().stop()
 
 
 def _batch(con, run: str, files: list[Planned], config, parts: Path) -> list[FileResult]:

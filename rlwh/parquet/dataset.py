@@ -651,10 +651,9 @@ def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) ->
                 failures.append((table, exc))
                 return
 
-    cursor = con.cursor()
-    helper = threading.Thread(target=run, args=(cursor, sides[1]), name="rlwh-stage", daemon=True)
+    helper = interrupts.StatementThread(con.cursor(), lambda cursor: run(cursor, sides[1]), name="rlwh-stage")
     try:
-        cursor.execute(*groups_table)
+        helper.cursor.execute(*groups_table)
         helper.start()
         pause_for_test("dataset-stage")
         run(con, sides[0])
@@ -665,9 +664,9 @@ def _run_two_at_a_time(con, copies: list[tuple[str, int, str]], groups_table) ->
         raise
     finally:
         if stop.is_set():  # its COPY interrupted, no other started
-            interrupts.stop_statement(cursor, helper)
-        helper.join()
-        cursor.close()
+            helper.stop()
+        helper.finish()
+        helper.close()
     if failures:
         interrupts.reraise_if_seen()  # DuckDB's "query interrupted" is Ctrl-C, no fact about a table
         table, exc = failures[0]
