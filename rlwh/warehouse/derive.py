@@ -151,8 +151,8 @@ def refresh(con: duckdb.DuckDBPyConnection, on_key: Callable[[int, int], None] |
 def key_groups(con: duckdb.DuckDBPyConnection, keys: list[tuple], group_rows: int = GROUP_ROWS) -> list[list[tuple]]:
     """`keys` in order, cut into groups of at most `group_rows` source rows (a larger key
     alone): what one refresh statement reads."""
-    if not keys:
-        return []
+    if len(keys) < 2:  # nothing to cut: no need to count (a scan of every source table)
+        return [keys] if keys else []
     counts = " union all ".join(
         f"select run, role, rank_id, capture, count(*) as n from {table} "
         f"semi join _rlwh_dirty using (run, role, rank_id, capture) group by all"
