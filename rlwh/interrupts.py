@@ -99,7 +99,10 @@ class StatementThread(threading.Thread):
             self.ended.set()
 
     def finish(self) -> None:
-        """Wait for it to end; a Ctrl-C meanwhile stops it, then is raised."""
+        """Wait for it to end (at once when it never started); a Ctrl-C meanwhile stops it,
+        then is raised."""
+        if self.ident is None:
+            return
         try:
             self.ended.wait()
         except KeyboardInterrupt:

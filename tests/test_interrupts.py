@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,8 +46,6 @@ def test_python_m_rlwh_is_the_cli(monkeypatch, capsys):
     in this process, `--help` prints the usage and exits 0; SIGINT's handler is put back."""
     import runpy
     import signal
-
-    import pytest
 
     monkeypatch.setattr(sys, "argv", ["rlwh", "--help"])
     handler = signal.getsignal(signal.SIGINT)
@@ -102,3 +103,25 @@ def test_ctrl_c_while_a_statement_runs_beside_stops_it_and_exits_130(tmp_path):
                           text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
     assert done.stderr.startswith("Aborted!") and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_statement_thread_that_never_started_is_finished_and_closed_at_once():
+    """A failure before the thread starts (a dataset's second cursor failing its first
+    statement) still runs the caller's finally: finish() and stop() must not wait for an
+    end that never comes, and close() closes the cursor."""
+    import duckdb
+
+    from rlwh import interrupts
+
+    con = duckdb.connect()
+    try:
+        never = interrupts.StatementThread(con.cursor(), lambda cursor: None, name="never")
+        waiting = threading.Thread(target=lambda: (never.stop(), never.finish()), daemon=True)
+        waiting.start()
+        waiting.join(10)
+        assert not waiting.is_alive(), "stop() or finish() waits for a thread that never started"
+        never.close()
+        with pytest.raises(duckdb.ConnectionException):
+            never.cursor.execute("select 1")
+    finally:
+        con.close()
