@@ -29,7 +29,8 @@ _made: dict[int, duckdb.DuckDBPyConnection] = {}  # by pid: a forked child makes
 def process_db() -> duckdb.DuckDBPyConnection:
     """The DuckDB, made on first use: one thread (a worker per core reads files side by side),
     MEMORY_LIMIT, spilling into the process's folder (DuckDB makes `readers` in it when it
-    first spills)."""
+    first spills), "did you mean" names from a missing name's own schema only (its SQL is
+    rlwh's own: sqltext.no_suggestions)."""
     pid = os.getpid()
     made = _made.get(pid)  # every small read asks: no lock once it is made
     if made is not None:
@@ -38,7 +39,8 @@ def process_db() -> duckdb.DuckDBPyConnection:
     with _lock:
         if pid not in _made:
             _made[pid] = duckdb.connect(config={"threads": 1, "temp_directory": str(spill),
-                                                "memory_limit": MEMORY_LIMIT})
+                                                "memory_limit": MEMORY_LIMIT,
+                                                "catalog_error_max_schemas": 0})  # sqltext.no_suggestions
         return _made[pid]
 
 

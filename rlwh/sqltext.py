@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from typing import Any
 
 import duckdb
@@ -41,30 +40,29 @@ def one_value(result: duckdb.DuckDBPyConnection) -> Any:
     return rows[0][0]
 
 
-_LOOKUP = threading.Lock()  # has_relation's
-
-
 def has_relation(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
     """Whether the connection's database holds the table or view `qualified` (schema.table,
     temp.name, or catalog.schema.table for an attached database; main.table when no schema
     is named, where DuckDB finds a temp one of that name too). Looked up, not listed: the
     first duckdb_tables() or duckdb_views() of a DuckDB builds every system view (7-11 ms,
-    paid by each connection), and the lookup of a missing name costs as much only while its
-    error lists "did you mean" names from every schema (switched off here) or searches the
-    search path (a name without its schema: 5 ms). con.table() raises without aborting an
-    open transaction (migrate asks inside one). The setting is the database's: one lookup at
-    a time in the process (an ingest's second lane looks up on a cursor of the same
-    warehouse), so each sets back what it found."""
-    with _LOOKUP:
-        saved = one_value(con.execute("select current_setting('catalog_error_max_schemas')"))
-        con.execute("set catalog_error_max_schemas = 0")
-        try:
-            con.table(qualified if "." in qualified else f"main.{qualified}")
-            return True
-        except duckdb.CatalogException:
-            return False
-        finally:
-            con.execute(f"set catalog_error_max_schemas = {int(saved)}")
+    paid by each connection). A missing name's error lists "did you mean" names, whose first
+    look through every schema of a database costs as much (~6 ms, then 0.2 ms): a connection
+    whose lookups may miss looks in the name's own schema only (no_suggestions). con.table()
+    raises without aborting an open transaction (migrate asks inside one)."""
+    try:
+        con.table(qualified if "." in qualified else f"main.{qualified}")
+        return True
+    except duckdb.CatalogException:
+        return False
+
+
+def no_suggestions(con: duckdb.DuckDBPyConnection) -> None:
+    """Look for "did you mean" names of a missing name's error in its own schema only, in
+    `con`'s database (a setting of the database, not the cursor): the first look through every
+    schema builds the system views (~6 ms). For connections that run rlwh's own SQL, whose
+    lookups (has_relation) may miss; one that runs a user's query (rlwh query) gets the
+    other schemas' names back (`reset catalog_error_max_schemas`)."""
+    con.execute("set catalog_error_max_schemas = 0")
 
 
 def constant_rows(sql: str, params: list | None = None) -> list[tuple]:

@@ -36,7 +36,7 @@ from rlwh.sqltext import has_relation, sql_literal
 from rlwh.warehouse import derive, template
 from rlwh.warehouse.append import SCRATCH
 from rlwh.warehouse.schema import tables_with_column
-from rlwh.warehouse.session import configure, stage_path, store_settings
+from rlwh.warehouse.session import configure_writer, stage_path, store_settings
 
 # Parsed files landed per transaction: one commit per file was most of a many-rank landing,
 # 8 per transaction halved it (DESIGN.md); a failure lands the files one by one.
@@ -146,7 +146,7 @@ def scratch(config: Config, spill: Path, published: Path | None = None) -> duckd
     read-only as PUBLISHED (readers keep reading it) for keep_rows and for the stack texts it
     knows (rlwh.readers.ascend_trace.KNOWN_STACK_TEXTS); the caller detaches it to write it."""
     con = duckdb.connect(config={"temp_directory": str(spill)})
-    configure(con, config, config.ingest_memory_limit)
+    configure_writer(con, config)
     template.schema_into_memory(con)
     store_settings(con, config)
     known = [ascend_trace.known_stack_texts_sql()]

@@ -25,7 +25,7 @@ import duckdb
 from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
-from rlwh.sqltext import rows_as_lists_sql, sql_literal
+from rlwh.sqltext import no_suggestions, rows_as_lists_sql, sql_literal
 from rlwh.warehouse import template
 from rlwh.warehouse.schema import (
     SETTINGS_COLUMNS,
@@ -45,6 +45,14 @@ def configure(con: duckdb.DuckDBPyConnection, config: Config, memory_limit: str 
     con.execute("set enable_progress_bar = false")  # it would print into our output
     con.execute(f"set threads = {int(config.threads)}")
     con.execute("set memory_limit = ?", [memory_limit or config.memory_limit])
+
+
+def configure_writer(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """configure() for a connection that writes (a working copy, the file in place, a
+    scratch database): the ingest's memory limit, and "did you mean" names from a missing
+    name's own schema only, for its lookups (no_suggestions)."""
+    configure(con, config, config.ingest_memory_limit)
+    no_suggestions(con)
 
 
 def missing_warehouse(path: Path) -> RlwhError:
@@ -90,6 +98,7 @@ def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBP
         raise missing_warehouse(path)
     con = _open_read_only(path, config.lock_timeout)
     configure(con, config)
+    no_suggestions(con)  # for the lookups below; a user's query on it gets every schema's names back
     if require_current and not is_current(con):
         con.close()
         raise RlwhError(f"{path} was written by an older rlwh: run `rlwh init` to upgrade it")
@@ -98,6 +107,7 @@ def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBP
         raise RlwhError(f"{path} is the thin file of the dataset {gone[0]}, and its generation {gone[1]} is gone "
                         "(the dataset was deleted or moved, or another thin file's ingests pruned it): "
                         f"run `rlwh ingest <profile-dir> --dataset {gone[0]} --db {path}` to build it again")
+    con.execute("reset catalog_error_max_schemas")
     return con
 
 
@@ -312,8 +322,8 @@ def working_copy(config: Config) -> Iterator[WriteSession]:
         raise RlwhError(f"cannot open {work} for writing: {first}") from exc
     session = WriteSession(config, con, work)
     try:
+        configure_writer(con, config)
         _refuse_thin_file(con, config)
-        configure(con, config, config.ingest_memory_limit)
         # The working copy is private until published, and publishing checkpoints it:
         # a checkpoint at every commit (DuckDB's 16 MB WAL default) cost each landed
         # capture ~0.7 s of its ~1.2 s, growing with the file.
@@ -373,8 +383,8 @@ def in_place(config: Config, con: duckdb.DuckDBPyConnection) -> Iterator[WriteSe
     Pending migrations are applied first, each in its own transaction, as on a copy."""
     session = InPlaceSession(config, con, config.db_path)
     try:
+        configure_writer(con, config)
         _refuse_thin_file(con, config)
-        configure(con, config, config.ingest_memory_limit)
         session.applied = migrate(con)
         session.derived_stale = adds_derived_tables(session.applied)
         if store_settings(con, config) or session.applied:
