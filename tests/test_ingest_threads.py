@@ -10,7 +10,7 @@ import pytest
 
 from rlwh import synth
 from rlwh.config import Config
-from rlwh.ingest import landing, runner
+from rlwh.ingest import runner
 from rlwh.warehouse import session
 
 
@@ -26,8 +26,7 @@ def threads_seen(monkeypatch) -> list[int]:
         if memory_limit is not None:
             seen.append(int(con.execute("select current_setting('threads')").fetchone()[0]))
 
-    monkeypatch.setattr(session, "configure", configure)
-    monkeypatch.setattr(landing, "configure", configure)
+    monkeypatch.setattr(session, "configure", configure)  # session.configure_writer's, landing's too
     return seen
 
 
