@@ -23,7 +23,7 @@ from rlwh.ingest.load import TablesWithStep, delete_rows_of, ignored_result, loa
 from rlwh.ingest.parse import failed_result, parse_source
 from rlwh.ingest.plan import FileResult, Planned, file_context
 from rlwh.safe_files import process_spill_folder
-from rlwh.sqltext import one_value, sql_literal
+from rlwh.sqltext import no_suggestions, one_value, sql_literal
 from rlwh.warehouse import derive, template
 from rlwh.warehouse.session import store_settings
 
@@ -51,6 +51,7 @@ def _scratch_db(config: Config) -> duckdb.DuckDBPyConnection:
     global _scratch
     if _scratch is None:
         _scratch = duckdb.connect(config={"temp_directory": str(process_spill_folder() / "build")})
+        no_suggestions(_scratch)  # its lookups' misses (sqltext.has_relation)
         template.schema_into_memory(_scratch)
     con = _scratch
     # One thread: captures are built in parallel, one per worker.
