@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 from conftest import insert_rows
-from device_real import KINETO_TRACES, base_ns, device_activity, kineto_warehouse, ns, trace_events, union
+from device_real import KINETO_TRACES, base_ns, device_activity, kineto_warehouse, union, user_annotations
 
 COLUMNS = ["rank_id", "step", "device", "stream", "name", "kind", "start_ns", "end_ns", "launch_ts_ns"]
 KEY = dict(run="r", role="worker", capture="c", source_id=1)
@@ -55,10 +55,9 @@ def _phases(relative: str) -> dict:
     device activity launched inside it (its start where unlinked)."""
     acts = [a for a in device_activity(relative) if a["e"] > a["s"]]
     out = {}
-    for e in trace_events(relative):
-        if e.get("ph") != "X" or e.get("cat") != "user_annotation" or str(e["name"]).startswith("ProfilerStep#"):
+    for name, start, end in user_annotations(relative):
+        if str(name).startswith("ProfilerStep#"):
             continue
-        start, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
         if end <= start:
             continue
         mine = [a for a in acts if start <= (a["s"] if a["launch"] is None else a["launch"]) < end]
@@ -68,7 +67,7 @@ def _phases(relative: str) -> dict:
         spans = {k: [(a["s"], a["e"]) for a in mine if a["kind"] == k] for k in ("compute", "communication")}
         compute = union(spans["compute"])
         window = max(a["e"] for a in mine) - min(a["s"] for a in mine)
-        out[(e["name"], base + start, base + end)] = (len(mine), window, compute, union(spans["communication"]),
+        out[(name, base + start, base + end)] = (len(mine), window, compute, union(spans["communication"]),
                                         union(spans["compute"] + spans["communication"]) - compute,
                                         window - union((a["s"], a["e"]) for a in mine))
     return out
