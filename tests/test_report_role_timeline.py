@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from device_real import HTA_PAIR, device_activity, ns, trace_events, union, warehouse
+from device_real import HTA_PAIR, device_activity, union, user_annotations, warehouse
 from test_report import shared_demo
 
 from rlwh import report
@@ -134,9 +134,8 @@ def test_the_phase_table_is_the_raw_trace(hta):
     expected: dict[tuple, list[int]] = {}
     for rank, relative in enumerate(HTA_PAIR):
         acts = [a for a in device_activity(relative) if a["e"] > a["s"]]
-        ranges = {(e["name"], ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in trace_events(relative)
-                  if e.get("ph") == "X" and e.get("cat") == "user_annotation"
-                  and not str(e["name"]).startswith("ProfilerStep#")}
+        ranges = {(name, start, end) for name, start, end in user_annotations(relative)
+                  if not str(name).startswith("ProfilerStep#")}
         for name, start, end in ranges:
             mine = [a for a in acts if start <= (a["s"] if a["launch"] is None else a["launch"]) < end]
             if end <= start or not mine:
