@@ -60,9 +60,14 @@ def no_suggestions(con: duckdb.DuckDBPyConnection) -> None:
     """Look for "did you mean" names of a missing name's error in its own schema only, in
     `con`'s database (a setting of the database, not the cursor): the first look through every
     schema builds the system views (~6 ms). For connections that run rlwh's own SQL, whose
-    lookups (has_relation) may miss; one that runs a user's query (rlwh query) gets the
-    other schemas' names back (`reset catalog_error_max_schemas`)."""
+    lookups (has_relation) may miss; one that then runs a user's query (rlwh query) gets
+    the other schemas' names back (suggestions_back)."""
     con.execute("set catalog_error_max_schemas = 0")
+
+
+def suggestions_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo no_suggestions: "did you mean" names from every schema again."""
+    con.execute("reset catalog_error_max_schemas")
 
 
 def constant_rows(sql: str, params: list | None = None) -> list[tuple]:

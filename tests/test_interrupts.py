@@ -31,14 +31,20 @@ cli()
 '''
 
 
-def test_ctrl_c_inside_a_string_eval_still_exits_130(tmp_path):
-    (tmp_path / "interrupted_cli.py").write_text(_COMMAND)
+def _interrupted(tmp_path: Path, module: str, source: str, command: str, timeout: float) -> None:
+    """Run `python -m <module> <command>` (`source`, a script of the real CLI group) and hold
+    it to what a Ctrl-C must give: exit 130 and the one line "Aborted!", no traceback."""
+    (tmp_path / f"{module}.py").write_text(source)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
     env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
-    done = subprocess.run([sys.executable, "-m", "interrupted_cli", "interrupted-in-eval"], capture_output=True,
-                          text=True, env=env, cwd=tmp_path, timeout=60)
+    done = subprocess.run([sys.executable, "-m", module, command], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=timeout)
     assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
     assert done.stderr.startswith("Aborted!") and "Traceback" not in done.stderr, done.stderr
+
+
+def test_ctrl_c_inside_a_string_eval_still_exits_130(tmp_path):
+    _interrupted(tmp_path, "interrupted_cli", _COMMAND, "interrupted-in-eval", timeout=60)
 
 
 def test_python_m_rlwh_is_the_cli(monkeypatch, capsys):
@@ -96,13 +102,7 @@ def test_ctrl_c_while_a_statement_runs_beside_stops_it_and_exits_130(tmp_path):
     ended while it runs; the command then exited under its DuckDB statement, and DuckDB
     aborted the process (exit -6, "FATAL: exception not rethrown") or a cursor closed under
     it crashed (-11). StatementThread stops the statement first: one line, exit 130."""
-    (tmp_path / "beside_cli.py").write_text(_BESIDE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWH_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
-    done = subprocess.run([sys.executable, "-m", "beside_cli", "interrupted-beside"], capture_output=True,
-                          text=True, env=env, cwd=tmp_path, timeout=120)
-    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
-    assert done.stderr.startswith("Aborted!") and "Traceback" not in done.stderr, done.stderr
+    _interrupted(tmp_path, "beside_cli", _BESIDE, "interrupted-beside", timeout=120)
 
 
 def test_a_statement_thread_that_never_started_is_finished_and_closed_at_once():

@@ -63,9 +63,8 @@ _OP = re.compile(r"(?:^|[._])grouped_matmul\.(\d+)\.")
 # A dump is a few hundred bytes: a batch of the usual 32 (rlwh.ingest.in_place) spent more on
 # its statements than on reading (3,840 dumps: 2.2 s in batches of 32, 1.2 s of 512).
 IN_PLACE_BATCH_FILES = 512
-# Decoded in Python: its batches stay on the writer's first lane (rlwh.ingest.in_place.lanes).
-# On the second, a Ctrl-C while they ran aborted the process at exit ("terminate called ...
-# exception not rethrown", 2 ingests in 15); on the first, none in 25.
+# Decoded in Python: its batches stay on the writer's first lane (rlwh.ingest.in_place.lanes),
+# where the first lane's own Python work does not wait on them for the GIL.
 IN_PLACE_IN_PYTHON = True
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1

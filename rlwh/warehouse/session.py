@@ -25,7 +25,7 @@ import duckdb
 from rlwh.config import Config
 from rlwh.errors import RlwhError, WarehouseBusy
 from rlwh.safe_files import fsync_path, pause_for_test
-from rlwh.sqltext import no_suggestions, rows_as_lists_sql, sql_literal
+from rlwh.sqltext import no_suggestions, rows_as_lists_sql, sql_literal, suggestions_back
 from rlwh.warehouse import template
 from rlwh.warehouse.schema import (
     SETTINGS_COLUMNS,
@@ -107,7 +107,7 @@ def connect_read(config: Config, require_current: bool = True) -> duckdb.DuckDBP
         raise RlwhError(f"{path} is the thin file of the dataset {gone[0]}, and its generation {gone[1]} is gone "
                         "(the dataset was deleted or moved, or another thin file's ingests pruned it): "
                         f"run `rlwh ingest <profile-dir> --dataset {gone[0]} --db {path}` to build it again")
-    con.execute("reset catalog_error_max_schemas")
+    suggestions_back(con)
     return con
 
 
