@@ -38,11 +38,10 @@ def process_db() -> duckdb.DuckDBPyConnection:
     spill = process_spill_folder() / "readers"
     with _lock:
         if pid not in _made:
-            from rlwh.sqltext import no_suggestions  # it imports this module
-
-            made = duckdb.connect(config={"threads": 1, "temp_directory": str(spill), "memory_limit": MEMORY_LIMIT})
-            no_suggestions(made)
-            _made[pid] = made
+            _made[pid] = duckdb.connect(config={"threads": 1, "temp_directory": str(spill),
+                                                "memory_limit": MEMORY_LIMIT,
+                                                # sqltext.no_suggestions's setting (sqltext imports this module)
+                                                "catalog_error_max_schemas": 0})
         return _made[pid]
 
 
