@@ -21,6 +21,10 @@ from device_real import ALEXNET, kernel_details, ns, step_trace_time, union
 from rlwh.config import Config
 from rlwh.ingest.runner import ingest
 
+# Six ingests of real traces over 1 MB (2.6 CPU-s): a `slow` case (pyproject.toml). The fast
+# loop keeps kinds on the same export in test_kernel_details.
+pytestmark = pytest.mark.slow
+
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
 OLD_TRACE = "real/ascend/msprof-analyze-timeline/trace_view.json"
 # How each variant rewrites the trace's Ascend Hardware rows, and whether kernel_details.csv stays.
