@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import CONTRACT_CHECK, copy_fixture
+from conftest import CONTRACT_CHECK, copy_fixture, migrated_memory
 
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
@@ -31,9 +32,9 @@ def test_migrations_hold_no_views():
 
 
 def test_migrate_twice_is_a_no_op():
-    con = duckdb.connect()
-    assert migrate(con) == [path.name for _, path in migration_files()]
-    assert migrate(con) == []
+    """A migrated warehouse (the template: test_a_new_warehouse_from_the_template_equals_
+    the_migrations_applied_one_by_one holds it equal to one) has nothing left to apply."""
+    assert migrate(migrated_memory()) == []
 
 
 def test_view_files_only_declare():
@@ -79,11 +80,9 @@ def test_views_read_only_base_tables_and_views():
             assert dep in view.depends, f"{view.path.name} uses {dep} without `-- depends: {dep}`"
 
 
-def test_contract_check_passes_on_a_migrated_warehouse(tmp_path):
+def test_contract_check_passes_on_a_migrated_warehouse(tmp_path, _migrated_template):
     db = tmp_path / "w.duckdb"
-    con = duckdb.connect(str(db))
-    migrate(con)
-    con.close()
+    shutil.copyfile(_migrated_template, db)
     checker = CONTRACT_CHECK
     result = subprocess.run([sys.executable, str(checker), str(db), "--groups", "memory,timelines,gmm"],
                             capture_output=True, text=True)
@@ -273,8 +272,7 @@ def test_migrate_makes_the_schema_in_one_transaction(monkeypatch):
 
 
 def test_views_are_installed_only_when_their_files_change(monkeypatch):
-    con = duckdb.connect()
-    migrate(con)
+    con = migrated_memory()
     digest = con.execute("select value from internal.settings where name = 'installed_views'").fetchall()
     assert digest == [(wh_schema.views_digest(),)]
     calls = []
@@ -424,8 +422,6 @@ def test_a_read_connection_suggests_names_again_and_a_writer_does_not(config, de
     its own lookups only: a user's query on it (rlwh query) gets other schemas' names too; a
     writer's connection, whose SQL is rlwh's own, keeps to the own schema
     (sqltext.no_suggestions: the first look through every schema costs ~6 ms)."""
-    import shutil
-
     from rlwh.warehouse.session import connect_read, working_copy
 
     config.db_path.parent.mkdir(parents=True)
@@ -443,8 +439,6 @@ def test_a_read_connection_suggests_names_again_and_a_writer_does_not(config, de
 def test_view_files_are_read_again_when_one_changes(tmp_path, monkeypatch):
     """view_files() parses the files once per process while they stay as they are (every
     migrate asks); a file changed since is read again."""
-    import shutil
-
     folder = tmp_path / "sql"
     shutil.copytree(asset_dir("sql"), folder)
     monkeypatch.setattr(wh_schema, "asset_dir", lambda name: folder if name == "sql" else asset_dir(name))
