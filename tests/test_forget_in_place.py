@@ -174,7 +174,7 @@ def test_forget_waits_for_a_process_that_holds_the_file_for_writing(db, before, 
 def test_forget_gives_up_on_a_writer_that_stays_and_changes_nothing(db, before):
     holder = _hold(db, "close")
     try:
-        proc = _forget_waiting(db, "a", 1)
+        proc = _forget_waiting(db, "a", 0.3)
         out, _ = proc.communicate(timeout=60)
     finally:
         _release(holder)

@@ -38,7 +38,7 @@ def test_failed_write_leaves_the_published_file_untouched(config):
 
 def test_second_writer_gives_up_with_a_clear_message(config):
     initialize(config)
-    quick = dataclasses.replace(config, lock_timeout=0.5)
+    quick = dataclasses.replace(config, lock_timeout=0.2)
     with write_session(config):
         with pytest.raises(WarehouseBusy, match="being written by pid"):
             with write_session(quick):
