@@ -29,6 +29,7 @@ def _run(setup: str) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.slow  # three new interpreters, each importing pyarrow and pandas: ~1.2 CPU-s
 def test_the_probe_skipped_and_pandas_still_there_when_asked_for():
     if importlib.util.find_spec("pandas") is None:
         pytest.fail("pandas is a test dependency: the test needs it installed")

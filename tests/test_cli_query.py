@@ -175,6 +175,7 @@ def test_ingest_runs_summary_and_forget_count_alike(tmp_path):
     assert f": {rows:,} rows read from its files" in forgot
 
 
+@pytest.mark.slow  # three rlwh processes: ~1.1 CPU-s
 def test_output_cut_short_by_its_reader_ends_quietly(db):
     """`rlwh summary RUN | head -1`: the reader closing the pipe said "Error: a file: Broken
     pipe" and exited 1. Here the pipe is closed before anything is written."""

@@ -7,6 +7,7 @@ import re
 import shutil
 
 import duckdb
+import pytest
 
 from rlwh.warehouse import derive
 
@@ -106,6 +107,7 @@ def test_a_group_runs_only_what_its_rows_need(demo_warehouse, tmp_path, monkeypa
         con.close()
 
 
+@pytest.mark.slow  # a scale check: 150,000 rows, ~1.4 CPU-s
 def test_live_bytes_of_many_ranks_and_devices_are_each_devices_own_running_sum():
     """The Ascend timeline takes one running sum over every device of a group and subtracts
     what the devices before sum to (ingest/derived/memory.sql). Expected live bytes are

@@ -21,6 +21,10 @@ from cli_runs import checked, ingested
 
 from rlwh.readers.kineto_events import MAX_DEPTH
 
+# Three rlwh processes (two ingests, a check) over traces nested 200,000 deep: ~2 CPU-s, slow
+# (pyproject.toml: end-to-end runs of several processes).
+pytestmark = pytest.mark.slow
+
 REAL = Path(__file__).resolve().parent / "data/real/kineto/hta/call_stack/backward_thread.json"
 # The third event (a cpu_op): its args get the nested value after this key.
 _ANCHOR = b'"Sequence number": 714649'
