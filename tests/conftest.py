@@ -281,13 +281,14 @@ def pytest_configure(config):
 # whole files to the workers (--dist loadfile) in the order they are collected
 # (--no-loadscope-reorder: by default pytest-xdist orders them by their number of tests,
 # which put test_ray, 11 tests and minutes, near the end, where it ran alone); so the long
-# files start first and the many short ones fill in at the end.
+# files start first and the many short ones fill in at the end. test_wheel (one test, 6 s:
+# it builds the wheel) joined in session 26: collected last, it ran alone for the last 5 s.
 LONGEST_FIRST = ("test_ray.py", "test_ingest_dataset.py", "test_kineto_typed.py", "test_crash.py",
                  "test_same_rows_as_previous_release.py", "test_real_stack_nesting.py", "test_kineto_nesting.py",
                  "test_readme.py", "test_build.py", "test_report_browser.py", "test_dataset.py",
                  "test_check_agrees_with_ingest.py", "test_nightly.py", "test_repeated_captures.py",
                  "test_ingest_batches.py", "test_bad_inputs.py", "test_cli_summary.py",
-                 "test_device_time.py", "test_device_idle.py", "test_cli_query.py")
+                 "test_device_time.py", "test_device_idle.py", "test_wheel.py", "test_cli_query.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
