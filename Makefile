@@ -2,7 +2,7 @@
 # (what CI runs), `make check` the fast ones (not marked slow), and `make coverage` the fast
 # ones under coverage, failing when an rlwh module goes unexercised. Both print a progress
 # line every 30 s (tests/progress.py; PYTEST_ADDOPTS=--progress-every=N to change it); times
-# on a quiet 2-core machine are in the README (Tests) and BENCHMARKS.md. To find slow tests:
+# on a quiet 2-core machine are in the README (Development) and BENCHMARKS.md. To find slow tests:
 # PYTEST_ADDOPTS="--durations=20" make test (--cpu-durations=20 for CPU seconds).
 # All set up .venv first. test and check run on every core (pytest-xdist, TEST_WORKERS=auto;
 # TEST_WORKERS=0 for one process), a test file per worker (--dist loadfile: a file's module
