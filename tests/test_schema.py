@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import CONTRACT_CHECK, copy_fixture, migrated_memory
+from conftest import CONTRACT_CHECK, copy_fixture, migrated_file, migrated_memory
 
 from rlwh.assets import asset_dir
 from rlwh.errors import RlwhError
@@ -80,9 +80,9 @@ def test_views_read_only_base_tables_and_views():
             assert dep in view.depends, f"{view.path.name} uses {dep} without `-- depends: {dep}`"
 
 
-def test_contract_check_passes_on_a_migrated_warehouse(tmp_path, _migrated_template):
+def test_contract_check_passes_on_a_migrated_warehouse(tmp_path):
     db = tmp_path / "w.duckdb"
-    shutil.copyfile(_migrated_template, db)
+    migrated_file(db).close()
     checker = CONTRACT_CHECK
     result = subprocess.run([sys.executable, str(checker), str(db), "--groups", "memory,timelines,gmm"],
                             capture_output=True, text=True)
